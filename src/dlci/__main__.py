@@ -1,0 +1,5 @@
+"""Allow ``python -m dlci``."""
+
+from dlci.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,439 @@
+"""The budget ladder: its schema, loading with located errors, and tier selection.
+
+A ladder file says, for each budget (pr, merge, nightly) and each hardware class, how much
+the memorization test may spend. ``load_ladder`` turns a file into a frozen ``Ladder`` or
+raises one ``DlciError`` naming the file, line and key path; ``select_tier`` is a pure
+function from a ladder, a budget and a hardware class to a ``Tier``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from dlci import ladder_format as fmt
+from dlci.errors import DlciError
+from dlci.ladder_format import (
+    CLASS_FIELDS,
+    FORMAT_DOC,
+    REQUIRED_BUDGETS,
+    TIER_FIELDS,
+    TOP_KEYS,
+    FieldSpec,
+)
+from dlci.yamlsource import KeyPath, YamlSource, load_yaml, parse_yaml
+
+SUPPORTED_VERSION = 1
+DEFAULT_LADDER = "default"
+DEFAULT_DISPLAY = "default:budgets/ladder.yaml"  # how messages name the shipped ladder
+CPU_CLASS = "cpu"
+
+# GITHUB_EVENT_NAME -> budget, for --budget auto. Anything else runs the PR budget.
+EVENT_BUDGETS: dict[str, str] = {
+    "pull_request": "pr",
+    "pull_request_target": "pr",
+    "push": "merge",
+    "merge_group": "merge",
+    "schedule": "nightly",
+    "workflow_dispatch": "nightly",
+}
+
+
+@dataclass(frozen=True)
+class HardwareClass:
+    name: str
+    match: tuple[str, ...]
+    speed: float
+    fallback: str | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class TierRow:
+    max_epochs: int
+    max_loss: float
+    time_cap_minutes: float
+    profile_steps: int
+    nproc: int
+    batch_size: int = 16
+
+
+@dataclass(frozen=True)
+class Ladder:
+    source: str  # the file a user named, or "default"
+    files: tuple[str, ...]  # every file read, the extended ones first
+    version: int
+    revision: str
+    classes: Mapping[str, HardwareClass]
+    budgets: Mapping[str, Mapping[str, TierRow | None]]
+
+    def classify(self, gpu_name: str) -> str | None:
+        """The class whose pattern has the longest match in ``gpu_name``, or None.
+
+        >>> load_ladder().classify("NVIDIA A100-SXM4-80GB")
+        'a100'
+        >>> load_ladder().classify("NVIDIA A10G")
+        'a10'
+        >>> load_ladder().classify("Matrox G200eW") is None
+        True
+        """
+        best: tuple[int, str] | None = None
+        for cls in self.classes.values():
+            for pattern in cls.match:
+                found = re.search(pattern, gpu_name, flags=re.IGNORECASE)
+                if found and (best is None or len(found.group(0)) > best[0]):
+                    best = (len(found.group(0)), cls.name)
+        return best[1] if best else None
+
+    def nearest_gpu_class(self, speed: float) -> str:
+        """The GPU class nearest to ``speed`` on a log scale; ties go to the slower class."""
+        gpus = [c for c in self.classes.values() if c.name != CPU_CLASS]
+        if not gpus:
+            raise DlciError(
+                "the ladder declares no GPU class",
+                hint="add GPU classes under 'classes'",
+                file=self.source,
+            )
+        return min(gpus, key=lambda c: (abs(math.log(c.speed / speed)), c.speed)).name
+
+
+@dataclass(frozen=True)
+class Tier:
+    """The selected memorization budget: what ``dlci tier`` prints and ``dlci run`` reads."""
+
+    budget: str
+    hardware_class: str
+    max_epochs: int
+    max_loss: float
+    time_cap_minutes: float
+    profile_steps: int
+    nproc: int
+    batch_size: int
+    ladder: str
+    ladder_version: int
+    ladder_revision: str
+    row: str  # the key path of the row used, e.g. budgets.pr.t4
+    reasons: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["reasons"] = list(self.reasons)
+        data["warnings"] = list(self.warnings)
+        return {"schema_version": 1, **data}
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def default_ladder_path() -> Path:
+    """The ladder shipped inside the package (budgets/ladder.yaml in the repository)."""
+    return Path(str(resources.files("dlci") / "data" / "ladder.yaml"))
+
+
+def load_ladder(path: str | os.PathLike[str] | None = None) -> Ladder:
+    """Load and validate a ladder file; ``None`` or ``"default"`` loads dl-ci's own.
+
+    >>> ladder = load_ladder()
+    >>> ladder.version, sorted(ladder.budgets)
+    (1, ['merge', 'nightly', 'pr'])
+    """
+    if path is None or str(path) == DEFAULT_LADDER:
+        source = _read_chain(default_ladder_path(), DEFAULT_DISPLAY, ())
+        return _build(source, DEFAULT_LADDER)
+    return _build(_read_chain(Path(path), str(path), ()), str(path))
+
+
+def load_ladder_text(text: str, name: str = "ladder.yaml") -> Ladder:
+    """Load a ladder from YAML text (``extends`` paths resolve against the working directory)."""
+    source = _check_version(parse_yaml(text, name))
+    return _build(_extend(source, Path.cwd(), ()), name)
+
+
+def _read_chain(path: Path, display: str, seen: tuple[Path, ...]) -> YamlSource:
+    resolved = path.resolve()
+    if resolved in seen:
+        raise DlciError(
+            f"{display}: 'extends' loops back to this file",
+            hint="remove the cycle in the 'extends' chain",
+            file=display,
+        )
+    source = _check_version(load_yaml(path, display))
+    return _extend(source, path.parent, (*seen, resolved))
+
+
+def _check_version(source: YamlSource) -> YamlSource:
+    data = source.data
+    if not isinstance(data, dict):
+        raise source.error(
+            (),
+            f"the ladder must be a mapping with version, classes and budgets, got {fmt.kind(data)}",
+            hint=f"see {FORMAT_DOC} for the format",
+        )
+    if "version" not in data:
+        raise source.error(
+            (), "version: required key is missing", hint="start the file with 'version: 1'"
+        )
+    version = data["version"]
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise source.error(
+            ("version",),
+            f"expected an integer, got {fmt.show(version)} ({fmt.kind(version)})",
+            hint="write 'version: 1'",
+        )
+    if version != SUPPORTED_VERSION:
+        raise source.error(
+            ("version",),
+            f"unsupported ladder version {version}; this dl-ci reads version {SUPPORTED_VERSION}",
+            hint=f"upgrade dl-ci, or write the file in the version 1 format ({FORMAT_DOC})",
+        )
+    return source
+
+
+def _extend(source: YamlSource, base_dir: Path, seen: tuple[Path, ...]) -> YamlSource:
+    data = source.data
+    if "extends" not in data:
+        return source
+    parent_ref = data["extends"]
+    if not isinstance(parent_ref, str) or not parent_ref.strip():
+        raise source.error(
+            ("extends",),
+            f"expected 'default' or a file path, got {fmt.show(parent_ref)} "
+            f"({fmt.kind(parent_ref)})",
+            hint="write 'extends: default' to start from dl-ci's own ladder",
+        )
+    if parent_ref == DEFAULT_LADDER:
+        parent = _read_chain(default_ladder_path(), DEFAULT_DISPLAY, seen)
+    else:
+        parent_path = base_dir / parent_ref
+        parent = _read_chain(parent_path, str(parent_path), seen)
+    merged = _merge(parent.data, {k: v for k, v in data.items() if k != "extends"})
+    lines = {**parent.lines, **source.lines}
+    return YamlSource(data=merged, file=source.file, lines=lines)
+
+
+def _merge(base: Any, overlay: Any) -> Any:
+    """Overlay mappings key by key; anything else in ``overlay`` replaces ``base``."""
+    if isinstance(base, dict) and isinstance(overlay, dict):
+        merged = dict(base)
+        for key, value in overlay.items():
+            merged[key] = _merge(base[key], value) if key in base else value
+        return merged
+    return overlay
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _build(source: YamlSource, name: str) -> Ladder:
+    data = source.data
+    fmt.check_keys(source, (), data, TOP_KEYS, required=("version", "classes", "budgets"))
+    revision = data.get("revision", "")
+    if not isinstance(revision, str | int | float) or isinstance(revision, bool):
+        raise source.error(("revision",), f"expected a text, got {fmt.kind(revision)}")
+    classes = _build_classes(source, fmt.mapping(source, ("classes",), data["classes"]))
+    budgets = _build_budgets(source, fmt.mapping(source, ("budgets",), data["budgets"]), classes)
+    files = tuple(dict.fromkeys(file for file, _ in source.lines.values())) or (source.file,)
+    return Ladder(
+        source=name,
+        files=files,
+        version=data["version"],
+        revision=str(revision),
+        classes=classes,
+        budgets=budgets,
+    )
+
+
+def _build_classes(source: YamlSource, raw: dict[str, Any]) -> dict[str, HardwareClass]:
+    if not raw:
+        raise source.error(
+            ("classes",), "no hardware class is declared", hint="declare at least 'cpu'"
+        )
+    classes: dict[str, HardwareClass] = {}
+    for name, body in raw.items():
+        path: KeyPath = ("classes", name)
+        fmt.check_name(source, path, name)
+        values = _fields(source, path, fmt.mapping(source, path, body), CLASS_FIELDS)
+        for index, pattern in enumerate(values["match"]):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise source.error(
+                    (*path, "match", index),
+                    f"invalid regular expression {pattern!r} ({exc})",
+                    hint="quote patterns with single quotes in YAML so backslashes survive",
+                ) from None
+        classes[name] = HardwareClass(
+            name=name,
+            match=tuple(values["match"]),
+            speed=float(values["speed"]),
+            fallback=values["fallback"],
+            description=values["description"],
+        )
+    for cls in classes.values():
+        if cls.fallback is not None and cls.fallback not in classes:
+            raise source.error(
+                ("classes", cls.name, "fallback"),
+                f"unknown hardware class {cls.fallback!r}",
+                hint=fmt.suggest(cls.fallback, classes, "classes"),
+            )
+    if CPU_CLASS not in classes:
+        raise source.error(
+            ("classes",),
+            f"the '{CPU_CLASS}' class is missing",
+            hint="declare 'cpu' (match: [], speed: 0.02); it is the class of a runner with no GPU",
+        )
+    return classes
+
+
+def _build_budgets(
+    source: YamlSource, raw: dict[str, Any], classes: Mapping[str, HardwareClass]
+) -> dict[str, dict[str, TierRow | None]]:
+    for required in REQUIRED_BUDGETS:
+        if required not in raw:
+            raise source.error(
+                ("budgets",),
+                f"budget '{required}' is missing",
+                hint="a ladder defines at least the pr, merge and nightly budgets",
+            )
+    budgets: dict[str, dict[str, TierRow | None]] = {}
+    for budget, body in raw.items():
+        fmt.check_name(source, ("budgets", budget), budget)
+        rows: dict[str, TierRow | None] = {}
+        for cls, row in fmt.mapping(source, ("budgets", budget), body).items():
+            path: KeyPath = ("budgets", budget, cls)
+            if cls not in classes:
+                raise source.error(
+                    path,
+                    f"unknown hardware class {cls!r}",
+                    hint=fmt.suggest(str(cls), classes, "classes"),
+                )
+            if row is None:  # explicitly: this budget does not run on this class
+                rows[cls] = None
+                continue
+            rows[cls] = TierRow(
+                **_fields(source, path, fmt.mapping(source, path, row), TIER_FIELDS)
+            )
+        for cls in classes:
+            if _resolve_row(rows, classes, cls) is _MISSING:
+                raise source.error(
+                    ("budgets", budget),
+                    f"no tier for hardware class '{cls}', and the class has no fallback",
+                    hint=f"add budgets.{budget}.{cls}, give classes.{cls} a 'fallback', or write "
+                    f"'{cls}: null' if this budget must not run on it",
+                )
+        budgets[budget] = rows
+    return budgets
+
+
+_MISSING = object()
+
+
+def _resolve_row(
+    rows: Mapping[str, TierRow | None], classes: Mapping[str, HardwareClass], cls: str
+) -> tuple[str, TierRow | None] | object:
+    """Follow ``fallback`` links from ``cls`` to the first class that has a row."""
+    seen: list[str] = []
+    current: str | None = cls
+    while current is not None and current not in seen:
+        if current in rows:
+            return current, rows[current]
+        seen.append(current)
+        current = classes[current].fallback
+    return _MISSING
+
+
+def _fields(
+    source: YamlSource, path: KeyPath, raw: dict[str, Any], specs: tuple[FieldSpec, ...]
+) -> dict[str, Any]:
+    known = {spec.name: spec.description for spec in specs}
+    fmt.check_keys(source, path, raw, known, required=())
+    values: dict[str, Any] = {}
+    for spec in specs:
+        if spec.name not in raw:
+            if spec.required:
+                raise source.error(
+                    path, f"missing required key '{spec.name}'", hint=f"{spec.name}: {spec.hint}"
+                )
+            values[spec.name] = spec.default
+            continue
+        value = fmt.check_value(source, (*path, spec.name), raw[spec.name], spec)
+        values[spec.name] = float(value) if spec.kind == "number" else value
+    return values
+
+
+# --------------------------------------------------------------------------- selection
+
+
+def resolve_budget(requested: str, *, event_name: str | None) -> tuple[str, str]:
+    """Turn ``auto`` into a budget by the GitHub event; return ``(budget, reason)``.
+
+    >>> resolve_budget("auto", event_name="schedule")
+    ('nightly', 'budget auto: GITHUB_EVENT_NAME=schedule selects nightly')
+    >>> resolve_budget("auto", event_name=None)
+    ('pr', 'budget auto: not a GitHub event; pr is the default')
+    """
+    if requested != "auto":
+        return requested, f"budget {requested}: given"
+    if not event_name:
+        return "pr", "budget auto: not a GitHub event; pr is the default"
+    budget = EVENT_BUDGETS.get(event_name, "pr")
+    known = event_name in EVENT_BUDGETS
+    why = "selects" if known else "is not a scheduled, push or PR event; using"
+    return budget, f"budget auto: GITHUB_EVENT_NAME={event_name} {why} {budget}"
+
+
+def select_tier(
+    ladder: Ladder,
+    *,
+    budget: str,
+    hardware_class: str,
+    reasons: tuple[str, ...] = (),
+    warnings: tuple[str, ...] = (),
+) -> Tier:
+    """Pick the tier of ``budget`` for ``hardware_class`` (a class the ladder declares)."""
+    if budget not in ladder.budgets:
+        raise DlciError(
+            f"unknown budget {budget!r}",
+            hint=fmt.suggest(budget, list(ladder.budgets), "budgets in this ladder") + ", or auto",
+            file=ladder.source,
+        )
+    if hardware_class not in ladder.classes:
+        raise DlciError(
+            f"unknown hardware class {hardware_class!r}",
+            hint=fmt.suggest(hardware_class, ladder.classes, "classes in this ladder"),
+            file=ladder.source,
+        )
+    found = _resolve_row(ladder.budgets[budget], ladder.classes, hardware_class)
+    assert isinstance(found, tuple), "load_ladder guarantees every class resolves"
+    row_class, row = found
+    if row is None:
+        raise DlciError(
+            f"the ladder does not allow budget '{budget}' on hardware class '{row_class}' "
+            f"(budgets.{budget}.{row_class} is null)",
+            hint="run on a runner of another class, choose another budget, or give that row "
+            "a tier in your own ladder (--ladder)",
+            file=ladder.source,
+        )
+    notes = list(reasons)
+    if row_class != hardware_class:
+        notes.append(
+            f"budget {budget} has no row for {hardware_class}; using its fallback {row_class}"
+        )
+    return Tier(
+        budget=budget,
+        hardware_class=hardware_class,
+        **asdict(row),
+        ladder=ladder.source,
+        ladder_version=ladder.version,
+        ladder_revision=ladder.revision,
+        row=f"budgets.{budget}.{row_class}",
+        reasons=tuple(notes),
+        warnings=warnings,
+    )

@@ -1,0 +1,119 @@
+"""The ``dlci`` command line: parse the verb, dispatch to its module, handle errors.
+
+Each verb lives in ``dlci.commands.<verb>`` and exposes ``main(argv) -> int``. Verb modules
+are imported only when run, so ``dlci --help`` stays fast and never imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+from dlci import __version__
+from dlci.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, DlciError
+
+# verb -> one-line summary; the order is the order of a CI job.
+VERBS: dict[str, str] = {
+    "hardware": "detect the GPUs and name their hardware class (no torch needed)",
+    "tier": "select the memorization-test tier from the budget ladder",
+    "memorize": "overfit one batch of a target to the tier's loss threshold",
+    "doctor": "run the ordered debugging checks on a target",
+    "profile": "record a torch.profiler trace of real training steps",
+    "analyze": "compute GPU utilization and bottlenecks from a trace",
+    "diff": "compare two utilization reports",
+    "run": "run the whole job: tests, memorization, doctor, profile, analyze",
+    "summary": "write the GitHub job summary, step outputs and annotations",
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    verbs = "\n".join(f"  {name:<10} {text}" for name, text in VERBS.items())
+    parser = argparse.ArgumentParser(
+        prog="dlci",
+        description="dl-ci: CI gates for deep-learning code.",
+        epilog=f"commands:\n{verbs}\n\nRun 'dlci COMMAND --help' for a command's options.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"dlci {__version__}")
+    parser.add_argument("command", metavar="COMMAND", help="one of: " + ", ".join(VERBS))
+    return parser
+
+
+def log_dir() -> Path:
+    """Where tracebacks of unexpected errors go: $DLCI_LOG_DIR, else the user cache."""
+    if os.environ.get("DLCI_LOG_DIR"):
+        return Path(os.environ["DLCI_LOG_DIR"])
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+    return Path(cache) / "dlci"
+
+
+def _write_crash_log(argv: Sequence[str]) -> Path:
+    body = (
+        f"dlci {__version__}, python {sys.version.split()[0]}\n"
+        f"command: dlci {' '.join(argv)}\n"
+        f"time: {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n\n{traceback.format_exc()}"
+    )
+    for directory in (log_dir(), Path(tempfile.gettempdir())):
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            path = directory / "dlci-error.log"
+            path.write_text(body, encoding="utf-8")
+            return path
+        except OSError:
+            continue
+    raise OSError("no writable directory for the error log")  # pragma: no cover
+
+
+def run_verb(verb: str, argv: Sequence[str]) -> int:
+    """Import ``dlci.commands.<verb>`` and call its ``main``."""
+    module = importlib.import_module(f"dlci.commands.{verb}")
+    return int(module.main(list(argv)))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``dlci`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    if not argv:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    verb = argv[0]
+    if verb.startswith("-") or verb not in VERBS:
+        try:  # --help and --version exit 0; anything else is a usage error
+            parser.parse_args(argv[:1])
+        except SystemExit as exc:
+            return int(exc.code or 0)
+        print(
+            f"dlci: unknown command {verb!r}; choose from: {', '.join(VERBS)}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    try:
+        return run_verb(verb, argv[1:])
+    except DlciError as exc:
+        from dlci.report.console import print_error
+
+        print_error(exc)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # the one place that turns a bug into exit 3 and a log
+        path = _write_crash_log(argv)
+        print(
+            f"error: dlci {verb} failed unexpectedly ({type(exc).__name__}: {exc}).\n"
+            f"  The traceback is in {path}; please attach it to a bug report.",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

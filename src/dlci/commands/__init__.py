@@ -1,0 +1,1 @@
+"""One module per ``dlci`` verb, each exposing ``main(argv) -> int``."""

@@ -1,0 +1,78 @@
+"""Arguments and output helpers that several verbs share."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from dlci.errors import DlciError
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, but a usage error is a DlciError (exit 1 through the CLI's one handler)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise DlciError(f"{self.prog}: {message}", hint=f"run '{self.prog} --help' for usage")
+
+
+def parser(verb: str, description: str) -> ArgumentParser:
+    return ArgumentParser(prog=f"dlci {verb}", description=description)
+
+
+def add_json(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="FILE",
+        help=f"write {what} as JSON to FILE, or to standard output when FILE is omitted",
+    )
+
+
+def add_ladder(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--ladder",
+        default=os.environ.get("DLCI_LADDER") or None,
+        metavar="FILE",
+        help="budget ladder file (default: $DLCI_LADDER, else dl-ci's own budgets/ladder.yaml)",
+    )
+
+
+def add_detection(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="give up on a GPU probe (NVML, nvidia-smi) after this long (default: 10)",
+    )
+    p.add_argument(
+        "--no-torch",
+        action="store_true",
+        help="never fall back to torch.cuda (host-side steps: faster, and torch may be absent)",
+    )
+
+
+def emit_json(data: Any, dest: str) -> None:
+    """Write JSON to ``dest`` ('-' is standard output), atomically for files."""
+    import orjson
+
+    from dlci.fsutil import atomic_write_bytes
+
+    blob = orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n"
+    if dest == "-":
+        sys.stdout.write(blob.decode())
+        sys.stdout.flush()
+    else:
+        atomic_write_bytes(dest, blob)
+
+
+def positive_timeout(value: float) -> float:
+    if not value > 0:
+        raise DlciError(
+            f"--timeout must be a positive number of seconds, got {value:g}",
+            hint="use --timeout 10",
+        )
+    return value

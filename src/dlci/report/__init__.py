@@ -1,0 +1,1 @@
+"""Reports: console output, GitHub outputs and annotations."""

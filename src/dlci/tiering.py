@@ -1,0 +1,63 @@
+"""From what the user asked (budget, hardware, ladder) to a Tier: one path for CLI and plugin."""
+
+from __future__ import annotations
+
+import os
+
+from dlci.budgets import Ladder, Tier, load_ladder, resolve_budget, select_tier
+from dlci.errors import DlciError
+from dlci.hardware import DEFAULT_TIMEOUT_S, ClassMatch, classify, detect
+from dlci.ladder_format import suggest
+
+
+def resolve_class(
+    requested: str, ladder: Ladder, *, timeout: float = DEFAULT_TIMEOUT_S, use_torch: bool = True
+) -> ClassMatch:
+    """``auto`` detects; a class name is taken as is; a GPU name goes through the patterns.
+
+    A name that is neither is an error rather than a guess: a typo such as ``a1000`` must not
+    quietly pick another class's budget.
+
+    >>> resolve_class("NVIDIA H100 80GB HBM3", load_ladder()).name
+    'h100'
+    """
+    value = requested.strip()
+    if value == "auto":
+        match = classify(detect(timeout=timeout, use_torch=use_torch), ladder)
+        return ClassMatch(
+            match.name, f"hardware auto: {match.name}, {match.reason}", match.warnings
+        )
+    if value in ladder.classes:
+        return ClassMatch(value, f"hardware {value}: given")
+    by_name = ladder.classify(value)
+    if by_name:
+        return ClassMatch(by_name, f"hardware '{value}': matches class {by_name}")
+    raise DlciError(
+        f"--hardware: unknown hardware class {value!r}",
+        hint=suggest(value, ladder.classes, "classes in this ladder")
+        + "; or pass auto, or a GPU name that the ladder's patterns match",
+    )
+
+
+def choose_tier(
+    *,
+    budget: str = "auto",
+    hardware: str = "auto",
+    ladder: str | None = None,
+    event_name: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    use_torch: bool = True,
+) -> Tier:
+    """Load the ladder, resolve budget and hardware, and select the tier."""
+    loaded = load_ladder(ladder)
+    if event_name is None:
+        event_name = os.environ.get("GITHUB_EVENT_NAME")
+    chosen_budget, budget_reason = resolve_budget(budget, event_name=event_name)
+    match = resolve_class(hardware, loaded, timeout=timeout, use_torch=use_torch)
+    return select_tier(
+        loaded,
+        budget=chosen_budget,
+        hardware_class=match.name,
+        reasons=(budget_reason, match.reason),
+        warnings=match.warnings,
+    )
