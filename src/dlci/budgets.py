@@ -12,7 +12,7 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,14 @@ class Ladder:
     revision: str
     classes: Mapping[str, HardwareClass]
     budgets: Mapping[str, Mapping[str, TierRow | None]]
+    lines: Mapping[KeyPath, tuple[str, int]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def where(self, *path: str) -> tuple[str | None, int | None]:
+        """The file and line that defined ``path``, for messages about a selected row."""
+        found = self.lines.get(tuple(path))
+        return found if found else (self.source, None)
 
     def classify(self, gpu_name: str) -> str | None:
         """The class whose pattern has the longest match in ``gpu_name``, or None.
@@ -215,7 +223,8 @@ def _extend(source: YamlSource, base_dir: Path, seen: tuple[Path, ...]) -> YamlS
         parent = _read_chain(parent_path, str(parent_path), seen)
     merged = _merge(parent.data, {k: v for k, v in data.items() if k != "extends"})
     lines = {**parent.lines, **source.lines}
-    return YamlSource(data=merged, file=source.file, lines=lines)
+    files = (*parent.files, source.file)
+    return YamlSource(data=merged, file=source.file, lines=lines, files=files)
 
 
 def _merge(base: Any, overlay: Any) -> Any:
@@ -239,14 +248,14 @@ def _build(source: YamlSource, name: str) -> Ladder:
         raise source.error(("revision",), f"expected a text, got {fmt.kind(revision)}")
     classes = _build_classes(source, fmt.mapping(source, ("classes",), data["classes"]))
     budgets = _build_budgets(source, fmt.mapping(source, ("budgets",), data["budgets"]), classes)
-    files = tuple(dict.fromkeys(file for file, _ in source.lines.values())) or (source.file,)
     return Ladder(
         source=name,
-        files=files,
+        files=source.files,
         version=data["version"],
         revision=str(revision),
         classes=classes,
         budgets=budgets,
+        lines=dict(source.lines),
     )
 
 
@@ -364,7 +373,9 @@ def _fields(
             values[spec.name] = spec.default
             continue
         value = fmt.check_value(source, (*path, spec.name), raw[spec.name], spec)
-        values[spec.name] = float(value) if spec.kind == "number" else value
+        if spec.kind in ("number", "int"):
+            value = float(value) if spec.kind == "number" else int(value)
+        values[spec.name] = value
     return values
 
 
@@ -414,12 +425,14 @@ def select_tier(
     assert isinstance(found, tuple), "load_ladder guarantees every class resolves"
     row_class, row = found
     if row is None:
+        file, line = ladder.where("budgets", budget, row_class)
         raise DlciError(
             f"the ladder does not allow budget '{budget}' on hardware class '{row_class}' "
             f"(budgets.{budget}.{row_class} is null)",
             hint="run on a runner of another class, choose another budget, or give that row "
             "a tier in your own ladder (--ladder)",
-            file=ladder.source,
+            file=file,
+            line=line,
         )
     notes = list(reasons)
     if row_class != hardware_class:

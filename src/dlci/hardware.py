@@ -19,6 +19,7 @@ from typing import Any
 from dlci.budgets import CPU_CLASS, Ladder
 
 DEFAULT_TIMEOUT_S = 10.0
+PROBES = ("nvml", "nvidia-smi", "torch")  # the default order: cheapest and surest first
 
 # Relative training speed (T4 = 1.0, the default ladder's unit) by CUDA compute capability,
 # used only for a GPU whose name no class pattern matches.
@@ -28,7 +29,7 @@ SPEED_BY_COMPUTE_CAPABILITY: dict[str, float] = {
     "7.2": 0.3,  # Jetson Xavier
     "7.5": 1.0,  # T4, Quadro RTX, RTX 20xx
     "8.0": 4.0,  # A100, A30
-    "8.6": 2.0,  # A10, A40, RTX A6000, RTX 30xx
+    "8.6": 2.2,  # A10, A40, RTX A6000, RTX 30xx
     "8.7": 0.5,  # Jetson Orin
     "8.9": 2.5,  # L4, L40, RTX 6000 Ada, RTX 40xx
     "9.0": 8.0,  # H100, H200, GH200
@@ -302,19 +303,38 @@ def _cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def detect(*, timeout: float = DEFAULT_TIMEOUT_S, use_torch: bool = True) -> HardwareInfo:
-    """Detect the GPUs through the first probe that answers."""
-    probes: list[tuple[str, Callable[[], tuple[list[GpuInfo], str | None, str | None]]]] = [
-        ("nvml", lambda: _run_with_timeout(probe_nvml, timeout, "nvml")),
-        ("nvidia-smi", lambda: probe_nvidia_smi(timeout)),
-    ]
-    if use_torch:
-        probes.append(("torch", lambda: _run_with_timeout(probe_torch, max(timeout, 60), "torch")))
+def parse_probes(text: str) -> tuple[str, ...]:
+    """Parse a ``--probes`` list such as ``nvml,nvidia-smi``.
+
+    >>> parse_probes("nvidia-smi, nvml")
+    ('nvidia-smi', 'nvml')
+    """
+    from dlci.errors import DlciError
+
+    names = tuple(p.strip() for p in text.split(",") if p.strip())
+    unknown = [n for n in names if n not in PROBES]
+    if unknown or not names:
+        raise DlciError(
+            f"--probes: unknown probe {unknown[0]!r}" if unknown else "--probes: empty list",
+            hint=f"choose from {', '.join(PROBES)}, comma-separated, in the order to try them",
+        )
+    return names
+
+
+def detect(*, timeout: float = DEFAULT_TIMEOUT_S, probes: tuple[str, ...] = PROBES) -> HardwareInfo:
+    """Detect the GPUs through the first of ``probes`` that answers."""
+    runners: dict[str, Callable[[], tuple[list[GpuInfo], str | None, str | None]]] = {
+        "nvml": lambda: _run_with_timeout(probe_nvml, timeout, "nvml"),
+        "nvidia-smi": lambda: probe_nvidia_smi(timeout),
+        # importing torch alone takes seconds: allow it more than a driver query
+        "torch": lambda: _run_with_timeout(probe_torch, max(timeout, 60), "torch"),
+    }
     notes: list[str] = []
+    skipped = [f"{name}: not tried" for name in PROBES if name not in probes]
     common = {"cpu_count": _cpu_count(), "cpu_model": _cpu_model(), "memory_mib": _memory_mib()}
-    for name, probe in probes:
+    for name in probes:
         try:
-            gpus, driver, cuda = probe()
+            gpus, driver, cuda = runners[name]()
         except ProbeFailed as exc:
             notes.append(f"{name}: {exc}")
             continue
@@ -328,12 +348,10 @@ def detect(*, timeout: float = DEFAULT_TIMEOUT_S, use_torch: bool = True) -> Har
             source=name,
             driver_version=driver,
             cuda_version=cuda,
-            probes=tuple(notes),
+            probes=(*notes, *skipped),
             **common,
         )
-    if not use_torch:
-        notes.append("torch: not tried (--no-torch)")
-    return HardwareInfo(gpus=(), source="none", probes=tuple(notes), **common)
+    return HardwareInfo(gpus=(), source="none", probes=(*notes, *skipped), **common)
 
 
 def estimate_speed(gpu: GpuInfo) -> float:

@@ -129,7 +129,9 @@ def check_value(source: YamlSource, path: KeyPath, value: Any, spec: FieldSpec) 
         "patterns": "a list of texts",
     }[spec.kind]
     ok = {
-        "int": isinstance(value, int) and not isinstance(value, bool),
+        # as in JSON Schema, 100.0 is an integer
+        "int": (isinstance(value, int) and not isinstance(value, bool))
+        or (isinstance(value, float) and value.is_integer()),
         "number": isinstance(value, int | float) and not isinstance(value, bool),
         "string": isinstance(value, str),
         "patterns": isinstance(value, list) and all(isinstance(p, str) for p in value),
@@ -191,7 +193,7 @@ def mapping(source: YamlSource, path: KeyPath, value: Any) -> dict[str, Any]:
 
 def suggest(word: str, choices: Mapping[str, Any] | list[str], what: str) -> str:
     names = list(choices)
-    close = difflib.get_close_matches(word, names, n=1, cutoff=0.6)
+    close = difflib.get_close_matches(word, names, n=1, cutoff=0.5)
     listing = f"{what}: {', '.join(names)}"
     return f"did you mean '{close[0]}'? {listing}" if close else listing
 

@@ -6,12 +6,16 @@ import os
 
 from dlci.budgets import Ladder, Tier, load_ladder, resolve_budget, select_tier
 from dlci.errors import DlciError
-from dlci.hardware import DEFAULT_TIMEOUT_S, ClassMatch, classify, detect
+from dlci.hardware import DEFAULT_TIMEOUT_S, PROBES, ClassMatch, classify, detect
 from dlci.ladder_format import suggest
 
 
 def resolve_class(
-    requested: str, ladder: Ladder, *, timeout: float = DEFAULT_TIMEOUT_S, use_torch: bool = True
+    requested: str,
+    ladder: Ladder,
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    probes: tuple[str, ...] = PROBES,
 ) -> ClassMatch:
     """``auto`` detects; a class name is taken as is; a GPU name goes through the patterns.
 
@@ -23,7 +27,7 @@ def resolve_class(
     """
     value = requested.strip()
     if value == "auto":
-        match = classify(detect(timeout=timeout, use_torch=use_torch), ladder)
+        match = classify(detect(timeout=timeout, probes=probes), ladder)
         return ClassMatch(
             match.name, f"hardware auto: {match.name}, {match.reason}", match.warnings
         )
@@ -46,14 +50,14 @@ def choose_tier(
     ladder: str | None = None,
     event_name: str | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
-    use_torch: bool = True,
+    probes: tuple[str, ...] = PROBES,
 ) -> Tier:
     """Load the ladder, resolve budget and hardware, and select the tier."""
     loaded = load_ladder(ladder)
     if event_name is None:
         event_name = os.environ.get("GITHUB_EVENT_NAME")
     chosen_budget, budget_reason = resolve_budget(budget, event_name=event_name)
-    match = resolve_class(hardware, loaded, timeout=timeout, use_torch=use_torch)
+    match = resolve_class(hardware, loaded, timeout=timeout, probes=probes)
     return select_tier(
         loaded,
         budget=chosen_budget,

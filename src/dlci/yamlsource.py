@@ -34,6 +34,11 @@ class YamlSource:
     data: Any
     file: str
     lines: dict[KeyPath, tuple[str, int]] = field(default_factory=dict)
+    files: tuple[str, ...] = ()  # every file behind ``data``, extended ones first
+
+    def __post_init__(self) -> None:
+        if not self.files:
+            self.files = (self.file,)
 
     def where(self, path: KeyPath) -> tuple[str, int]:
         """The file and line of ``path``, or of its nearest ancestor that has one."""
@@ -65,8 +70,9 @@ def load_yaml(path: Path, display: str | None = None) -> YamlSource:
 
 def parse_yaml(text: str, display: str) -> YamlSource:
     """Parse YAML text named ``display`` in messages."""
-    loader = yaml.SafeLoader(text)
+    loader: yaml.SafeLoader | None = None
     try:
+        loader = yaml.SafeLoader(text)  # rejects control characters at once (ReaderError)
         node = loader.get_single_node()
         if node is None:
             return YamlSource(data=None, file=display)
@@ -84,6 +90,13 @@ def parse_yaml(text: str, display: str) -> YamlSource:
             file=display,
             line=line,
         ) from None
+    except yaml.reader.ReaderError as exc:
+        raise DlciError(
+            f"malformed YAML: unacceptable character #x{exc.character:04x} at position "
+            f"{exc.position}",
+            hint="YAML files must be text without control characters",
+            file=display,
+        ) from None
     except (yaml.YAMLError, ValueError, TypeError, RecursionError) as exc:
         # PyYAML raises plain ValueError/TypeError for some values (a date out of range,
         # an unhashable key); report those as malformed YAML too.
@@ -93,7 +106,8 @@ def parse_yaml(text: str, display: str) -> YamlSource:
             file=display,
         ) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return YamlSource(data=data, file=display, lines=lines)
 
 

@@ -49,10 +49,19 @@ def add_detection(p: argparse.ArgumentParser) -> None:
         help="give up on a GPU probe (NVML, nvidia-smi) after this long (default: 10)",
     )
     p.add_argument(
-        "--no-torch",
-        action="store_true",
-        help="never fall back to torch.cuda (host-side steps: faster, and torch may be absent)",
+        "--probes",
+        default=os.environ.get("DLCI_PROBES") or "nvml,nvidia-smi,torch",
+        metavar="LIST",
+        help="GPU probes to try, in order (default: $DLCI_PROBES, else nvml,nvidia-smi,torch); "
+        "host-side steps leave out torch so it is never imported",
     )
+
+
+def detection_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of ``hardware.detect`` from the parsed options."""
+    from dlci.hardware import parse_probes
+
+    return {"timeout": positive_timeout(args.timeout), "probes": parse_probes(args.probes)}
 
 
 def emit_json(data: Any, dest: str) -> None:

@@ -24,9 +24,7 @@ def main(argv: Sequence[str]) -> int:
     from dlci.report.github import write_outputs
 
     ladder = load_ladder(args.ladder)
-    info = hardware.detect(
-        timeout=_common.positive_timeout(args.timeout), use_torch=not args.no_torch
-    )
+    info = hardware.detect(**_common.detection_options(args))
     match = hardware.classify(info, ladder)
     for warning in match.warnings:
         print_warning(warning)

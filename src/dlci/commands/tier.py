@@ -47,8 +47,7 @@ def main(argv: Sequence[str]) -> int:
         budget=args.budget,
         hardware=args.hardware,
         ladder=args.ladder,
-        timeout=_common.positive_timeout(args.timeout),
-        use_torch=not args.no_torch,
+        **_common.detection_options(args),
     )
     for warning in tier.warnings:
         print_warning(warning)

@@ -1,0 +1,312 @@
+"""Every bad ladder gives one located message with a hint; garbage never gives a traceback."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dlci.budgets import load_ladder, load_ladder_text
+from dlci.cli import main
+from dlci.errors import DlciError
+
+SMALL_TEXT = (Path(__file__).parent / "data" / "ladders" / "small.yaml").read_text("utf-8")
+
+
+def edit(text: str, old: str, new: str, count: int = 1) -> str:
+    assert old in text, old
+    return text.replace(old, new, count)
+
+
+# (name, how to break the small ladder, the exact message, the exact hint)
+CASES = [
+    (
+        "negative loss",
+        lambda t: edit(
+            t, "t4: {max_epochs: 100, max_loss: 1.0", "t4: {max_epochs: 100, max_loss: -1"
+        ),
+        "ladder.yaml:8: budgets.pr.t4.max_loss: must be greater than 0, got -1",
+        "use a positive loss such as 1.0 (PR) or 0.05 (nightly)",
+    ),
+    (
+        "zero epochs",
+        lambda t: edit(t, "max_epochs: 100", "max_epochs: 0"),
+        "ladder.yaml:7: budgets.pr.cpu.max_epochs: must be at least 1, got 0",
+        "use a whole number of epochs such as 100",
+    ),
+    (
+        "negative epochs",
+        lambda t: edit(t, "max_epochs: 100", "max_epochs: -5"),
+        "ladder.yaml:7: budgets.pr.cpu.max_epochs: must be at least 1, got -5",
+        "use a whole number of epochs such as 100",
+    ),
+    (
+        "epochs as text",
+        lambda t: edit(t, "max_epochs: 100", "max_epochs: ten"),
+        "ladder.yaml:7: budgets.pr.cpu.max_epochs: expected an integer, got 'ten' (a text)",
+        "use a whole number of epochs such as 100",
+    ),
+    (
+        "fractional epochs",
+        lambda t: edit(t, "max_epochs: 100", "max_epochs: 1.5"),
+        "ladder.yaml:7: budgets.pr.cpu.max_epochs: expected an integer, got 1.5 (a number)",
+        "use a whole number of epochs such as 100",
+    ),
+    (
+        "boolean epochs",
+        lambda t: edit(t, "max_epochs: 100", "max_epochs: yes"),
+        "ladder.yaml:7: budgets.pr.cpu.max_epochs: expected an integer, got True (a boolean)",
+        "use a whole number of epochs such as 100",
+    ),
+    (
+        "zero time cap",
+        lambda t: edit(t, "time_cap_minutes: 3", "time_cap_minutes: 0"),
+        "ladder.yaml:7: budgets.pr.cpu.time_cap_minutes: must be greater than 0, got 0",
+        "use a positive number of minutes such as 5",
+    ),
+    (
+        "infinite loss",
+        lambda t: edit(t, "max_loss: 1.0", "max_loss: .inf"),
+        "ladder.yaml:7: budgets.pr.cpu.max_loss: must be a finite number, got inf",
+        "use a positive loss such as 1.0 (PR) or 0.05 (nightly)",
+    ),
+    (
+        "unknown key in a tier",
+        lambda t: edit(t, "nproc: 1}", "nproc: 1, max_los: 2}"),
+        "ladder.yaml:7: budgets.pr.cpu.max_los: unknown key",
+        "did you mean 'max_loss'? known keys: max_epochs, max_loss, time_cap_minutes, "
+        "profile_steps, nproc, batch_size",
+    ),
+    (
+        "unknown top-level key",
+        lambda t: edit(t, "classes:", "clases:"),
+        "ladder.yaml:2: clases: unknown key",
+        "did you mean 'classes'? known keys: version, revision, extends, classes, budgets",
+    ),
+    (
+        "missing tier key",
+        lambda t: edit(t, "max_loss: 1.0, ", ""),
+        "ladder.yaml:7: budgets.pr.cpu: missing required key 'max_loss'",
+        "max_loss: use a positive loss such as 1.0 (PR) or 0.05 (nightly)",
+    ),
+    (
+        "budget missing a class with no fallback",
+        lambda t: re.sub(r"  merge:\n    cpu: .*\n    t4: .*\n", "  merge:\n    cpu: null\n", t),
+        "ladder.yaml:9: budgets.merge: no tier for hardware class 't4', and the class has no "
+        "fallback",
+        "add budgets.merge.t4, give classes.t4 a 'fallback', or write 't4: null' if this budget "
+        "must not run on it",
+    ),
+    (
+        "a budget row for an undeclared class",
+        lambda t: edit(
+            t,
+            "    t4: {max_epochs: 100, max_loss: 1.0, time_cap_minutes: 5",
+            "    t5: {max_epochs: 100, max_loss: 1.0, time_cap_minutes: 5",
+        ),
+        "ladder.yaml:8: budgets.pr.t5: unknown hardware class 't5'",
+        "did you mean 't4'? classes: cpu, t4",
+    ),
+    (
+        "a missing required budget",
+        lambda t: edit(t, "  merge:", "  merges:"),
+        "ladder.yaml:5: budgets: budget 'merge' is missing",
+        "a ladder defines at least the pr, merge and nightly budgets",
+    ),
+    (
+        "unsupported version",
+        lambda t: edit(t, "version: 1", "version: 2"),
+        "ladder.yaml:1: version: unsupported ladder version 2; this dl-ci reads version 1",
+        "upgrade dl-ci, or write the file in the version 1 format (docs/budget-ladder.md)",
+    ),
+    (
+        "version as text",
+        lambda t: edit(t, "version: 1", "version: one"),
+        "ladder.yaml:1: version: expected an integer, got 'one' (a text)",
+        "write 'version: 1'",
+    ),
+    (
+        "no version",
+        lambda t: edit(t, "version: 1\n", ""),
+        "ladder.yaml:1: version: required key is missing",
+        "start the file with 'version: 1'",
+    ),
+    (
+        "malformed YAML",
+        lambda t: edit(
+            t, "  t4: {match: ['\\bT4\\b'], speed: 1.0}", "  t4: {match: ['\\bT4\\b', speed: 1.0}"
+        ),
+        "ladder.yaml:4: malformed YAML: expected ',' or ']', but got '}' (column 36)",
+        "check the indentation and the quoting on that line",
+    ),
+    (
+        "a tab for indentation",
+        lambda t: edit(t, "  cpu: {match", "\tcpu: {match"),
+        "ladder.yaml:3: malformed YAML: found character '\\t' that cannot start any token "
+        "(column 1)",
+        "check the indentation and the quoting on that line",
+    ),
+    (
+        "duplicate key",
+        lambda t: edit(t, "  t4: {match", "  cpu: {match: [], speed: 1}\n  t4: {match"),
+        "ladder.yaml:4: classes.cpu: duplicate key (first on line 3)",
+        "YAML keeps only the last value of a repeated key; remove one",
+    ),
+    (
+        "a list instead of a mapping",
+        lambda t: "- version: 1\n",
+        "ladder.yaml:1: the ladder must be a mapping with version, classes and budgets, got a list",
+        "see docs/budget-ladder.md for the format",
+    ),
+    (
+        "an empty file",
+        lambda t: "",
+        "ladder.yaml:1: the ladder must be a mapping with version, classes and budgets, got empty",
+        "see docs/budget-ladder.md for the format",
+    ),
+    (
+        "a class that is not a mapping",
+        lambda t: edit(t, "  t4: {match: ['\\bT4\\b'], speed: 1.0}", "  t4: fast"),
+        "ladder.yaml:4: classes.t4: expected a mapping, got 'fast' (a text)",
+        "see docs/budget-ladder.md for the layout of 'classes'",
+    ),
+    (
+        "a bad regular expression",
+        lambda t: edit(t, "match: ['\\bT4\\b']", "match: ['T4(']"),
+        "ladder.yaml:4: classes.t4.match[0]: invalid regular expression 'T4(' (missing ), "
+        "unterminated subpattern at position 2)",
+        "quote patterns with single quotes in YAML so backslashes survive",
+    ),
+    (
+        "an unknown fallback",
+        lambda t: edit(t, "speed: 1.0}", "speed: 1.0, fallback: t3}"),
+        "ladder.yaml:4: classes.t4.fallback: unknown hardware class 't3'",
+        "did you mean 't4'? classes: cpu, t4",
+    ),
+    (
+        "no cpu class",
+        lambda t: edit(t, "  cpu: {match: [], speed: 0.02}\n", ""),
+        "ladder.yaml:2: classes: the 'cpu' class is missing",
+        "declare 'cpu' (match: [], speed: 0.02); it is the class of a runner with no GPU",
+    ),
+    (
+        "an invalid class name",
+        lambda t: edit(t, "  t4: {match", "  T 4: {match"),
+        "ladder.yaml:4: classes.T 4: invalid name 'T 4'",
+        "use lower-case letters, digits, '-', '_' or '.', such as 'a100' or 'rtx-4090'",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("breakage", "message", "hint"),
+    [case[1:] for case in CASES],
+    ids=[case[0] for case in CASES],
+)
+def test_a_bad_ladder_names_the_file_line_and_key(
+    write_ladder, small_ladder_text, breakage, message, hint
+) -> None:
+    path = write_ladder(breakage(small_ladder_text))
+    with pytest.raises(DlciError) as info:
+        load_ladder(path)
+    assert str(info.value) == f"{path.parent}/{message}\n  hint: {hint}"
+
+
+def test_the_cli_reports_a_bad_ladder_without_a_traceback(
+    write_ladder, small_ladder_text, capsys
+) -> None:
+    path = write_ladder(edit(small_ladder_text, "max_epochs: 100", "max_epochs: 0"))
+    code = main(["tier", "--ladder", str(path), "--hardware", "cpu"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err == (
+        f"error: {path}:7: budgets.pr.cpu.max_epochs: must be at least 1, got 0\n"
+        "  hint: use a whole number of epochs such as 100\n"
+    )
+
+
+def test_a_missing_ladder_file_is_named(tmp_path) -> None:
+    with pytest.raises(DlciError) as info:
+        load_ladder(tmp_path / "nope.yaml")
+    assert str(info.value) == (
+        f"{tmp_path}/nope.yaml: no such file\n  hint: check the path given to --ladder"
+    )
+
+
+# --------------------------------------------------------------------------- garbage
+
+yaml_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**6), max_value=10**6),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8),
+)
+yaml_values = st.recursive(
+    yaml_scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(
+            st.sampled_from(
+                [
+                    "version",
+                    "classes",
+                    "budgets",
+                    "pr",
+                    "cpu",
+                    "t4",
+                    "max_epochs",
+                    "max_loss",
+                    "match",
+                    "speed",
+                    "extends",
+                    "nproc",
+                    "x",
+                ]
+            )
+            | st.text(max_size=6),
+            inner,
+            max_size=5,
+        ),
+    ),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(doc=yaml_values)
+def test_generated_documents_only_ever_raise_the_user_error(doc) -> None:
+    text = yaml.safe_dump(doc)
+    try:
+        load_ladder_text(text)
+    except DlciError as exc:
+        assert exc.message and exc.file == "ladder.yaml"
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(max_size=200))
+def test_generated_text_only_ever_raises_the_user_error(text) -> None:
+    try:
+        load_ladder_text(text)
+    except DlciError as exc:
+        assert exc.message
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_mutating_one_value_of_a_valid_ladder_never_crashes(data) -> None:
+    doc = yaml.safe_load(SMALL_TEXT)
+    budget = data.draw(st.sampled_from(["pr", "merge"]))
+    cls = data.draw(st.sampled_from(["cpu", "t4"]))
+    key = data.draw(st.sampled_from(["max_epochs", "max_loss", "time_cap_minutes", "nproc"]))
+    doc["budgets"][budget][cls][key] = data.draw(yaml_values)
+    try:
+        ladder = load_ladder_text(yaml.safe_dump(doc))
+    except DlciError as exc:
+        assert exc.message.startswith(f"budgets.{budget}.{cls}")
+    else:
+        assert ladder.budgets[budget][cls] is not None
