@@ -1,0 +1,121 @@
+"""The CLI's contract: dispatch, exit codes, no traceback for user mistakes, no torch on the host."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from dlci import cli
+from dlci.errors import DlciError
+
+
+def test_help_lists_every_verb(capsys) -> None:
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for verb in cli.VERBS:
+        assert f"\n  {verb} " in out
+
+
+def test_version(capsys) -> None:
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out.strip().startswith("dlci 0.")
+
+
+def test_no_arguments_prints_usage_and_exits_2(capsys) -> None:
+    assert cli.main([]) == 2
+    assert "usage: dlci" in capsys.readouterr().err
+
+
+def test_an_unknown_verb_exits_2_and_lists_the_verbs(capsys) -> None:
+    assert cli.main(["memorise"]) == 2
+    assert capsys.readouterr().err == (
+        "dlci: unknown command 'memorise'; choose from: hardware, tier, memorize, doctor, "
+        "profile, analyze, diff, run, summary\n"
+    )
+
+
+def test_a_bad_option_is_a_user_error_with_a_hint(capsys) -> None:
+    assert cli.main(["tier", "--budgett", "pr"]) == 1
+    assert capsys.readouterr().err == (
+        "error: dlci tier: unrecognized arguments: --budgett pr\n"
+        "  hint: run 'dlci tier --help' for usage\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "verb", ["memorize", "doctor", "profile", "analyze", "diff", "run", "summary"]
+)
+def test_a_verb_not_built_yet_fails_loudly_instead_of_passing(verb, capsys) -> None:
+    assert cli.main([verb]) == 1
+    assert f"error: dlci {verb} is not available in dl-ci" in capsys.readouterr().err
+
+
+def test_an_unexpected_error_exits_3_with_a_pointer_to_the_log(
+    monkeypatch, tmp_path, capsys
+) -> None:
+    def boom(verb, argv):  # type: ignore[no-untyped-def]
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(cli, "run_verb", boom)
+    monkeypatch.setenv("DLCI_LOG_DIR", str(tmp_path))
+    assert cli.main(["hardware"]) == 3
+    err = capsys.readouterr().err
+    log = tmp_path / "dlci-error.log"
+    assert err == (
+        "error: dlci hardware failed unexpectedly (ZeroDivisionError: division by zero).\n"
+        f"  The traceback is in {log}; please attach it to a bug report.\n"
+    )
+    text = log.read_text()
+    assert "command: dlci hardware" in text
+    assert "Traceback (most recent call last)" in text
+
+
+def test_ctrl_c_exits_130(monkeypatch, capsys) -> None:
+    def interrupted(verb, argv):  # type: ignore[no-untyped-def]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "run_verb", interrupted)
+    assert cli.main(["tier"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+
+
+def test_a_user_error_inside_github_actions_is_also_an_error_annotation(
+    monkeypatch, capsys
+) -> None:
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+
+    def mistake(verb, argv):  # type: ignore[no-untyped-def]
+        raise DlciError("bad value\n::set-output name=x::1", hint="fix it", file="a,b.yaml", line=3)
+
+    monkeypatch.setattr(cli, "run_verb", mistake)
+    assert cli.main(["tier"]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[-1] == (
+        "::error file=a%2Cb.yaml,line=3,title=dl-ci::bad value%0A::set-output name=x::1 (hint: fix it)"
+    )
+
+
+def test_host_side_commands_never_import_torch() -> None:
+    code = (
+        "import sys; from dlci.cli import main\n"
+        "assert main(['hardware', '--probes', 'nvml,nvidia-smi', '--json']) == 0\n"
+        "assert main(['tier', '--probes', 'nvml,nvidia-smi', '--json']) == 0\n"
+        "assert main(['tier', '--hardware', 'a100', '--budget', 'nightly']) == 0\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'matplotlib'))\n"
+        "assert not bad, bad\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_console_script_runs(tmp_path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "dlci", "tier", "--hardware", "t4", "--budget", "pr", "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert '"row": "budgets.pr.t4"' in done.stdout

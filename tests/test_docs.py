@@ -1,0 +1,32 @@
+"""The docs describe the format the code reads: every key, with the code's own words."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dlci.cli import VERBS
+from dlci.ladder_format import CLASS_FIELDS, TIER_FIELDS, TOP_KEYS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_ladder_key_is_documented_with_its_description() -> None:
+    doc = (ROOT / "docs" / "budget-ladder.md").read_text("utf-8")
+    for spec in (*TIER_FIELDS, *CLASS_FIELDS):
+        assert f"| `{spec.name}` |" in doc, spec.name
+        assert spec.description in doc, spec.name
+    for key, description in TOP_KEYS.items():
+        assert f"| `{key}` | {description} |" in doc, key
+
+
+def test_the_architecture_doc_names_every_verb_module() -> None:
+    doc = (ROOT / "docs" / "architecture.md").read_text("utf-8")
+    assert "commands/<verb>.py" in doc
+    for verb in VERBS:
+        assert (ROOT / "src" / "dlci" / "commands" / f"{verb}.py").exists(), verb
+
+
+def test_ci_runs_the_readmes_test_command() -> None:
+    readme = (ROOT / "README.md").read_text("utf-8")
+    assert "\nscripts/test.sh\n" in readme
+    assert "scripts/test.sh" in (ROOT / ".ci" / "run").read_text("utf-8")

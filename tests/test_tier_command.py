@@ -1,0 +1,125 @@
+"""``dlci tier`` and ``dlci hardware`` as a CI step: outputs, JSON files, environment defaults."""
+
+from __future__ import annotations
+
+import json
+
+from dlci.cli import main
+
+
+def read_outputs(path) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return dict(line.split("=", 1) for line in path.read_text().splitlines())
+
+
+def test_tier_appends_its_fields_to_github_output(monkeypatch, tmp_path, capsys) -> None:
+    out = tmp_path / "github_output"
+    out.write_text("earlier=kept\n")
+    monkeypatch.setenv("GITHUB_OUTPUT", str(out))
+    monkeypatch.setenv("GITHUB_EVENT_NAME", "schedule")
+    assert main(["tier", "--hardware", "a100"]) == 0
+    outputs = read_outputs(out)
+    assert outputs["earlier"] == "kept"
+    assert {k: outputs[k] for k in ("budget", "hardware-class", "max-epochs", "max-loss")} == {
+        "budget": "nightly",
+        "hardware-class": "a100",
+        "max-epochs": "1000",
+        "max-loss": "0.05",
+    }
+    assert (outputs["time-cap-minutes"], outputs["nproc"], outputs["batch-size"]) == (
+        "10.0",
+        "1",
+        "16",
+    )
+    assert json.loads(outputs["tier-json"])["row"] == "budgets.nightly.a100"
+    assert "tier nightly / a100" in capsys.readouterr().out
+
+
+def test_tier_json_goes_to_a_file(tmp_path, capsys) -> None:
+    target = tmp_path / "out" / "tier.json"
+    assert (
+        main(["tier", "--budget", "merge", "--hardware", "NVIDIA L4", "--json", str(target)]) == 0
+    )
+    data = json.loads(target.read_text())
+    assert data == {
+        "schema_version": 1,
+        "budget": "merge",
+        "hardware_class": "l4",
+        "max_epochs": 300,
+        "max_loss": 0.3,
+        "time_cap_minutes": 8.0,
+        "profile_steps": 10,
+        "nproc": 1,
+        "batch_size": 16,
+        "ladder": "default",
+        "ladder_version": 1,
+        "ladder_revision": "2026.11",
+        "row": "budgets.merge.l4",
+        "reasons": ["budget merge: given", "hardware 'NVIDIA L4': matches class l4"],
+        "warnings": [],
+    }
+    assert capsys.readouterr().out == f"tier merge/l4 written to {target}\n"
+
+
+def test_tier_reads_its_defaults_from_the_environment(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("DLCI_BUDGET", "nightly")
+    monkeypatch.setenv("DLCI_HARDWARE", "h100")
+    assert main(["tier", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["budget"], data["hardware_class"], data["max_loss"]) == ("nightly", "h100", 0.05)
+
+
+def test_tier_auto_on_this_machine_selects_the_cpu_row(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setenv("GITHUB_EVENT_NAME", "pull_request")
+    assert main(["tier", "--json", "--timeout", "5"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["budget"], data["hardware_class"], data["row"]) == ("pr", "cpu", "budgets.pr.cpu")
+    assert data["reasons"][0] == "budget auto: GITHUB_EVENT_NAME=pull_request selects pr"
+    assert data["reasons"][1].startswith("hardware auto: cpu, no GPU found (nvml: ")
+
+
+def test_an_unknown_hardware_class_is_refused_with_a_suggestion(capsys) -> None:
+    assert main(["tier", "--hardware", "a1000"]) == 1
+    assert capsys.readouterr().err == (
+        "error: --hardware: unknown hardware class 'a1000'\n"
+        "  hint: did you mean 'a100'? classes in this ladder: cpu, t4, l4, a10, v100, rtx, a100, "
+        "h100, h200, b200, mi250, mi300; or pass auto, or a GPU name that the ladder's patterns "
+        "match\n"
+    )
+
+
+def test_a_non_positive_timeout_is_refused(capsys) -> None:
+    assert main(["hardware", "--timeout", "0"]) == 1
+    assert "--timeout must be a positive number of seconds, got 0" in capsys.readouterr().err
+
+
+def test_validate_reports_each_file(write_ladder, small_ladder_text, capsys) -> None:
+    good = write_ladder(small_ladder_text, "good.yaml")
+    bad = write_ladder(small_ladder_text.replace("speed: 1.0", "speed: 0"), "bad.yaml")
+    assert main(["tier", "--validate", str(good), str(bad)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == f"{good}: ok (version 1, 2 classes, budgets pr, merge, nightly)\n"
+    assert captured.err == (
+        f"error: {bad}:4: classes.t4.speed: must be greater than 0, got 0\n"
+        "  hint: use a positive number, such as 4.0 for an A100\n"
+    )
+
+
+def test_hardware_prints_a_table_and_writes_outputs(monkeypatch, tmp_path, capsys) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    out = tmp_path / "github_output"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(out))
+    assert main(["hardware", "--timeout", "5"]) == 0
+    assert read_outputs(out) == {"hardware-class": "cpu", "gpu-count": "0", "gpu-name": ""}
+    text = capsys.readouterr().out
+    assert text.startswith("hardware class: cpu")
+    assert "CPU: " in text and " cores" in text
+
+
+def test_hardware_json_to_a_file(monkeypatch, tmp_path, capsys) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    target = tmp_path / "hw.json"
+    assert main(["hardware", "--json", str(target), "--probes", "nvml,nvidia-smi"]) == 0
+    data = json.loads(target.read_text())
+    assert (data["hardware_class"], data["gpu_count"], data["source"]) == ("cpu", 0, "none")
+    assert data["probes"][-1] == "torch: not tried"
