@@ -28,6 +28,7 @@ VERBS: dict[str, str] = {
     "profile": "record a torch.profiler trace of real training steps",
     "analyze": "compute GPU utilization and bottlenecks from a trace",
     "diff": "compare two utilization reports",
+    "compare": "compare two memorization runs: what changed and what it did",
     "run": "run the whole job: tests, memorization, doctor, profile, analyze",
     "summary": "write the GitHub job summary, step outputs and annotations",
 }

@@ -29,7 +29,19 @@ SETTINGS: dict[str, tuple[str, str, str | None]] = {
         "auto",
     ),
     "ladder": ("DLCI_LADDER", "dl-ci budget ladder file (default: dl-ci's own)", None),
+    "target": (
+        "DLCI_TARGET",
+        "dl-ci target, package.module:function returning dlci.Target "
+        "(default: [tool.dlci] target in pyproject.toml)",
+        None,
+    ),
 }
+
+MARKER = (
+    "memorization(target=None): a memorization test, which overfits one batch within the "
+    "selected tier; target='package.module:function' gives the dlci_target fixture its target. "
+    "Deselect with -m 'not memorization'."
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -37,6 +49,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for name, (_env, help_text, _default) in SETTINGS.items():
         group.addoption(f"--dlci-{name}", dest=f"dlci_{name}", default=None, help=help_text)
         parser.addini(f"dlci_{name}", help_text, default=None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", MARKER)
 
 
 def setting(config: pytest.Config, name: str) -> str | None:
@@ -72,5 +88,22 @@ def dlci_tier(pytestconfig: pytest.Config) -> Tier:
             hardware=setting(pytestconfig, "hardware") or "auto",
             ladder=setting(pytestconfig, "ladder"),
         )
+    except DlciError as exc:
+        pytest.fail(f"dl-ci: {exc}", pytrace=False)
+
+
+@pytest.fixture
+def dlci_target(request: pytest.FixtureRequest) -> Any:
+    """A fresh ``dlci.Target``: from the test's ``memorization(target=...)`` marker, else the
+    ``--dlci-target`` option, $DLCI_TARGET, the ini key, or ``[tool.dlci] target``."""
+    from dlci.errors import DlciError
+    from dlci.memorize import seed_everything
+    from dlci.target import load_target, resolve_spec
+
+    marker = request.node.get_closest_marker("memorization")
+    spec = (marker.kwargs.get("target") if marker else None) or setting(request.config, "target")
+    try:
+        seed_everything(0)
+        return load_target(resolve_spec(spec))
     except DlciError as exc:
         pytest.fail(f"dl-ci: {exc}", pytrace=False)

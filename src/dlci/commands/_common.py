@@ -64,6 +64,33 @@ def detection_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"timeout": positive_timeout(args.timeout), "probes": parse_probes(args.probes)}
 
 
+def add_target(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--target",
+        default=None,
+        metavar="MODULE:FUNCTION",
+        help="function returning dlci.Target (default: $DLCI_TARGET, else [tool.dlci] target "
+        "in pyproject.toml)",
+    )
+
+
+def add_tier_options(p: argparse.ArgumentParser) -> None:
+    """--budget, --hardware and --ladder, selected exactly as ``dlci tier`` selects."""
+    p.add_argument(
+        "--budget",
+        default=os.environ.get("DLCI_BUDGET") or "auto",
+        help="auto, pr, merge, nightly, or another budget of the ladder; auto follows "
+        "GITHUB_EVENT_NAME (default: $DLCI_BUDGET, else auto)",
+    )
+    p.add_argument(
+        "--hardware",
+        default=os.environ.get("DLCI_HARDWARE") or "auto",
+        help="auto (detect), a class of the ladder such as a100, or a GPU name such as "
+        "'NVIDIA A100-SXM4-80GB' (default: $DLCI_HARDWARE, else auto)",
+    )
+    add_ladder(p)
+
+
 def emit_json(data: Any, dest: str) -> None:
     """Write JSON to ``dest`` ('-' is standard output), atomically for files."""
     import orjson

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 from dlci.commands import _common
@@ -14,19 +13,7 @@ def main(argv: Sequence[str]) -> int:
         "Select the memorization-test tier (epochs, loss threshold, time cap, profile steps, "
         "processes) from the budget ladder.",
     )
-    p.add_argument(
-        "--budget",
-        default=os.environ.get("DLCI_BUDGET") or "auto",
-        help="auto, pr, merge, nightly, or another budget of the ladder; auto follows "
-        "GITHUB_EVENT_NAME (default: $DLCI_BUDGET, else auto)",
-    )
-    p.add_argument(
-        "--hardware",
-        default=os.environ.get("DLCI_HARDWARE") or "auto",
-        help="auto (detect), a class of the ladder such as a100, or a GPU name such as "
-        "'NVIDIA A100-SXM4-80GB' (default: $DLCI_HARDWARE, else auto)",
-    )
-    _common.add_ladder(p)
+    _common.add_tier_options(p)
     _common.add_json(p, "the tier")
     _common.add_detection(p)
     p.add_argument(

@@ -1,0 +1,135 @@
+"""One batch of (inputs, targets) from any loader: nested tensors, sliced and moved as one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from dlci.errors import DlciError
+
+
+def tree_map(fn: Callable[[Any], Any], obj: Any) -> Any:
+    """Apply ``fn`` to every tensor leaf of nested tuples, lists and dicts."""
+    if isinstance(obj, dict):
+        return {key: tree_map(fn, value) for key, value in obj.items()}
+    if isinstance(obj, tuple | list):
+        return type(obj)(tree_map(fn, value) for value in obj)
+    return fn(obj)
+
+
+def _leaves(obj: Any) -> list[Any]:
+    if isinstance(obj, dict):
+        return [leaf for value in obj.values() for leaf in _leaves(value)]
+    if isinstance(obj, tuple | list):
+        return [leaf for value in obj for leaf in _leaves(value)]
+    return [obj]
+
+
+def _as_tensor(leaf: Any, where: str) -> Any:
+    import torch
+
+    if isinstance(leaf, torch.Tensor):
+        return leaf
+    try:
+        import numpy as np
+
+        if isinstance(leaf, np.ndarray):
+            return torch.from_numpy(leaf)
+    except ImportError:  # pragma: no cover
+        pass
+    raise DlciError(
+        f"{where} holds a {type(leaf).__name__}; dl-ci needs tensors (or numpy arrays), "
+        "possibly nested in tuples, lists or dicts",
+        hint="convert the data to tensors in your Dataset or collate_fn",
+    )
+
+
+def batch_size_of(batch: tuple[Any, Any]) -> int:
+    """Examples in a batch: the first dimension of its first tensor."""
+    leaf = _leaves(batch[1])[0] if _leaves(batch[1]) else _leaves(batch[0])[0]
+    if getattr(leaf, "ndim", 0) == 0:
+        raise DlciError(
+            "a batch's targets are a scalar; dl-ci needs a batch dimension first",
+            hint="yield batches shaped (batch, ...), as a DataLoader does",
+        )
+    return int(leaf.shape[0])
+
+
+def as_pair(batch: Any, index: int) -> tuple[Any, Any]:
+    """Check that a loader item is an ``(inputs, targets)`` pair of tensors."""
+    if not isinstance(batch, tuple | list) or len(batch) != 2:
+        got = (
+            f"a {type(batch).__name__} of length {len(batch)}"
+            if isinstance(batch, tuple | list)
+            else f"a {type(batch).__name__}"
+        )
+        raise DlciError(
+            f"train_loader item {index} is {got}, not an (inputs, targets) pair",
+            hint="yield (inputs, targets) batches; for other layouts give your own train_step "
+            "and keep the loader's items as (inputs, targets)",
+        )
+    where = f"train_loader item {index}"
+    return tree_map(lambda leaf: _as_tensor(leaf, where), tuple(batch))  # type: ignore[return-value]
+
+
+def take_batch(loader: Iterable[Any], size: int) -> tuple[tuple[Any, Any], int]:
+    """The first ``size`` examples the loader yields, as one batch, and how many there were.
+
+    Batches are concatenated when the loader's batches are smaller than ``size`` and cut
+    when they are larger; a data set smaller than ``size`` gives what it has.
+    """
+    import torch
+
+    pieces: list[tuple[Any, Any]] = []
+    count = 0
+    try:
+        iterator = iter(loader)
+    except TypeError:
+        raise DlciError(
+            f"train_loader is a {type(loader).__name__}, which is not iterable",
+            hint="pass a DataLoader or any iterable of (inputs, targets)",
+        ) from None
+    for index, raw in enumerate(iterator):
+        pair = as_pair(raw, index)
+        pieces.append(pair)
+        count += batch_size_of(pair)
+        if count >= size:
+            break
+    if not pieces:
+        raise DlciError(
+            "train_loader yielded no batch", hint="check that the data set is not empty"
+        )
+    if len(pieces) == 1:
+        merged = pieces[0]
+    else:
+        merged = tree_map_many(lambda *leaves: torch.cat(leaves), pieces)
+    taken = min(size, count)
+    return tree_map(lambda leaf: leaf[:taken], merged), taken
+
+
+def tree_map_many(fn: Callable[..., Any], trees: list[Any]) -> Any:
+    """Combine same-shaped trees leaf by leaf."""
+    first = trees[0]
+    if isinstance(first, dict):
+        return {key: tree_map_many(fn, [t[key] for t in trees]) for key in first}
+    if isinstance(first, tuple | list):
+        return type(first)(tree_map_many(fn, [t[i] for t in trees]) for i in range(len(first)))
+    return fn(*trees)
+
+
+def shard(batch: tuple[Any, Any], rank: int, world: int) -> tuple[Any, Any]:
+    """This rank's share of a batch (examples rank, rank + world, ...), for DDP."""
+    return tree_map(lambda leaf: leaf[rank::world], batch)  # type: ignore[return-value]
+
+
+def to_device(batch: Any, device: Any) -> Any:
+    return tree_map(lambda leaf: leaf.to(device, non_blocking=True), batch)
+
+
+def call_model(model: Any, inputs: Any) -> Any:
+    """``model(x)`` for a tensor, ``model(*x)`` for a tuple or list, ``model(**x)`` for a dict."""
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, tuple | list):
+        return model(*inputs)
+    return model(inputs)

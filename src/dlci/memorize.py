@@ -1,0 +1,411 @@
+"""The memorization engine: overfit one small batch until the loss falls below a threshold.
+
+A training loop that cannot drive the loss of 16 examples towards zero cannot learn at all:
+a detached output, a loss on the wrong tensors, a learning rate off by orders of magnitude.
+The engine stops as soon as the threshold is reached (a PR pays only for the epochs it
+needs) and fails, with the best loss and its step, when the epoch or time cap runs out.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dlci.batching import call_model, shard, take_batch, to_device
+from dlci.errors import DlciError
+from dlci.target import Target
+
+StepCallback = Callable[[int, float, float], None]  # (step, loss, best loss)
+
+
+@dataclass(frozen=True)
+class MemorizeConfig:
+    max_epochs: int
+    max_loss: float
+    time_cap_s: float
+    batch_size: int = 16
+    seed: int = 0
+    early_stop: bool = True
+    device: str | None = None  # None: the local GPU when there is one, else the CPU
+
+    @classmethod
+    def from_tier(cls, tier: Any, **overrides: Any) -> MemorizeConfig:
+        values = {
+            "max_epochs": tier.max_epochs,
+            "max_loss": tier.max_loss,
+            "time_cap_s": tier.time_cap_minutes * 60,
+            "batch_size": tier.batch_size,
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+@dataclass
+class MemorizeResult:
+    verdict: str  # "pass" or "fail"
+    stopped_by: str  # threshold, epochs, time, nonfinite
+    reason: str
+    steps: int
+    best_loss: float | None
+    best_step: int | None
+    final_loss: float | None
+    losses: list[float]
+    wall_time_s: float
+    setup_time_s: float
+    device: str
+    world_size: int
+    batch_examples: int
+    changes: list[str] = field(default_factory=list)
+    hparams: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["losses"] = [_json_float(v) for v in self.losses]
+        for key in ("best_loss", "final_loss"):
+            data[key] = _json_float(data[key])
+        return data
+
+
+def _json_float(value: float | None) -> float | str | None:
+    """JSON has no NaN or infinity: write them as text so the report stays valid JSON."""
+    if value is None or math.isfinite(value):
+        return value
+    return str(value)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (all devices)."""
+    import torch
+
+    random.seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed)
+    except ImportError:  # pragma: no cover
+        pass
+    torch.manual_seed(seed)
+
+
+@contextmanager
+def deterministic() -> Any:
+    """Deterministic algorithms where torch allows (warn, not fail), restored afterwards."""
+    import torch
+
+    previous = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.backends.cudnn.benchmark,
+    )
+    # cuBLAS needs this before its first use to be deterministic on CUDA >= 10.2
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
+        torch.backends.cudnn.benchmark = previous[2]
+
+
+def switch_off_regularization(model: Any, optimizer: Any) -> list[str]:
+    """Set dropout to 0 and weight decay to 0, returning one line per change made."""
+    from torch.nn.modules.dropout import _DropoutNd
+
+    changes = []
+    for name, module in model.named_modules():
+        if isinstance(module, _DropoutNd) and module.p > 0:
+            changes.append(
+                f"dropout off: {name or 'model'} ({type(module).__name__}, p={module.p:g} -> 0)"
+            )
+            module.p = 0.0
+    for index, group in enumerate(optimizer.param_groups):
+        decay = group.get("weight_decay", 0) or 0
+        if decay > 0:
+            changes.append(f"weight decay off: param group {index} ({decay:g} -> 0)")
+            group["weight_decay"] = 0.0
+    return changes
+
+
+# param-group keys that choose a kernel, not a hyperparameter
+_IMPLEMENTATION_FLAGS = {"params", "capturable", "differentiable", "foreach", "fused", "maximize"}
+
+
+def optimizer_hparams(optimizer: Any) -> dict[str, Any]:
+    """The optimizer's class and the scalar settings of its first param group."""
+    group = optimizer.param_groups[0]
+    values: dict[str, Any] = {"optimizer": type(optimizer).__name__}
+    for key, value in group.items():
+        if key in _IMPLEMENTATION_FLAGS:
+            continue
+        if isinstance(value, bool | int | float | str):
+            values[key] = value
+        elif isinstance(value, tuple) and all(isinstance(v, int | float) for v in value):
+            values[key] = list(value)
+    return values
+
+
+def pick_device(requested: str | None, local_rank: int = 0) -> Any:
+    import torch
+
+    if requested:
+        try:
+            return torch.device(requested)
+        except RuntimeError as exc:
+            raise DlciError(
+                f"--device {requested!r}: {exc}", hint="use cpu, cuda or cuda:N"
+            ) from None
+    if torch.cuda.is_available():
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+DETACHED_HINT = (
+    "the loss does not depend on any trainable parameter, so nothing can learn: the model's "
+    "output is detached from its parameters (look for .detach(), .item(), .data, .numpy() or "
+    "torch.no_grad() in forward, or parameters with requires_grad=False)"
+)
+
+
+def _loss_value(loss: Any, step: int) -> float:
+    import torch
+
+    if isinstance(loss, int | float) and not isinstance(loss, bool):
+        return float(loss)
+    if not isinstance(loss, torch.Tensor):
+        raise DlciError(
+            f"step {step}: the loss is a {type(loss).__name__}, not a tensor or a number",
+            hint="return the loss tensor from loss_fn (or from your train_step)",
+        )
+    if loss.numel() != 1:
+        raise DlciError(
+            f"step {step}: the loss has shape {tuple(loss.shape)}, not a single value",
+            hint="reduce it, for example loss_fn = nn.CrossEntropyLoss() (reduction='mean')",
+        )
+    return float(loss.detach())
+
+
+class _Stepper:
+    """Runs one training step: the user's own ``train_step``, or the standard one."""
+
+    def __init__(self, target: Target, model: Any, optimizer: Any, batch: Any) -> None:
+        self.target, self.model, self.optimizer, self.batch = target, model, optimizer, batch
+
+    def __call__(self, step: int) -> Any:
+        try:
+            if self.target.train_step is not None:
+                return self.target.train_step(self.model, self.batch, self.optimizer)
+            return self._standard(step)
+        except DlciError:
+            raise
+        except RuntimeError as exc:
+            if "does not require grad" in str(exc):
+                raise DlciError(f"step {step}: {exc}", hint=DETACHED_HINT) from None
+            raise _user_error(step, exc) from None
+        except (TypeError, ValueError, IndexError, KeyError, AttributeError) as exc:
+            raise _user_error(step, exc) from None
+
+    def _standard(self, step: int) -> Any:
+        inputs, targets = self.batch
+        self.optimizer.zero_grad(set_to_none=True)
+        outputs = call_model(self.model, inputs)
+        loss = self.target.loss_fn(outputs, targets)  # type: ignore[misc]
+        _loss_value(loss, step)  # shape and type checks before backward
+        if not loss.requires_grad:
+            raise DlciError(f"step {step}: the loss has no gradient", hint=DETACHED_HINT)
+        loss.backward()
+        self.optimizer.step()
+        return loss
+
+
+def _user_error(step: int, exc: BaseException) -> DlciError:
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)[-3:]
+    where = "".join(traceback.format_list(frames)).rstrip()
+    return DlciError(
+        f"step {step}: training raised {type(exc).__name__}: {exc}",
+        hint=f"the error is in the model, loss or train_step:\n{where}",
+    )
+
+
+@dataclass
+class Distributed:
+    """This process's place in a DDP run (world_size 1: not distributed)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @classmethod
+    def from_env(cls) -> Distributed:
+        return cls(
+            rank=int(os.environ.get("RANK", 0)),
+            world_size=int(os.environ.get("WORLD_SIZE", 1)),
+            local_rank=int(os.environ.get("LOCAL_RANK", 0)),
+        )
+
+    @property
+    def active(self) -> bool:
+        return self.world_size > 1
+
+
+def memorize(
+    target: Target,
+    config: MemorizeConfig,
+    *,
+    on_step: StepCallback | None = None,
+    dist: Distributed | None = None,
+) -> MemorizeResult:
+    """Overfit one batch of ``target`` under ``config``; never raises for a failed test."""
+    import torch
+
+    dist = dist or Distributed()
+    setup_start = time.perf_counter()
+    with deterministic():
+        seed_everything(config.seed + dist.rank)
+        device = pick_device(config.device, dist.local_rank)
+        batch, examples = take_batch(target.train_loader, config.batch_size)
+        if dist.active:
+            if examples < dist.world_size:
+                raise DlciError(
+                    f"the batch has {examples} examples, fewer than the "
+                    f"{dist.world_size} processes",
+                    hint="raise batch_size in the ladder, or lower nproc",
+                )
+            batch = shard(batch, dist.rank, dist.world_size)
+        batch = to_device(batch, device)
+        model = target.model.to(device)
+        model.train()
+        if dist.active:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [device.index] if device.type == "cuda" else None
+            model = DistributedDataParallel(model, device_ids=ids)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        if not trainable:
+            raise DlciError("the model has no trainable parameters", hint=DETACHED_HINT)
+        optimizer = target.optimizer(trainable)
+        hparams = optimizer_hparams(optimizer)  # as the user configured it, before changes
+        changes = switch_off_regularization(model, optimizer)
+        stepper = _Stepper(target, model, optimizer, batch)
+        setup_time = time.perf_counter() - setup_start
+
+        losses: list[float] = []
+        best, best_step = math.inf, 0
+        stopped_by = "epochs"
+        start = time.perf_counter()
+        for step in range(1, config.max_epochs + 1):
+            value = _loss_value(stepper(step), step)
+            timed_out = time.perf_counter() - start > config.time_cap_s
+            if dist.active:
+                value, timed_out = _all_reduce(torch, value, timed_out, device, dist.world_size)
+            losses.append(value)
+            if not math.isfinite(value):
+                stopped_by = "nonfinite"
+                break
+            if value < best:
+                best, best_step = value, step
+            if on_step is not None:
+                on_step(step, value, best)
+            if config.early_stop and value < config.max_loss:
+                stopped_by = "threshold"
+                break
+            if timed_out:
+                stopped_by = "time"
+                break
+        wall = time.perf_counter() - start
+
+    return _result(
+        config,
+        losses=losses,
+        best=best if losses and math.isfinite(best) else None,
+        best_step=best_step or None,
+        stopped_by=stopped_by,
+        wall=wall,
+        setup=setup_time,
+        device=str(device),
+        dist=dist,
+        examples=examples,
+        changes=changes,
+        hparams=hparams,
+    )
+
+
+def _all_reduce(
+    torch: Any, value: float, timed_out: bool, device: Any, world: int
+) -> tuple[float, bool]:
+    """Average the loss and OR the time-out over ranks, so every rank takes the same decision."""
+    import torch.distributed as torch_dist
+
+    packed = torch.tensor([value, 1.0 if timed_out else 0.0], dtype=torch.float64, device=device)
+    torch_dist.all_reduce(packed)
+    return float(packed[0]) / world, bool(packed[1] > 0)
+
+
+def _result(
+    config: MemorizeConfig,
+    *,
+    losses: list[float],
+    best: float | None,
+    best_step: int | None,
+    stopped_by: str,
+    wall: float,
+    setup: float,
+    device: str,
+    dist: Distributed,
+    examples: int,
+    changes: list[str],
+    hparams: dict[str, Any],
+) -> MemorizeResult:
+    steps = len(losses)
+    final = losses[-1] if losses else None
+    threshold = f"{config.max_loss:g}"
+    best_text = f"best {best:.4g} at step {best_step}" if best is not None else "no finite loss"
+    reached = best is not None and best < config.max_loss
+    if stopped_by == "threshold":
+        verdict, reason = "pass", f"loss {final:.4g} < {threshold} at step {steps} ({wall:.1f} s)"
+    elif stopped_by == "nonfinite":
+        verdict = "fail"
+        reason = f"the loss is {final} at step {steps} ({best_text}); stopped at once"
+    elif reached:  # early stop switched off: the same criterion, judged after all epochs
+        verdict, reason = "pass", f"loss reached {threshold}: {best_text} of {steps} ({wall:.1f} s)"
+    elif stopped_by == "time":
+        verdict = "fail"
+        reason = (
+            f"time cap of {config.time_cap_s / 60:g} min reached at step {steps} of "
+            f"{config.max_epochs}: {best_text}, threshold {threshold}"
+        )
+    else:
+        verdict = "fail"
+        reason = (
+            f"the loss did not reach {threshold} in {config.max_epochs} epochs: {best_text}, "
+            f"final {final:.4g}"
+        )
+    return MemorizeResult(
+        verdict=verdict,
+        stopped_by=stopped_by,
+        reason=reason,
+        steps=steps,
+        best_loss=best,
+        best_step=best_step,
+        final_loss=final,
+        losses=losses,
+        wall_time_s=round(wall, 4),
+        setup_time_s=round(setup, 4),
+        device=device,
+        world_size=dist.world_size,
+        batch_examples=examples,
+        changes=changes,
+        hparams=hparams,
+    )

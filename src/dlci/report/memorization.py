@@ -1,0 +1,164 @@
+"""The memorization report: JSON first; the Markdown and the loss-curve PNG are made from it."""
+
+from __future__ import annotations
+
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from dlci import __version__
+
+SCHEMA_VERSION = 1
+REPORT_NAME = "memorization.json"
+CURVE_NAME = "memorization-curve.png"
+
+
+def library_versions() -> dict[str, str | None]:
+    """Versions that change what a training run does."""
+    import torch
+
+    versions: dict[str, str | None] = {
+        "dlci": __version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": str(torch.backends.cudnn.version())
+        if torch.backends.cudnn.is_available()
+        else None,
+    }
+    try:
+        import numpy
+
+        versions["numpy"] = numpy.__version__
+    except ImportError:  # pragma: no cover
+        versions["numpy"] = None
+    return versions
+
+
+def run_config(*, tier: dict[str, Any], seed: int, target: str, result: Any) -> dict[str, Any]:
+    """What defines a run, for tracking and ``dlci compare``: one place, so both agree."""
+    return {
+        "target": target,
+        "seed": seed,
+        "tier": {
+            k: tier[k]
+            for k in (
+                "budget",
+                "hardware_class",
+                "max_epochs",
+                "max_loss",
+                "time_cap_minutes",
+                "batch_size",
+                "nproc",
+                "ladder_revision",
+            )
+        },
+        "hardware": {"device": result.device, "world_size": result.world_size},
+        "versions": library_versions(),
+        "hparams": dict(result.hparams, batch_examples=result.batch_examples),
+        "changes": list(result.changes),
+    }
+
+
+def build_report(
+    *,
+    result: Any,
+    tier: dict[str, Any],
+    seed: int,
+    target: str,
+    gpu_name: str | None,
+    tracking: str,
+) -> dict[str, Any]:
+    config = run_config(tier=tier, seed=seed, target=target, result=result)
+    config["hardware"]["gpu_name"] = gpu_name
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "memorization",
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "verdict": result.verdict,
+        "reason": result.reason,
+        "threshold": tier["max_loss"],
+        "config": config,
+        "tier": tier,
+        "tracking": tracking,
+        **{k: v for k, v in result.to_dict().items() if k not in ("hparams", "changes")},
+    }
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """The job-summary section of a memorization report."""
+    icon = "✅" if report["verdict"] == "pass" else "❌"
+    tier = report["tier"]
+    lines = [
+        f"### {icon} Memorization test: {report['verdict']}",
+        "",
+        report["reason"],
+        "",
+        "| | |",
+        "|---|---|",
+        f"| tier | {tier['budget']} / {tier['hardware_class']} ({tier['row']}) |",
+        f"| threshold | loss < {report['threshold']:g} within {tier['max_epochs']} epochs, "
+        f"{tier['time_cap_minutes']:g} min |",
+        f"| best loss | {_fmt(report['best_loss'])} at step {report['best_step']} |",
+        f"| final loss | {_fmt(report['final_loss'])} after {report['steps']} steps |",
+        f"| wall time | {report['wall_time_s']:.2f} s (setup {report['setup_time_s']:.2f} s) |",
+        f"| device | {report['device']} x {report['world_size']} |",
+        f"| seed | {report['config']['seed']} |",
+    ]
+    for change in report["config"]["changes"]:
+        lines.append(f"| changed | {change} |")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, int | float) else str(value)
+
+
+def plot_curve(report: dict[str, Any], path: Path) -> Path:
+    """The loss per step, the threshold, and the best point, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    losses = [float(v) for v in report["losses"]]
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    try:
+        steps = list(range(1, len(losses) + 1))
+        ax.plot(steps, losses, label="training loss", color="#1f77b4")
+        ax.axhline(
+            report["threshold"],
+            color="#d62728",
+            linestyle="--",
+            label=f"threshold {report['threshold']:g}",
+        )
+        if report["best_step"]:
+            ax.scatter(
+                [report["best_step"]],
+                [float(report["best_loss"])],
+                color="#2ca02c",
+                zorder=3,
+                label=f"best {_fmt(report['best_loss'])}",
+            )
+        finite = [v for v in losses if v == v and abs(v) != float("inf")]
+        if finite and min(finite) > 0 and max(finite) / min(finite) > 100:
+            ax.set_yscale("log")
+        tier = report["tier"]
+        ax.set_title(
+            f"memorization {report['verdict']}: {tier['budget']} / {tier['hardware_class']}"
+        )
+        ax.set_xlabel("step (epoch over the memorized batch)")
+        ax.set_ylabel("loss")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        import io
+
+        from dlci.fsutil import atomic_write_bytes
+
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png")
+        return atomic_write_bytes(path, buffer.getvalue())
+    finally:
+        plt.close(fig)

@@ -1,0 +1,192 @@
+"""The Target contract: how a user's model, optimizer and data reach dl-ci.
+
+A user exposes a function, named ``"package.module:function"``, that returns a ``Target``.
+This module loads it (``--target``, or ``[tool.dlci] target`` in pyproject.toml) and checks
+it, turning every way it can go wrong into one ``DlciError`` that says what to fix.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dlci.errors import DlciError
+
+CONTRACT_DOC = "docs/target.md"
+
+
+@dataclass
+class Target:
+    """A model and what it takes to train it, as the user's own code builds them.
+
+    ``optimizer`` is a factory (``params -> Optimizer``), so dl-ci can build a fresh one for
+    each run. When ``train_step`` is given, dl-ci calls it instead of its standard step
+    (zero_grad, forward, ``loss_fn``, backward, step), so bugs inside it stay visible.
+    """
+
+    model: Any  # torch.nn.Module
+    optimizer: Callable[[Iterable[Any]], Any]
+    train_loader: Iterable[Any]
+    loss_fn: Callable[[Any, Any], Any] | None = None
+    val_loader: Iterable[Any] | None = None
+    num_classes: int | None = None
+    train_step: Callable[[Any, Any, Any], Any] | None = None
+    eval_step: Callable[[Any, Any], Any] | None = None
+
+    def __post_init__(self) -> None:
+        import torch
+
+        problems = []
+        if not isinstance(self.model, torch.nn.Module):
+            problems.append(f"model must be a torch.nn.Module, got {type(self.model).__name__}")
+        if isinstance(self.optimizer, torch.optim.Optimizer):
+            problems.append(
+                "optimizer must be a factory such as "
+                "lambda params: torch.optim.Adam(params, lr=1e-3), not an Optimizer instance "
+                "(dl-ci builds a fresh optimizer for each run)"
+            )
+        elif not callable(self.optimizer):
+            problems.append(f"optimizer must be callable, got {type(self.optimizer).__name__}")
+        if self.train_step is None and self.loss_fn is None:
+            problems.append("give loss_fn (or your own train_step)")
+        for name in ("loss_fn", "train_step", "eval_step"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                problems.append(f"{name} must be callable, got {type(value).__name__}")
+        if self.num_classes is not None and (
+            isinstance(self.num_classes, bool)
+            or not isinstance(self.num_classes, int)
+            or self.num_classes < 2
+        ):
+            problems.append(f"num_classes must be an integer >= 2, got {self.num_classes!r}")
+        if not hasattr(self.train_loader, "__iter__"):
+            problems.append(
+                f"train_loader must be iterable, got {type(self.train_loader).__name__}"
+            )
+        if problems:
+            raise DlciError(
+                "invalid dlci.Target: " + "; ".join(problems), hint=f"see {CONTRACT_DOC}"
+            )
+
+
+def target_from_pyproject(directory: Path | None = None) -> str | None:
+    """``[tool.dlci] target`` from pyproject.toml in ``directory`` (default: the cwd)."""
+    path = (directory or Path.cwd()) / "pyproject.toml"
+    if not path.exists():
+        return None
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise DlciError(f"{path}: cannot be parsed ({exc})", file=str(path)) from None
+    value = data.get("tool", {}).get("dlci", {}).get("target")
+    if value is not None and not isinstance(value, str):
+        raise DlciError(
+            f"{path}: [tool.dlci] target must be a text such as 'mypkg.train:make_target'",
+            file=str(path),
+        )
+    return value
+
+
+def resolve_spec(spec: str | None) -> str:
+    """The target spec from ``--target``, else $DLCI_TARGET, else pyproject.toml."""
+    spec = spec or os.environ.get("DLCI_TARGET") or target_from_pyproject()
+    if not spec:
+        raise DlciError(
+            "no target given",
+            hint="pass --target package.module:function, set DLCI_TARGET, or add "
+            "[tool.dlci] target = 'package.module:function' to pyproject.toml",
+        )
+    return spec
+
+
+def load_target(spec: str, **kwargs: Any) -> Target:
+    """Import ``"package.module:function"``, call the function, and check what it returns.
+
+    The current directory is importable, as with ``python -m``, so a project's own
+    packages load without being installed.
+    """
+    module_name, function_name = _split(spec)
+    if str(Path.cwd()) not in sys.path and "" not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    module = _import(module_name, spec)
+    factory = getattr(module, function_name, None)
+    if factory is None:
+        public = sorted(
+            n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))
+        )
+        raise DlciError(
+            f"--target {spec}: module '{module_name}' has no attribute '{function_name}'",
+            hint="callables in that module: " + (", ".join(public[:12]) or "none"),
+        )
+    if not callable(factory):
+        raise DlciError(
+            f"--target {spec}: '{function_name}' is a {type(factory).__name__}, not a function",
+            hint="name a function that returns dlci.Target",
+        )
+    try:
+        target = factory(**kwargs)
+    except DlciError:
+        raise
+    except Exception as exc:
+        raise DlciError(
+            f"--target {spec}: {function_name}() raised {type(exc).__name__}: {exc}",
+            hint="the error is in your code:\n" + _short_traceback(),
+        ) from None
+    if not isinstance(target, Target):
+        raise DlciError(
+            f"--target {spec}: {function_name}() returned {type(target).__name__}, not dlci.Target",
+            hint="return dlci.Target(model, optimizer, train_loader, loss_fn=...)",
+        )
+    return target
+
+
+def _split(spec: str) -> tuple[str, str]:
+    module_name, sep, function_name = spec.strip().partition(":")
+    if (
+        not sep
+        or not module_name
+        or not function_name.isidentifier()
+        or not all(part.isidentifier() for part in module_name.split("."))
+    ):
+        raise DlciError(
+            f"--target {spec!r}: expected 'package.module:function'",
+            hint="for example --target digits_example.target:make_target",
+        )
+    return module_name, function_name
+
+
+def _import(module_name: str, spec: str) -> Any:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise DlciError(
+                f"--target {spec}: no module named '{exc.name}'",
+                hint=f"run dl-ci from your project's root, or install the project "
+                f"(cwd: {Path.cwd()})",
+            ) from None
+        raise DlciError(
+            f"--target {spec}: importing '{module_name}' failed: {exc}",
+            hint="a dependency of your module is missing:\n" + _short_traceback(),
+        ) from None
+    except Exception as exc:
+        raise DlciError(
+            f"--target {spec}: importing '{module_name}' raised {type(exc).__name__}: {exc}",
+            hint="the error is in your code:\n" + _short_traceback(),
+        ) from None
+
+
+def _short_traceback(limit: int = 3) -> str:
+    """The last frames of the current exception: the user's own code, not dl-ci's."""
+    frames = traceback.extract_tb(sys.exc_info()[2])[-limit:]
+    return "".join(traceback.format_list(frames)).rstrip()

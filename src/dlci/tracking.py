@@ -1,0 +1,142 @@
+"""Where a run's configuration and metrics go: TensorBoard by default, Weights & Biases on request.
+
+A run records its configuration (tier, seed, hardware, library versions, hyperparameters)
+beside its metrics, so two runs can be compared later (``dlci compare``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Protocol
+
+from dlci.errors import DlciError
+
+TRACKERS = ("tensorboard", "wandb", "none")
+
+
+class Tracker(Protocol):
+    def log_config(self, config: dict[str, Any]) -> None: ...
+    def log_metric(self, name: str, value: float, step: int) -> None: ...
+    def log_summary(self, summary: dict[str, Any]) -> None: ...
+    def close(self) -> None: ...
+
+
+class NullTracker:
+    """Records nothing (``--tracker none``)."""
+
+    location = ""
+
+    def log_config(self, config: dict[str, Any]) -> None:
+        pass
+
+    def log_metric(self, name: str, value: float, step: int) -> None:
+        pass
+
+    def log_summary(self, summary: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class TensorBoardTracker:
+    """Event files under ``directory``; the configuration as a text summary and hparams."""
+
+    def __init__(self, directory: Path) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as exc:  # pragma: no cover - tensorboard is in dl-ci[train]
+            raise DlciError(
+                f"TensorBoard tracking needs the tensorboard package ({exc})",
+                hint="pip install 'dl-ci[train]', or pass --tracker none",
+            ) from None
+        self.location = str(directory)
+        self._writer = SummaryWriter(log_dir=str(directory))
+        self._config: dict[str, Any] = {}
+
+    def log_config(self, config: dict[str, Any]) -> None:
+        self._config = config
+        text = "```json\n" + json.dumps(config, indent=2, default=str) + "\n```"
+        self._writer.add_text("dlci/config", text, global_step=0)
+
+    def log_metric(self, name: str, value: float, step: int) -> None:
+        self._writer.add_scalar(name, value, global_step=step)
+
+    def log_summary(self, summary: dict[str, Any]) -> None:
+        hparams = {
+            key: value
+            for key, value in flatten(self._config).items()
+            if isinstance(value, int | float | str | bool)
+        }
+        metrics = {
+            f"summary/{k}": float(v) for k, v in summary.items() if isinstance(v, int | float)
+        }
+        self._writer.add_hparams(hparams, metrics, run_name=".")
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class WandbTracker:
+    """A Weights & Biases run; offline (files under ``directory``) when no API key is set."""
+
+    def __init__(self, directory: Path, name: str) -> None:
+        try:
+            import wandb
+        except ImportError:
+            raise DlciError(
+                "--tracker wandb needs the wandb package",
+                hint="pip install wandb, or use the default --tracker tensorboard",
+            ) from None
+        offline = not os.environ.get("WANDB_API_KEY") and os.environ.get("WANDB_MODE") != "online"
+        directory.mkdir(parents=True, exist_ok=True)
+        self._run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT", "dl-ci"),
+            name=name,
+            dir=str(directory),
+            mode="offline" if offline else None,
+            reinit=True,
+        )
+        self.location = str(directory) + (" (offline)" if offline else "")
+
+    def log_config(self, config: dict[str, Any]) -> None:
+        self._run.config.update(config, allow_val_change=True)
+
+    def log_metric(self, name: str, value: float, step: int) -> None:
+        self._run.log({name: value}, step=step)
+
+    def log_summary(self, summary: dict[str, Any]) -> None:
+        self._run.summary.update(summary)
+
+    def close(self) -> None:
+        self._run.finish()
+
+
+def make_tracker(kind: str, directory: Path, name: str) -> Tracker:
+    if kind == "tensorboard":
+        return TensorBoardTracker(directory / "tensorboard" / name)
+    if kind == "wandb":
+        return WandbTracker(directory / "wandb", name)
+    if kind == "none":
+        return NullTracker()
+    raise DlciError(
+        f"--tracker: unknown tracker {kind!r}", hint=f"choose from {', '.join(TRACKERS)}"
+    )
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as dotted keys.
+
+    >>> flatten({"tier": {"budget": "pr", "max_loss": 1.0}, "seed": 0})
+    {'tier.budget': 'pr', 'tier.max_loss': 1.0, 'seed': 0}
+    """
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
