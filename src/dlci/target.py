@@ -87,11 +87,11 @@ def target_from_pyproject(directory: Path | None = None) -> str | None:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise DlciError(f"{path}: cannot be parsed ({exc})", file=str(path)) from None
+        raise DlciError(f"cannot be parsed ({exc})", file=str(path)) from None
     value = data.get("tool", {}).get("dlci", {}).get("target")
     if value is not None and not isinstance(value, str):
         raise DlciError(
-            f"{path}: [tool.dlci] target must be a text such as 'mypkg.train:make_target'",
+            "[tool.dlci] target must be a text such as 'mypkg.train:make_target'",
             file=str(path),
         )
     return value

@@ -26,7 +26,7 @@ def split(val_fraction: float = 0.2, seed: int = 0) -> tuple[TensorDataset, Tens
 
     >>> train, val = split()
     >>> len(train), len(val)
-    (1438, 359)
+    (1437, 360)
     """
     images, labels = digits_tensors()
     order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))

@@ -53,14 +53,14 @@ def load_run(location: str) -> dict[str, Any]:
             f"{path}: no such file", hint="give a memorization.json or its directory"
         ) from None
     except orjson.JSONDecodeError as exc:
-        raise DlciError(f"{path}: not valid JSON ({exc})", file=str(path)) from None
+        raise DlciError(f"not valid JSON ({exc})", file=str(path)) from None
     if not isinstance(data, dict) or data.get("kind") != "memorization":
         raise DlciError(
             f"{path}: not a memorization report", hint="dlci memorize writes one", file=str(path)
         )
     if data.get("schema_version") != 1:
         raise DlciError(
-            f"{path}: unsupported report schema_version {data.get('schema_version')!r}",
+            f"unsupported report schema_version {data.get('schema_version')!r}",
             hint="compare reports written by the same major version of dl-ci",
             file=str(path),
         )

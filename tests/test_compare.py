@@ -1,0 +1,70 @@
+"""``dlci compare``: what changed between two runs, and a warning when it is more than one thing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dlci.cli import main
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """Three real runs of the example: a baseline, another seed, and another seed and budget."""
+    mp = pytest.MonkeyPatch()
+    mp.chdir(EXAMPLE)
+    mp.syspath_prepend(str(EXAMPLE))
+    mp.setenv("CUDA_VISIBLE_DEVICES", "")
+    base = tmp_path_factory.mktemp("runs")
+    try:
+        for name, extra in {
+            "a": [],
+            "seed": ["--seed", "3"],
+            "two": ["--seed", "3", "--budget", "merge"],
+        }.items():
+            assert main(
+                [
+                    "memorize",
+                    "--out",
+                    str(base / name),
+                    "--quiet",
+                    "--tracker",
+                    "none",
+                    "--budget",
+                    "pr",
+                    *extra,
+                ]
+            ) in (0, 1)
+    finally:
+        mp.undo()
+    return base
+
+
+def test_one_change_is_listed_without_a_warning(runs, capsys) -> None:
+    assert main(["compare", str(runs / "a"), str(runs / "seed"), "--json"]) == 0
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert result["changed"] == {"seed": {"a": 0, "b": 3}}
+    assert result["warning"] == ""
+    assert result["metrics"]["verdict"] == {"a": "pass", "b": "pass"}
+    assert "warning" not in captured.err
+
+
+def test_two_changes_warn_that_the_comparison_tells_nothing(runs, capsys) -> None:
+    assert main(["compare", str(runs / "a"), str(runs / "two" / "memorization.json")]) == 0
+    captured = capsys.readouterr()
+    assert "what changed" in captured.out
+    assert captured.err.startswith("warning: ")
+    assert "cannot tell which change mattered; change one thing at a time" in captured.err
+    assert "seed" in captured.err and "tier.budget" in captured.err
+
+
+def test_a_file_that_is_not_a_report_is_refused(tmp_path, capsys) -> None:
+    bogus = tmp_path / "x.json"
+    bogus.write_text('{"kind": "utilization"}')
+    assert main(["compare", str(bogus), str(bogus)]) == 1
+    assert capsys.readouterr().err.startswith(f"error: {bogus}: not a memorization report")

@@ -1,0 +1,190 @@
+"""The memorization engine, on real (small) torch training on the CPU."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+import torch
+from torch import nn
+
+from dlci.errors import DlciError
+from dlci.memorize import MemorizeConfig, memorize, seed_everything
+from dlci.target import Target
+
+PR = MemorizeConfig(max_epochs=100, max_loss=0.5, time_cap_s=60)
+
+
+def blobs(n: int = 32, classes: int = 4) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(0)
+    return [
+        (
+            torch.randn(n, 10, generator=generator),
+            torch.randint(0, classes, (n,), generator=generator),
+        )
+    ]
+
+
+def mlp_target(
+    lr: float = 0.05, dropout: float = 0.0, weight_decay: float = 0.0, **kwargs
+) -> Target:  # type: ignore[no-untyped-def]
+    seed_everything(0)
+    model = nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Dropout(dropout), nn.Linear(64, 4))
+    return Target(
+        model,
+        lambda params: torch.optim.Adam(params, lr=lr, weight_decay=weight_decay),
+        blobs(),
+        loss_fn=nn.CrossEntropyLoss(),
+        **kwargs,
+    )
+
+
+def test_it_passes_and_stops_as_soon_as_the_threshold_is_reached() -> None:
+    result = memorize(mlp_target(), PR)
+    assert result.passed
+    assert result.stopped_by == "threshold"
+    assert result.steps < PR.max_epochs
+    assert result.losses[-1] < 0.5 <= min(result.losses[:-1])
+    assert result.reason.startswith(f"loss {result.losses[-1]:.4g} < 0.5 at step {result.steps} (")
+
+
+def test_without_early_stop_it_runs_every_epoch_and_gives_the_same_verdict() -> None:
+    full = memorize(
+        mlp_target(), MemorizeConfig(max_epochs=100, max_loss=0.5, time_cap_s=60, early_stop=False)
+    )
+    assert (full.passed, full.steps) == (True, 100)
+    assert full.best_loss == min(full.losses)
+
+
+def test_it_fails_when_the_loss_never_reaches_the_threshold() -> None:
+    result = memorize(
+        mlp_target(lr=0.0), MemorizeConfig(max_epochs=20, max_loss=0.5, time_cap_s=60)
+    )
+    assert (result.verdict, result.stopped_by, result.steps) == ("fail", "epochs", 20)
+    assert result.reason == (
+        f"the loss did not reach 0.5 in 20 epochs: best {result.best_loss:.4g} at step "
+        f"{result.best_step}, final {result.final_loss:.4g}"
+    )
+
+
+def test_a_nan_loss_fails_at_once_naming_the_step() -> None:
+    calls = {"n": 0}
+    base = nn.CrossEntropyLoss()
+
+    def loss_fn(outputs, targets):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        loss = base(outputs, targets)
+        return loss * float("nan") if calls["n"] == 4 else loss
+
+    target = mlp_target()
+    target.loss_fn = loss_fn
+    result = memorize(target, PR)
+    assert (result.verdict, result.stopped_by, result.steps) == ("fail", "nonfinite", 4)
+    assert result.reason.startswith("the loss is nan at step 4 (best ")
+    assert result.to_dict()["final_loss"] == "nan"
+
+
+def test_the_time_cap_stops_a_slow_loop_with_the_best_loss() -> None:
+    target = mlp_target(lr=1e-6)
+    standard = nn.CrossEntropyLoss()
+
+    def slow_step(model, batch, optimizer):  # type: ignore[no-untyped-def]
+        time.sleep(0.05)
+        optimizer.zero_grad()
+        loss = standard(model(batch[0]), batch[1])
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    target.train_step = slow_step
+    result = memorize(target, MemorizeConfig(max_epochs=1000, max_loss=0.01, time_cap_s=0.3))
+    assert (result.verdict, result.stopped_by) == ("fail", "time")
+    assert 3 <= result.steps < 20
+    assert result.reason.startswith(
+        f"time cap of 0.005 min reached at step {result.steps} of 1000: best "
+    )
+
+
+def test_the_users_own_train_step_is_what_runs() -> None:
+    seen: list[bool] = []
+    target = mlp_target()
+    standard = nn.CrossEntropyLoss()
+
+    def train_step(model, batch, optimizer):  # type: ignore[no-untyped-def]
+        seen.append(model.training)
+        optimizer.zero_grad()
+        loss = standard(model(batch[0]), batch[1])
+        loss.backward()
+        optimizer.step()
+        return loss.item()  # a float is accepted too
+
+    target.train_step = train_step
+    result = memorize(target, PR)
+    assert result.passed
+    assert len(seen) == result.steps
+    assert all(seen)
+
+
+def test_dropout_and_weight_decay_are_switched_off_and_reported() -> None:
+    result = memorize(mlp_target(dropout=0.5, weight_decay=0.1), PR)
+    assert result.changes == [
+        "dropout off: 2 (Dropout, p=0.5 -> 0)",
+        "weight decay off: param group 0 (0.1 -> 0)",
+    ]
+    assert result.hparams["weight_decay"] == 0.1  # recorded as the user configured it
+    assert result.hparams["optimizer"] == "Adam"
+
+
+def test_two_runs_with_the_same_seed_give_the_same_losses() -> None:
+    first = memorize(mlp_target(), PR).losses
+    assert memorize(mlp_target(), PR).losses == first
+
+
+def test_the_global_determinism_settings_are_restored() -> None:
+    before = torch.are_deterministic_algorithms_enabled()
+    memorize(mlp_target(), PR)
+    assert torch.are_deterministic_algorithms_enabled() == before
+
+
+def test_a_detached_output_is_explained() -> None:
+    target = mlp_target()
+    inner = target.model
+    target.model = nn.Sequential(inner)
+    target.model.forward = lambda x: inner(x).detach()  # type: ignore[method-assign]
+    with pytest.raises(DlciError) as info:
+        memorize(target, PR)
+    assert info.value.message == "step 1: the loss has no gradient"
+    assert "output is detached from its parameters" in (info.value.hint or "")
+
+
+def test_a_loss_that_is_not_a_scalar_is_explained() -> None:
+    target = mlp_target()
+    target.loss_fn = nn.CrossEntropyLoss(reduction="none")
+    with pytest.raises(DlciError) as info:
+        memorize(target, PR)
+    assert info.value.message == "step 1: the loss has shape (16,), not a single value"
+
+
+def test_an_error_in_the_users_model_is_a_user_error_with_its_location() -> None:
+    target = mlp_target()
+    target.model = nn.Linear(3, 4)  # wrong input size
+    with pytest.raises(DlciError) as info:
+        memorize(target, PR)
+    assert info.value.message.startswith(
+        "step 1: training raised RuntimeError: mat1 and mat2 shapes"
+    )
+
+
+def test_frozen_parameters_are_explained() -> None:
+    target = mlp_target()
+    for parameter in target.model.parameters():
+        parameter.requires_grad_(False)
+    with pytest.raises(DlciError, match="the model has no trainable parameters"):
+        memorize(target, PR)
+
+
+def test_the_report_dict_is_json_safe() -> None:
+    data = memorize(mlp_target(), PR).to_dict()
+    assert all(isinstance(v, float) and math.isfinite(v) for v in data["losses"])
+    assert data["world_size"] == 1

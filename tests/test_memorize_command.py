@@ -1,0 +1,175 @@
+"""``dlci memorize`` end to end on the bundled digits example: real training on the CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dlci.cli import main
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits"
+
+
+@pytest.fixture
+def in_example(monkeypatch):  # type: ignore[no-untyped-def]
+    monkeypatch.chdir(EXAMPLE)
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+
+def test_the_example_passes_the_pr_tier_and_writes_its_artifacts(
+    in_example, tmp_path, monkeypatch, capsys
+) -> None:
+    outputs = tmp_path / "github_output"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(outputs))
+    assert main(["memorize", "--out", str(tmp_path), "--budget", "pr"]) == 0
+    report = json.loads((tmp_path / "memorization.json").read_text())
+    assert (report["schema_version"], report["kind"], report["verdict"]) == (
+        1,
+        "memorization",
+        "pass",
+    )
+    assert report["tier"]["row"] == "budgets.pr.cpu"
+    assert report["config"]["target"] == "digits_example.target:make_target"  # from pyproject.toml
+    assert report["steps"] < report["tier"]["max_epochs"]  # early stop
+    assert report["best_loss"] < 1.0
+    assert report["config"]["changes"] == [
+        "dropout off: head.1 (Dropout, p=0.25 -> 0)",
+        "dropout off: head.4 (Dropout, p=0.25 -> 0)",
+        "weight decay off: param group 0 (0.01 -> 0)",
+    ]
+    assert (tmp_path / "memorization-curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "memorization-passed=true" in outputs.read_text()
+    out = capsys.readouterr().out
+    assert out.startswith("memorization PASS: loss ")
+
+
+def test_the_tensorboard_events_hold_the_loss_curve_and_the_config(in_example, tmp_path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    assert main(["memorize", "--out", str(tmp_path), "--quiet"]) == 0
+    report = json.loads((tmp_path / "memorization.json").read_text())
+    events = EventAccumulator(str(tmp_path / "tensorboard" / "memorize"))
+    events.Reload()
+    losses = [round(e.value, 4) for e in events.Scalars("memorize/loss")]
+    assert losses == [round(v, 4) for v in report["losses"]]
+    assert "dlci/config/text_summary" in events.Tags()["tensors"]
+
+
+def test_a_learning_rate_far_too_small_fails_with_the_best_loss(
+    in_example, tmp_path, capsys
+) -> None:
+    code = main(
+        [
+            "memorize",
+            "--target",
+            "digits_example.broken:make_tiny_lr_target",
+            "--out",
+            str(tmp_path),
+            "--quiet",
+            "--tracker",
+            "none",
+        ]
+    )
+    assert code == 1
+    out = capsys.readouterr().out
+    report = json.loads((tmp_path / "memorization.json").read_text())
+    assert out.startswith(
+        f"memorization FAIL: the loss did not reach 1 in 100 epochs: best {report['best_loss']:.4g} "
+        f"at step {report['best_step']}, final "
+    )
+    assert report["steps"] == 100
+
+
+def test_a_detached_output_fails_with_a_message_that_names_the_bug(
+    in_example, tmp_path, capsys
+) -> None:
+    code = main(
+        [
+            "memorize",
+            "--target",
+            "digits_example.broken:make_detached_target",
+            "--out",
+            str(tmp_path),
+            "--quiet",
+            "--tracker",
+            "none",
+        ]
+    )
+    assert code == 1
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "error: step 1: the loss has no gradient\n  hint: the loss does not depend"
+    )
+    assert "Traceback" not in err
+
+
+def test_a_missing_target_module_is_a_clear_error(in_example, tmp_path, capsys) -> None:
+    assert main(["memorize", "--target", "nowhere:make", "--out", str(tmp_path)]) == 1
+    assert capsys.readouterr().err.startswith(
+        "error: --target nowhere:make: no module named 'nowhere'"
+    )
+
+
+def test_the_ddp_path_passes_with_two_gloo_processes(tmp_path) -> None:
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dlci",
+            "memorize",
+            "--nproc",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--quiet",
+            "--tracker",
+            "none",
+        ],
+        cwd=EXAMPLE,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "memorization.json").read_text())
+    assert (report["verdict"], report["world_size"], report["batch_examples"]) == ("pass", 2, 16)
+    assert report["config"]["changes"][0] == "dropout off: module.head.1 (Dropout, p=0.25 -> 0)"
+    assert done.stdout.count("memorization PASS") == 1  # only rank 0 reports
+
+
+def test_the_ddp_path_fails_on_every_rank_alike(tmp_path) -> None:
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dlci",
+            "memorize",
+            "--nproc",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--quiet",
+            "--tracker",
+            "none",
+            "--target",
+            "digits_example.broken:make_tiny_lr_target",
+        ],
+        cwd=EXAMPLE,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert json.loads((tmp_path / "memorization.json").read_text())["world_size"] == 2
