@@ -56,7 +56,7 @@ def load_run(location: str) -> dict[str, Any]:
         raise DlciError(f"not valid JSON ({exc})", file=str(path)) from None
     if not isinstance(data, dict) or data.get("kind") != "memorization":
         raise DlciError(
-            f"{path}: not a memorization report", hint="dlci memorize writes one", file=str(path)
+            "not a memorization report", hint="dlci memorize writes one", file=str(path)
         )
     if data.get("schema_version") != 1:
         raise DlciError(
