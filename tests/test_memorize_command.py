@@ -173,3 +173,17 @@ def test_the_ddp_path_fails_on_every_rank_alike(tmp_path) -> None:
     )
     assert done.returncode == 1, done.stderr[-3000:]
     assert json.loads((tmp_path / "memorization.json").read_text())["world_size"] == 2
+
+
+def test_weights_and_biases_runs_offline_without_a_key(
+    in_example, tmp_path, monkeypatch, capsys
+) -> None:
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    assert main(["memorize", "--out", str(tmp_path), "--quiet", "--tracker", "wandb"]) == 0
+    runs = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(runs) == 1
+    assert runs[0].stat().st_size > 0
+    report = json.loads((tmp_path / "memorization.json").read_text())
+    assert report["tracking"] == f"wandb: {tmp_path / 'wandb'} (offline)"

@@ -66,3 +66,116 @@ def test_the_hardware_fixture_detects_this_machine(
 def test_the_options_are_listed_in_pytest_help(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--help")
     result.stdout.fnmatch_lines(["*--dlci-budget=DLCI_BUDGET*", "*dlci_ladder*"])
+
+
+# Tests that import torch run pytest in a subprocess: torch cannot be imported twice in one
+# process, which pytester's in-process runs would do.
+TINY_TARGET = """
+    import torch
+    from torch import nn
+    import dlci
+
+    def make(lr=0.05):
+        torch.manual_seed(0)
+        x, y = torch.randn(16, 6), torch.randint(0, 3, (16,))
+        model = nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Linear(32, 3))
+        return dlci.Target(model, lambda p: torch.optim.Adam(p, lr=lr), [(x, y)],
+                           loss_fn=nn.CrossEntropyLoss())
+
+    def make_frozen():
+        return make(lr=0.0)
+"""
+
+
+def test_the_memorization_marker_is_registered_with_its_signature(
+    pytester: pytest.Pytester,
+) -> None:
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.memorization(target=None): a memorization test*"])
+
+
+def test_it_passes_a_model_that_memorizes_and_deselects_with_m(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    pytester.makepyfile(tiny=TINY_TARGET)
+    pytester.makepyfile(
+        test_model="""
+        import pytest
+        import dlci
+        import tiny
+
+        @pytest.mark.memorization
+        def test_memorizes(dlci_tier):
+            result = dlci.assert_memorizes(tiny.make(), tier=dlci_tier)
+            assert result.steps < dlci_tier.max_epochs
+
+        @pytest.mark.memorization(target="tiny:make")
+        def test_marker_target(dlci_target):
+            dlci.assert_memorizes(dlci_target)
+
+        def test_plain():
+            pass
+        """
+    )
+    pytester.syspathinsert()
+    pytester.runpytest_subprocess("--dlci-budget", "pr").assert_outcomes(passed=3)
+    pytester.runpytest_subprocess("-m", "not memorization").assert_outcomes(passed=1, deselected=2)
+
+
+def test_it_fails_when_the_loss_never_reaches_the_threshold(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    pytester.makepyfile(tiny=TINY_TARGET)
+    pytester.makepyfile(
+        test_model="""
+        import pytest
+        import dlci
+        import tiny
+
+        @pytest.mark.memorization
+        def test_memorizes(dlci_tier):
+            dlci.assert_memorizes(tiny.make_frozen(), tier=dlci_tier)
+        """
+    )
+    pytester.syspathinsert()
+    result = pytester.runpytest_subprocess("--dlci-budget", "pr", "--dlci-hardware", "cpu")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*AssertionError: memorization failed at tier pr/cpu: the loss did not reach 1 in 100 epochs: best *",
+            "*last losses: *",
+            "*A loop that cannot overfit 16 examples cannot learn*",
+        ]
+    )
+
+
+def test_the_target_fixture_reads_pyproject(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(tiny=TINY_TARGET)
+    pytester.makefile(".toml", pyproject='[tool.dlci]\ntarget = "tiny:make"\n')
+    pytester.makepyfile(
+        test_model="""
+        def test_target(dlci_target):
+            assert type(dlci_target.model).__name__ == "Sequential"
+        """
+    )
+    pytester.syspathinsert()
+    pytester.runpytest_subprocess().assert_outcomes(passed=1)
+
+
+def test_a_bad_target_fails_the_test_with_one_message(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_model="""
+        import pytest
+
+        @pytest.mark.memorization(target="missing_module:make")
+        def test_target(dlci_target):
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        ["*dl-ci: --target missing_module:make: no module named 'missing_module'*"]
+    )

@@ -97,9 +97,8 @@ class WandbTracker:
             name=name,
             dir=str(directory),
             mode="offline" if offline else None,
-            reinit=True,
         )
-        self.location = str(directory) + (" (offline)" if offline else "")
+        self.location = str(directory / "wandb") + (" (offline)" if offline else "")
 
     def log_config(self, config: dict[str, Any]) -> None:
         self._run.config.update(config, allow_val_change=True)
@@ -118,7 +117,7 @@ def make_tracker(kind: str, directory: Path, name: str) -> Tracker:
     if kind == "tensorboard":
         return TensorBoardTracker(directory / "tensorboard" / name)
     if kind == "wandb":
-        return WandbTracker(directory / "wandb", name)
+        return WandbTracker(directory, name)  # wandb adds its own wandb/ folder
     if kind == "none":
         return NullTracker()
     raise DlciError(
