@@ -23,7 +23,6 @@ def in_process(repeats: int) -> dict[str, list[float]]:
     """Training-loop time only (imports and data loading excluded)."""
     sys.path.insert(0, str(EXAMPLE))
     from digits_example.target import make_target
-
     from dlci.memorize import MemorizeConfig, memorize, seed_everything
     from dlci.tiering import choose_tier
 
@@ -46,15 +45,35 @@ def in_process(repeats: int) -> dict[str, list[float]]:
 
 def whole_command(repeats: int) -> dict[str, list[float]]:
     """``dlci memorize`` as a user runs it: process start to exit."""
+    import tempfile
+
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    out = tempfile.mkdtemp(prefix="dlci-bench-")
     times: dict[str, list[float]] = {"early stop": [], "full budget": []}
     for _ in range(repeats):
         for name, extra in (("early stop", []), ("full budget", ["--no-early-stop"])):
             start = time.perf_counter()
             subprocess.run(
-                [sys.executable, "-m", "dlci", "memorize", "--budget", "pr", "--hardware", "cpu",
-                 "--quiet", "--tracker", "none", "--out", "/tmp/dlci-bench", *extra],
-                cwd=EXAMPLE, env=env, check=True, capture_output=True,
+                [
+                    sys.executable,
+                    "-m",
+                    "dlci",
+                    "memorize",
+                    "--budget",
+                    "pr",
+                    "--hardware",
+                    "cpu",
+                    "--quiet",
+                    "--tracker",
+                    "none",
+                    "--out",
+                    out,
+                    *extra,
+                ],
+                cwd=EXAMPLE,
+                env=env,
+                check=True,
+                capture_output=True,
             )
             times[name].append(time.perf_counter() - start)
     return times
