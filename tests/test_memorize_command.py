@@ -172,7 +172,41 @@ def test_the_ddp_path_fails_on_every_rank_alike(tmp_path) -> None:
         check=False,
     )
     assert done.returncode == 1, done.stderr[-3000:]
-    assert json.loads((tmp_path / "memorization.json").read_text())["world_size"] == 2
+    report = json.loads((tmp_path / "memorization.json").read_text())
+    assert (report["verdict"], report["world_size"], report["steps"]) == ("fail", 2, 100)
+    assert done.stdout.startswith("memorization FAIL: the loss did not reach 1 in 100 epochs")
+    assert "Traceback" not in done.stderr
+
+
+def test_a_mistake_in_the_target_under_ddp_is_reported_once_without_a_traceback(tmp_path) -> None:
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dlci",
+            "memorize",
+            "--nproc",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--quiet",
+            "--tracker",
+            "none",
+            "--target",
+            "digits_example.broken:make_detached_target",
+        ],
+        cwd=EXAMPLE,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr.count("error: step 1: the loss has no gradient") == 1
+    assert "memorize: 2 of 2 DDP processes failed (their messages are above)" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_weights_and_biases_runs_offline_without_a_key(

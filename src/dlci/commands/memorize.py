@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,6 +13,7 @@ DISTRIBUTED_FLAG = "DLCI_MEMORIZE_WORKER"  # set in torchrun's workers, so they 
 # The workers' arguments travel in the environment: torchrun's own parser would otherwise
 # take options such as --nproc as abbreviations of its own.
 ARGV_VARIABLE = "DLCI_MEMORIZE_ARGV"
+VERDICT_VARIABLE = "DLCI_MEMORIZE_VERDICT"  # where rank 0 writes pass or fail for the launcher
 
 
 def main(argv: Sequence[str]) -> int:
@@ -81,24 +81,48 @@ def main(argv: Sequence[str]) -> int:
 
 
 def _launch(argv: Sequence[str], nproc: int, quiet: bool) -> int:
-    """Run this same command in ``nproc`` processes under torchrun (DDP)."""
+    """Run this same command in ``nproc`` processes under torchrun (DDP).
+
+    Workers exit 0 once a verdict exists, whatever it is, and rank 0 writes the verdict to a
+    file: a worker that exits early with a failing code would make torchrun kill rank 0
+    before it writes the report.
+    """
     import json
+    import tempfile
+
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
 
     _check_gpu_count(nproc)
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc-per-node={nproc}",
-        "-m",
-        "dlci",
-        "memorize",
-    ]
     if not quiet:
         print(f"memorize: starting {nproc} processes under torchrun (DDP)", file=sys.stderr)
-    env = dict(os.environ, **{DISTRIBUTED_FLAG: "1", ARGV_VARIABLE: json.dumps(list(argv))})
-    return subprocess.call(command, env=env)
+    with tempfile.TemporaryDirectory(prefix="dlci-ddp-") as scratch:
+        verdict_file = Path(scratch) / "verdict"
+        saved = {k: os.environ.get(k) for k in (DISTRIBUTED_FLAG, ARGV_VARIABLE, VERDICT_VARIABLE)}
+        os.environ.update(
+            {
+                DISTRIBUTED_FLAG: "1",
+                ARGV_VARIABLE: json.dumps(list(argv)),
+                VERDICT_VARIABLE: str(verdict_file),
+            }
+        )
+        try:
+            run(parse_args(["--standalone", f"--nproc-per-node={nproc}", "-m", "dlci", "memorize"]))
+        except ChildFailedError as exc:
+            print(
+                f"memorize: {len(exc.failures)} of {nproc} DDP processes failed "
+                "(their messages are above)",
+                file=sys.stderr,
+            )
+            return 1
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+        verdict = verdict_file.read_text().strip() if verdict_file.exists() else ""
+    return 0 if verdict == "pass" else 1
 
 
 def _check_gpu_count(nproc: int) -> None:
@@ -115,42 +139,55 @@ def _check_gpu_count(nproc: int) -> None:
 
 
 def _run(args, spec: str, tier) -> int:  # type: ignore[no-untyped-def]
-    from dlci.memorize import Distributed, MemorizeConfig, memorize, seed_everything
-    from dlci.target import load_target
+    from dlci.errors import DlciError
+    from dlci.memorize import Distributed
 
     dist = Distributed.from_env()
     if dist.active:
         _init_process_group(dist)
     try:
-        seed_everything(args.seed + dist.rank)  # the model's initial weights come from here
-        target = load_target(spec)
-        config = MemorizeConfig.from_tier(
-            tier, seed=args.seed, device=args.device, early_stop=args.early_stop
-        )
-        leader = dist.rank == 0
-        tracker, on_step = _tracking(args, leader)
-        from dlci.progress import StepProgress
+        return _memorize(args, spec, tier, dist)
+    except DlciError:
+        if dist.rank != 0:
+            return 1  # rank 0 reports the same mistake; one message is enough
+        raise
+    finally:
+        if dist.active:
+            import torch.distributed
 
-        label = f"memorize {tier.budget}/{tier.hardware_class}"
+            torch.distributed.destroy_process_group()
+
+
+def _memorize(args, spec: str, tier, dist) -> int:  # type: ignore[no-untyped-def]
+    from dlci.memorize import MemorizeConfig, memorize, seed_everything
+    from dlci.progress import StepProgress
+    from dlci.target import load_target
+
+    seed_everything(args.seed + dist.rank)  # the model's initial weights come from here
+    target = load_target(spec)
+    config = MemorizeConfig.from_tier(
+        tier, seed=args.seed, device=args.device, early_stop=args.early_stop
+    )
+    leader = dist.rank == 0
+    tracker, on_step = _tracking(args, leader)
+    label = f"memorize {tier.budget}/{tier.hardware_class}"
+    try:
         with StepProgress(tier.max_epochs, label, enabled=leader and not args.quiet) as progress:
 
             def report_step(step: int, loss: float, best: float) -> None:
                 progress(step, loss, best)
                 on_step(step, loss, best)
 
-            try:
-                result = memorize(target, config, on_step=report_step, dist=dist)
-            finally:
-                if not leader:
-                    tracker.close()
+            result = memorize(target, config, on_step=report_step, dist=dist)
         if leader:
             _write_outputs(args, spec, tier, result, tracker)
-        return 0 if result.passed else 1
     finally:
-        if dist.active:
-            import torch.distributed
-
-            torch.distributed.destroy_process_group()
+        tracker.close()
+    if dist.active:
+        if leader:
+            Path(os.environ[VERDICT_VARIABLE]).write_text(result.verdict)
+        return 0  # the launcher turns the verdict into the exit code
+    return 0 if result.passed else 1
 
 
 def _init_process_group(dist) -> None:  # type: ignore[no-untyped-def]
@@ -188,18 +225,17 @@ def _write_outputs(args, spec: str, tier, result, tracker) -> None:  # type: ign
         seed=args.seed,
         target=spec,
         gpu_name=gpu_name,
-        tracking=f"{args.tracker}: {getattr(tracker, 'location', '')}",
+        tracking=": ".join(filter(None, (args.tracker, getattr(tracker, "location", "")))),
     )
     tracker.log_config(report["config"])
     tracker.log_summary(
         {
-            "best_loss": result.best_loss or float("nan"),
+            "best_loss": float("nan") if result.best_loss is None else result.best_loss,
             "steps": result.steps,
             "passed": int(result.passed),
             "wall_time_s": result.wall_time_s,
         }
     )
-    tracker.close()
     out = Path(args.out)
     json_path = args.json or str(out / memorization.REPORT_NAME)
     emit_json(report, json_path)
