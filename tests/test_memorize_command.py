@@ -221,3 +221,23 @@ def test_weights_and_biases_runs_offline_without_a_key(
     assert runs[0].stat().st_size > 0
     report = json.loads((tmp_path / "memorization.json").read_text())
     assert report["tracking"] == f"wandb: {tmp_path / 'wandb'} (offline)"
+
+
+def test_the_report_on_standard_output_is_pure_json(in_example, tmp_path, capsys) -> None:
+    assert main(["memorize", "--out", str(tmp_path), "--quiet", "--tracker", "none", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["verdict"] == "pass"
+    assert "memorization PASS" in captured.err
+
+
+def test_asking_for_a_gpu_where_there_is_none_is_a_clear_error(
+    in_example, tmp_path, capsys
+) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")  # the suite's own CI machines have none
+    assert main(["memorize", "--out", str(tmp_path), "--device", "cuda", "--tracker", "none"]) == 1
+    assert capsys.readouterr().err.startswith(
+        "error: --device cuda: no CUDA device is available here"
+    )

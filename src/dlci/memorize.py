@@ -160,11 +160,17 @@ def pick_device(requested: str | None, local_rank: int = 0) -> Any:
 
     if requested:
         try:
-            return torch.device(requested)
+            device = torch.device(requested)
         except RuntimeError as exc:
             raise DlciError(
                 f"--device {requested!r}: {exc}", hint="use cpu, cuda or cuda:N"
             ) from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise DlciError(
+                f"--device {requested}: no CUDA device is available here",
+                hint="use --device cpu, or leave --device out to use the GPU when there is one",
+            )
+        return device
     if torch.cuda.is_available():
         return torch.device("cuda", local_rank % torch.cuda.device_count())
     return torch.device("cpu")

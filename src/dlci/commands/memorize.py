@@ -250,8 +250,10 @@ def _write_outputs(args, spec: str, tier, result, tracker) -> None:  # type: ign
     )
     for change in result.changes:
         print(f"memorize: {change}", file=sys.stderr)
+    # with the report on standard output, the verdict line goes to stderr to keep it JSON
+    stream = sys.stderr if json_path == "-" else sys.stdout
     mark = "PASS" if result.passed else "FAIL"
-    print(f"memorization {mark}: {result.reason}")
-    if json_path != "-":
-        where = f"report {json_path}" + (f", curve {curve}" if curve else "")
-        print(f"  {where}, tracking {report['tracking']}")
+    print(f"memorization {mark}: {result.reason}", file=stream)
+    where = f"report {json_path}" if json_path != "-" else "report on standard output"
+    where += f", curve {curve}" if curve else ""
+    print(f"  {where}, tracking {report['tracking']}", file=stream)
