@@ -241,3 +241,15 @@ def test_asking_for_a_gpu_where_there_is_none_is_a_clear_error(
     assert capsys.readouterr().err.startswith(
         "error: --device cuda: no CUDA device is available here"
     )
+
+
+def test_the_markdown_summary_is_made_from_the_report(in_example, tmp_path) -> None:
+    from dlci.report.memorization import render_markdown
+
+    assert main(["memorize", "--out", str(tmp_path), "--quiet", "--tracker", "none"]) == 0
+    report = json.loads((tmp_path / "memorization.json").read_text())
+    text = render_markdown(report)
+    assert text.startswith("### ✅ Memorization test: pass\n\n" + report["reason"] + "\n")
+    assert "| tier | pr / cpu (budgets.pr.cpu) |" in text
+    assert f"| best loss | {report['best_loss']:.4g} at step {report['best_step']} |" in text
+    assert "| changed | weight decay off: param group 0 (0.01 -> 0) |" in text

@@ -104,7 +104,7 @@ def _print(tier) -> None:  # type: ignore[no-untyped-def]
     table.add_row("processes", str(tier.nproc))
     table.add_row("batch size", str(tier.batch_size))
     table.add_row(
-        "ladder", f"{tier.ladder} (version {tier.ladder_version}, {tier.ladder_revision})"
+        "ladder", f"{tier.ladder} (version {tier.ladder_version}, revision {tier.ladder_revision})"
     )
     table.add_row("row", tier.row)
     console.print(table)
