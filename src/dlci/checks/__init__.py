@@ -1,0 +1,136 @@
+"""The debugging ladder: ordered checks, cheap first, each ruling out a class of silent bug.
+
+The check IDs are part of the interface (reports, ``--only``): keep them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dlci.checks.base import FAIL, SKIP, CheckResult, Context, preserved
+from dlci.errors import DlciError
+from dlci.target import Target
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    catches: str
+    run: Callable[[Context], CheckResult] | None  # None: planned, not built yet
+
+
+def _registry() -> list[Check]:
+    from dlci.checks.activations import activations
+    from dlci.checks.data import batch_independence, shuffle
+    from dlci.checks.gradients import grad_flow, update_ratio, weight_norms, zero_grad
+    from dlci.checks.loss import initial_loss, loss_broadcast
+    from dlci.checks.modes import train_eval_mode
+    from dlci.checks.setup import optimizer_coverage
+    from dlci.checks.training import memorize_check
+
+    return [
+        Check(
+            "optimizer-coverage",
+            "an optimizer not given all the trainable parameters",
+            optimizer_coverage,
+        ),
+        Check("initial-loss", "outputs, targets or loss not what you think", initial_loss),
+        Check("loss-broadcast", "shapes that broadcast into a meaningless loss", loss_broadcast),
+        Check("train-eval-mode", "BatchNorm/Dropout in the wrong mode", train_eval_mode),
+        Check("zero-grad", "gradients accumulating across steps", zero_grad),
+        Check("grad-flow", "gradients that never reach some parameters", grad_flow),
+        Check("shuffle", "training data not shuffled", shuffle),
+        Check("batch-independence", "per-batch normalization at inference", batch_independence),
+        Check("activations", "dead or saturated units", activations),
+        Check("weight-norms", "weights growing without bound", weight_norms),
+        Check("update-ratio", "updates that do nothing or blow up", update_ratio),
+        Check("memorize", "a training loop that cannot learn at all", memorize_check),
+        Check("lr-range", "a learning rate orders of magnitude off", None),
+        Check("label-alignment", "labels misaligned with inputs", None),
+        Check("leakage", "a score too good to be true", None),
+        Check("reproducibility", "runs that cannot be compared", None),
+    ]
+
+
+CHECK_IDS = (
+    "optimizer-coverage",
+    "initial-loss",
+    "loss-broadcast",
+    "train-eval-mode",
+    "zero-grad",
+    "grad-flow",
+    "shuffle",
+    "batch-independence",
+    "activations",
+    "weight-norms",
+    "update-ratio",
+    "memorize",
+    "lr-range",
+    "label-alignment",
+    "leakage",
+    "reproducibility",
+)
+
+
+def select(only: str | None) -> list[Check]:
+    """The checks to run, in ladder order; ``only`` is a comma-separated list of IDs."""
+    checks = _registry()
+    if not only:
+        return checks
+    wanted = [part.strip() for part in only.split(",") if part.strip()]
+    unknown = [w for w in wanted if w not in CHECK_IDS]
+    if unknown:
+        from dlci.ladder_format import suggest
+
+        raise DlciError(
+            f"--only: unknown check {unknown[0]!r}",
+            hint=suggest(unknown[0], list(CHECK_IDS), "checks"),
+        )
+    return [c for c in checks if c.id in wanted]
+
+
+def run_checks(
+    target: Target,
+    *,
+    checks: list[Check] | None = None,
+    tier: Any = None,
+    device: str | None = None,
+    stop_on_fail: bool = False,
+    on_result: Callable[[CheckResult], None] | None = None,
+) -> list[CheckResult]:
+    """Run the checks in order, each leaving the model and random state as it found them."""
+    checks = checks if checks is not None else _registry()
+    batch_size = getattr(tier, "batch_size", 16)
+    ctx = Context.build(target, batch_size=batch_size, device=device, tier=tier)
+    results: list[CheckResult] = []
+    stopped = False
+    for check in checks:
+        if stopped:
+            result = CheckResult(check.id, SKIP, cause="--stop-on-fail: an earlier check failed")
+        elif check.run is None:
+            result = CheckResult(check.id, SKIP, cause="not available in this version of dl-ci yet")
+        else:
+            start = time.perf_counter()
+            with preserved(target):
+                try:
+                    result = check.run(ctx)
+                except DlciError:
+                    raise
+                except Exception as exc:  # the target's own code failed inside the check
+                    result = CheckResult(
+                        check.id,
+                        FAIL,
+                        f"{type(exc).__name__}: {exc}",
+                        "the check runs",
+                        cause="the target's code raised an error during this check",
+                        fix="run 'dlci memorize' on the target: it shows where the error is",
+                    )
+            result.seconds = round(time.perf_counter() - start, 3)
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+        stopped = stopped or (stop_on_fail and result.status == FAIL)
+    return results

@@ -1,0 +1,163 @@
+"""What every check shares: its result, the context it runs in, and the promise to leave the
+user's model and random state as it found them."""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlci.batching import call_model, take_batch, to_device
+from dlci.errors import DlciError
+from dlci.target import Target
+
+PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
+
+
+@dataclass
+class CheckResult:
+    id: str
+    status: str
+    measured: str = ""
+    expected: str = ""
+    cause: str = ""  # one line, for anything but pass
+    fix: str = ""  # one line, for anything but pass
+    details: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+@dataclass
+class Context:
+    """The target and one batch of it on the device; built once per doctor run."""
+
+    target: Target
+    batch: tuple[Any, Any]
+    device: Any
+    tier: Any = None
+    factory: Callable[[], Target] | None = None  # rebuilds the target, for reproducibility
+
+    @classmethod
+    def build(
+        cls,
+        target: Target,
+        *,
+        batch_size: int = 16,
+        device: Any = None,
+        tier: Any = None,
+        factory: Callable[[], Target] | None = None,
+    ) -> Context:
+        from dlci.memorize import pick_device
+
+        device = pick_device(device)
+        with preserved(target):
+            batch, _ = take_batch(target.train_loader, batch_size)
+        target.model.to(device)
+        return cls(target, to_device(batch, device), device, tier, factory)
+
+    @property
+    def model(self) -> Any:
+        return self.target.model
+
+    def optimizer(self, model: Any = None) -> Any:
+        """A fresh optimizer from the user's factory, over the trainable parameters."""
+        model = model or self.model
+        return self.target.optimizer([p for p in model.parameters() if p.requires_grad])
+
+    def forward(self, model: Any = None, batch: Any = None) -> Any:
+        return call_model(model or self.model, (batch or self.batch)[0])
+
+    def step(self, model: Any, optimizer: Any, batch: Any = None) -> float:
+        """One training step: the user's own train_step when given, else the standard one."""
+        batch = batch or self.batch
+        if self.target.train_step is not None:
+            loss = self.target.train_step(model, batch, optimizer)
+        else:
+            optimizer.zero_grad(set_to_none=True)
+            loss = self.target.loss_fn(call_model(model, batch[0]), batch[1])  # type: ignore[misc]
+            loss.backward()
+            optimizer.step()
+        return float(loss.detach()) if hasattr(loss, "detach") else float(loss)
+
+    def is_classification(self) -> bool:
+        targets = self.batch[1]
+        return (
+            bool(self.target.num_classes)
+            and getattr(targets, "dtype", None) is not None
+            and (not targets.dtype.is_floating_point)
+        )
+
+
+@contextmanager
+def preserved(target: Target) -> Iterator[None]:
+    """Restore the model's weights, train/eval flags and dropout rates, every random
+    generator, and the loaders' own generators after the block."""
+    import torch
+
+    model = target.model
+    weights = copy.deepcopy(model.state_dict())
+    modes = {name: module.training for name, module in model.named_modules()}
+    rates = {
+        name: module.p
+        for name, module in model.named_modules()
+        if isinstance(getattr(module, "p", None), float)
+    }
+    grads = {
+        name: (None if p.grad is None else p.grad.detach().clone())
+        for name, p in model.named_parameters()
+    }
+    states: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    try:
+        import numpy as np
+
+        states["numpy"] = np.random.get_state()
+    except ImportError:  # pragma: no cover
+        np = None  # type: ignore[assignment]
+    loader_generators = [
+        (gen, gen.get_state())
+        for loader in (target.train_loader, target.val_loader)
+        for gen in (
+            getattr(loader, "generator", None),
+            getattr(getattr(loader, "sampler", None), "generator", None),
+        )
+        if isinstance(gen, torch.Generator)
+    ]
+    try:
+        yield
+    finally:
+        model.load_state_dict(weights)
+        for name, module in model.named_modules():
+            if name in modes:
+                module.training = modes[name]
+            if name in rates:
+                module.p = rates[name]
+        for name, p in model.named_parameters():
+            p.grad = grads.get(name)
+        torch.set_rng_state(states["torch"])
+        random.setstate(states["python"])
+        if "cuda" in states:
+            torch.cuda.set_rng_state_all(states["cuda"])
+        if "numpy" in states:
+            np.random.set_state(states["numpy"])
+        for gen, state in loader_generators:
+            gen.set_state(state)
+
+
+def layer_name(name: str) -> str:
+    """``head.2.weight`` -> ``head.2``: the module a parameter belongs to."""
+    return name.rsplit(".", 1)[0] if "." in name else name
+
+
+def fmt(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def user_error(check: str, exc: BaseException) -> DlciError:
+    return DlciError(
+        f"check {check}: the target's code raised {type(exc).__name__}: {exc}",
+        hint="run 'dlci memorize' on the target first; it reports where the error is",
+    )

@@ -1,0 +1,102 @@
+"""shuffle and batch-independence: what the data order and the batch do to the model."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from dlci.batching import as_pair, tree_map
+from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context
+
+SHUFFLE_BATCHES = 4
+
+
+def shuffle(ctx: Context) -> CheckResult:
+    import torch
+
+    loader = ctx.target.train_loader
+    pairs = [
+        as_pair(item, i) for i, item in enumerate(itertools.islice(iter(loader), SHUFFLE_BATCHES))
+    ]
+    targets = [p[1] for p in pairs if isinstance(p[1], torch.Tensor)]
+    if not targets:
+        return CheckResult("shuffle", SKIP, cause="the targets are not tensors")
+    sequential = _is_sequential(loader)
+    if ctx.is_classification():
+        classes = ctx.target.num_classes or int(max(int(t.max()) for t in targets) + 1)
+        seen = [len(set(t.flatten().tolist())) for t in targets]
+        size = sum(t.shape[0] for t in targets) / len(targets)
+        expected_distinct = classes * (1 - (1 - 1 / classes) ** size)
+        score = (sum(seen) / len(seen)) / expected_distinct
+        measured = f"{sum(seen) / len(seen):.1f} classes per batch in the first {len(seen)} batches"
+        expected = (
+            f"about {expected_distinct:.1f} (a shuffled batch of {size:.0f} from {classes} classes)"
+        )
+        bad, warn = score < 0.5, score < 0.75
+    else:
+        values = torch.cat([t.reshape(t.shape[0], -1).float().mean(dim=1) for t in targets])
+        if values.numel() < 16:
+            return CheckResult("shuffle", SKIP, cause="too few examples in the first batches")
+        rising = float((values[1:] >= values[:-1]).float().mean())
+        order = max(rising, 1 - rising)
+        measured = f"{order:.0%} of neighbouring targets in order"
+        expected = "about 50% for shuffled data"
+        bad, warn = order > 0.95, order > 0.8
+    cause = "training batches are not shuffled: each step sees one kind of example"
+    fix = "pass shuffle=True to the training DataLoader (or a shuffling sampler)"
+    if bad:
+        return CheckResult("shuffle", FAIL, measured, expected, cause=cause, fix=fix)
+    if warn or sequential:
+        return CheckResult(
+            "shuffle",
+            WARN,
+            measured + (", sequential sampler" if sequential else ""),
+            expected,
+            cause=cause,
+            fix=fix,
+        )
+    return CheckResult("shuffle", PASS, measured, expected)
+
+
+def _is_sequential(loader: Any) -> bool:
+    from torch.utils.data import SequentialSampler
+
+    return isinstance(getattr(loader, "sampler", None), SequentialSampler)
+
+
+def batch_independence(ctx: Context) -> CheckResult:
+    """In eval mode, the first half's outputs must not change when the second half is dropped."""
+    import torch
+
+    targets = ctx.batch[1]
+    size = targets.shape[0] if isinstance(targets, torch.Tensor) else 0
+    if size < 4:
+        return CheckResult("batch-independence", SKIP, cause="the batch has fewer than 4 examples")
+    half = size // 2
+    ctx.model.eval()
+    with torch.no_grad():
+        full = _outputs(ctx, ctx.batch)
+        part = _outputs(ctx, tree_map(lambda t: t[:half], ctx.batch))
+    if not isinstance(full, torch.Tensor) or not isinstance(part, torch.Tensor):
+        return CheckResult("batch-independence", SKIP, cause="the outputs are not one tensor")
+    diff = float((full[:half] - part).abs().max())
+    scale = 1.0 + float(full.abs().max())
+    expected = "identical outputs (max difference below 1e-4 of the output scale)"
+    if diff <= 1e-4 * scale:
+        return CheckResult("batch-independence", PASS, f"max difference {diff:.2g}", expected)
+    return CheckResult(
+        "batch-independence",
+        FAIL,
+        f"max difference {diff:.3g}",
+        expected,
+        cause="in eval mode a sample's output depends on the rest of its batch: normalization "
+        "recomputed per batch at inference, or another cross-sample leak",
+        fix="use running statistics at eval (BatchNorm's default track_running_stats=True) or a "
+        "per-sample normalization such as LayerNorm",
+    )
+
+
+def _outputs(ctx: Context, batch: Any) -> Any:
+    if ctx.target.eval_step is not None:
+        return ctx.target.eval_step(ctx.model, batch)
+    return ctx.forward(batch=batch)

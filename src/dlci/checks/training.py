@@ -1,0 +1,28 @@
+"""memorize: the memorization test as the first rung of the ladder."""
+
+from __future__ import annotations
+
+from dlci.checks.base import FAIL, PASS, SKIP, CheckResult, Context
+
+
+def memorize_check(ctx: Context) -> CheckResult:
+    from dlci.memorize import MemorizeConfig, memorize
+
+    if ctx.tier is None:
+        return CheckResult("memorize", SKIP, cause="no tier selected")
+    config = MemorizeConfig.from_tier(ctx.tier, device=str(ctx.device))
+    result = memorize(ctx.target, config)
+    expected = f"loss < {ctx.tier.max_loss:g} within {ctx.tier.max_epochs} epochs"
+    if result.passed:
+        return CheckResult(
+            "memorize", PASS, f"loss {result.final_loss:.3g} at step {result.steps}", expected
+        )
+    return CheckResult(
+        "memorize",
+        FAIL,
+        result.reason,
+        expected,
+        cause="the training loop cannot overfit one small batch, so it cannot learn",
+        fix="see the checks above; then the learning rate (lr-range) and the loss",
+        details={"best_loss": result.best_loss, "steps": result.steps},
+    )

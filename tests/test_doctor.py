@@ -1,0 +1,148 @@
+"""The debugging ladder against the bug zoo (tests/zoo.py): each planted bug caught by its
+check, no false alarm on the clean targets, and the user's state left as it was."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+import zoo
+from dlci.checks import CHECK_IDS, run_checks, select
+from dlci.cli import main
+from dlci.errors import DlciError
+from dlci.tiering import choose_tier
+
+# the planted (N, 1)-vs-(N,) bug makes torch warn too; the check must catch it anyway
+pytestmark = pytest.mark.filterwarnings("ignore:Using a target size:UserWarning")
+
+TIER = choose_tier(budget="pr", hardware="cpu")
+TESTS = Path(__file__).resolve().parent
+EXAMPLE = TESTS.parent / "examples" / "digits"
+
+
+@pytest.mark.parametrize("bug", list(zoo.BUGS), ids=list(zoo.BUGS))
+def test_each_planted_bug_is_caught_by_its_check(bug: str) -> None:
+    factory, check = zoo.BUGS[bug]
+    results = {r.id: r for r in run_checks(factory(), tier=TIER)}
+    caught = results[check]
+    assert caught.status == "fail", (check, caught)
+    assert caught.cause
+    assert caught.fix
+
+
+@pytest.mark.parametrize("name", list(zoo.CLEAN))
+def test_clean_targets_raise_no_alarm(name: str) -> None:
+    results = run_checks(zoo.CLEAN[name](), tier=TIER)
+    alarms = [(r.id, r.status, r.measured) for r in results if r.status in ("fail", "warn")]
+    assert alarms == []
+    assert [r.id for r in results] == list(CHECK_IDS)
+
+
+def test_the_checks_leave_the_model_and_random_state_as_they_found_them() -> None:
+    target = zoo.clean_classification()
+    model = target.model
+    model.eval()
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    torch_state, python_state = torch.get_rng_state(), random.getstate()
+    loader_state = target.train_loader.generator.get_state()
+    run_checks(target, tier=TIER)
+    assert all(torch.equal(weights[k], v) for k, v in model.state_dict().items())
+    assert not model.training
+    assert model.drop.p == 0.1  # memorize switched dropout off; it is back
+    assert torch.equal(torch.get_rng_state(), torch_state)
+    assert random.getstate() == python_state
+    assert torch.equal(target.train_loader.generator.get_state(), loader_state)
+
+
+def test_stop_on_fail_skips_the_rest_with_the_reason() -> None:
+    results = run_checks(zoo.optimizer_subset(), tier=TIER, stop_on_fail=True)
+    assert results[0].status == "fail"
+    assert {r.status for r in results[1:]} == {"skip"}
+    assert results[1].cause == "--stop-on-fail: an earlier check failed"
+
+
+def test_only_runs_the_named_checks_in_ladder_order() -> None:
+    assert [c.id for c in select("memorize, shuffle")] == ["shuffle", "memorize"]
+    with pytest.raises(DlciError) as info:
+        select("shufle")
+    assert info.value.message == "--only: unknown check 'shufle'"
+    assert info.value.hint.startswith("did you mean 'shuffle'?")
+
+
+def test_an_error_in_the_users_code_fails_that_check_with_the_error() -> None:
+    target = zoo.clean_classification()
+
+    def broken_eval(model, batch):  # type: ignore[no-untyped-def]
+        raise KeyError("logits")
+
+    target.eval_step = broken_eval
+    results = {r.id: r for r in run_checks(target, checks=select("train-eval-mode"), tier=TIER)}
+    assert results["train-eval-mode"].status == "fail"
+    assert results["train-eval-mode"].measured == "KeyError: 'logits'"
+
+
+def test_checks_that_need_more_of_the_target_are_skipped_with_the_reason() -> None:
+    results = {r.id: r for r in run_checks(zoo.clean_regression(), tier=TIER)}
+    assert (results["initial-loss"].status, results["initial-loss"].cause) == (
+        "skip",
+        "num_classes is not given",
+    )
+    assert results["zero-grad"].cause == "no train_step: dl-ci's own step zeroes gradients"
+    assert results["lr-range"].cause == "not available in this version of dl-ci yet"
+
+
+def test_doctor_on_the_example_passes_and_writes_json_and_markdown(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    monkeypatch.chdir(EXAMPLE)
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    markdown = tmp_path / "doctor.md"
+    assert main(["doctor", "--out", str(tmp_path), "--markdown", str(markdown)]) == 0
+    report = json.loads((tmp_path / "doctor.json").read_text())
+    assert (report["schema_version"], report["kind"], report["verdict"]) == (1, "doctor", "pass")
+    assert [c["id"] for c in report["checks"]] == list(CHECK_IDS)
+    assert report["counts"]["fail"] == 0
+    assert set(report["checks"][0]) == {
+        "id",
+        "status",
+        "measured",
+        "expected",
+        "cause",
+        "fix",
+        "details",
+        "seconds",
+    }
+    text = markdown.read_text()
+    assert text.startswith("### ✅ Debugging checks: 0 failed, ")
+    assert "| `memorize` | ✅ pass | loss " in text
+    assert "dlci doctor" in capsys.readouterr().out
+
+
+def test_doctor_fails_a_buggy_target_and_names_the_check(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(TESTS)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    code = main(
+        [
+            "doctor",
+            "--target",
+            "zoo:no_zero_grad",
+            "--out",
+            str(tmp_path),
+            "--only",
+            "zero-grad,grad-flow",
+        ]
+    )
+    assert code == 1
+    report = json.loads((tmp_path / "doctor.json").read_text())
+    assert [(c["id"], c["status"]) for c in report["checks"]] == [
+        ("zero-grad", "fail"),
+        ("grad-flow", "pass"),
+    ]
+    assert report["checks"][0]["cause"].startswith("gradients accumulate across train_step calls")
+    out = capsys.readouterr().out
+    assert "1 failed, 0 warnings, 1 passed, 0 skipped" in out
