@@ -18,7 +18,7 @@ CLASSES = 4
 def _blobs(n: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(1)
     labels = torch.randint(0, CLASSES, (n,), generator=g)
-    centers = torch.randn(CLASSES, 10, generator=g) * 3
+    centers = torch.randn(CLASSES, 10, generator=g)  # overlapping: no perfect score
     return centers[labels] + torch.randn(n, 10, generator=g), labels
 
 
@@ -175,6 +175,46 @@ def dead_relus() -> dlci.Target:
     return classification(model=model)
 
 
+def labels_permuted() -> dlci.Target:
+    x, y = _blobs()
+    g = torch.Generator().manual_seed(7)
+    return classification(
+        x_y=(x, y[torch.randperm(len(y), generator=g)])
+    )  # labels lost their inputs
+
+
+def feature_encodes_label() -> dlci.Target:
+    x, y = _blobs()
+    x = x.clone()
+    x[:, :CLASSES] = (
+        nn.functional.one_hot(y, CLASSES).float() * 3
+    )  # the planted bug: the label, one-hot
+    return classification(x_y=(x, y))
+
+
+def lr_far_too_low() -> dlci.Target:
+    return classification(lr=1e-9)
+
+
+def _unseeded_factory() -> dlci.Target:
+    torch.seed()  # the planted bug: a fresh random seed every time the target is built
+    model = MLP()
+    x, y = _blobs()
+    train, val = _loaders(x, y)
+    return dlci.Target(
+        model,
+        lambda p: torch.optim.Adam(p, lr=3e-3),
+        train,
+        loss_fn=nn.CrossEntropyLoss(),
+        val_loader=val,
+        num_classes=CLASSES,
+    )
+
+
+def unseeded_initialisation() -> dlci.Target:
+    return _unseeded_factory()
+
+
 CLEAN = {"classification": clean_classification, "regression": clean_regression}
 
 # planted bug -> the check that must catch it
@@ -189,4 +229,11 @@ BUGS = {
     "a detached layer": (detached_layer, "grad-flow"),
     "softmax before cross-entropy": (softmax_before_cross_entropy, "initial-loss"),
     "dead ReLUs": (dead_relus, "activations"),
+    "labels permuted": (labels_permuted, "label-alignment"),
+    "a feature that encodes the label": (feature_encodes_label, "leakage"),
+    "learning rate far too low": (lr_far_too_low, "lr-range"),
+    "unseeded initialisation": (unseeded_initialisation, "reproducibility"),
 }
+
+# checks that rebuild the target get its function too
+FACTORIES = {"unseeded initialisation": _unseeded_factory}

@@ -26,8 +26,11 @@ def _registry() -> list[Check]:
     from dlci.checks.activations import activations
     from dlci.checks.data import batch_independence, shuffle
     from dlci.checks.gradients import grad_flow, update_ratio, weight_norms, zero_grad
+    from dlci.checks.labels import label_alignment, leakage
     from dlci.checks.loss import initial_loss, loss_broadcast
+    from dlci.checks.lr import lr_range
     from dlci.checks.modes import train_eval_mode
+    from dlci.checks.repro import reproducibility
     from dlci.checks.setup import optimizer_coverage
     from dlci.checks.training import memorize_check
 
@@ -48,10 +51,10 @@ def _registry() -> list[Check]:
         Check("weight-norms", "weights growing without bound", weight_norms),
         Check("update-ratio", "updates that do nothing or blow up", update_ratio),
         Check("memorize", "a training loop that cannot learn at all", memorize_check),
-        Check("lr-range", "a learning rate orders of magnitude off", None),
-        Check("label-alignment", "labels misaligned with inputs", None),
-        Check("leakage", "a score too good to be true", None),
-        Check("reproducibility", "runs that cannot be compared", None),
+        Check("lr-range", "a learning rate orders of magnitude off", lr_range),
+        Check("label-alignment", "labels misaligned with inputs", label_alignment),
+        Check("leakage", "a score too good to be true", leakage),
+        Check("reproducibility", "runs that cannot be compared", reproducibility),
     ]
 
 
@@ -100,11 +103,12 @@ def run_checks(
     device: str | None = None,
     stop_on_fail: bool = False,
     on_result: Callable[[CheckResult], None] | None = None,
+    factory: Callable[[], Target] | None = None,
 ) -> list[CheckResult]:
     """Run the checks in order, each leaving the model and random state as it found them."""
     checks = checks if checks is not None else _registry()
     batch_size = getattr(tier, "batch_size", 16)
-    ctx = Context.build(target, batch_size=batch_size, device=device, tier=tier)
+    ctx = Context.build(target, batch_size=batch_size, device=device, tier=tier, factory=factory)
     results: list[CheckResult] = []
     stopped = False
     for check in checks:

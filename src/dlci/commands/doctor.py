@@ -59,6 +59,7 @@ def main(argv: Sequence[str]) -> int:
         device=args.device,
         stop_on_fail=args.stop_on_fail,
         on_result=progress,
+        factory=lambda: load_target(spec),
     )
     data = report.build(results, target=spec, tier=tier.to_dict(), seed=args.seed)
     json_path = args.json or str(Path(args.out) / report.REPORT_NAME)

@@ -1,0 +1,116 @@
+"""lr-range: an exponential learning-rate sweep, judged against the configured rate.
+
+Lightning and fastai suggest a rate from the steepest slope of the smoothed loss; their users
+find the suggestion noisy (Lightning #1767, #2814). dl-ci differentiates against log10(lr),
+which is what the sweep is linear in, and gives a verdict on the rate you configured rather
+than a suggestion to copy.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+from dlci.batching import as_pair, to_device
+from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context
+
+START, END, STEPS, BETA, DIVERGE, SKIP_FIRST, WINDOW = 1e-7, 10.0, 100, 0.98, 4.0, 10, 5
+
+
+def lr_range(ctx: Context) -> CheckResult:
+    optimizer = ctx.optimizer()
+    configured = float(optimizer.param_groups[0].get("lr", 0.0) or 0.0)
+    if configured <= 0:
+        return CheckResult("lr-range", SKIP, cause="the optimizer has no positive 'lr'")
+    scales = [float(g.get("lr", configured)) / configured for g in optimizer.param_groups]
+    batches = _batches(ctx)
+    lrs, losses = _sweep(ctx, optimizer, scales, batches)
+    if len(losses) <= SKIP_FIRST + 2:
+        return CheckResult(
+            "lr-range",
+            FAIL,
+            f"the loss diverged by lr {lrs[-1]:.1e}",
+            "a sweep of 1e-7..10",
+            cause="training diverges at every rate tried",
+            fix="check the loss and the data for inf/NaN; try a smaller model scale",
+        )
+    logs = [math.log10(lr) for lr in lrs]
+    # the slope over half a decade each side: single-batch noise would otherwise pick the
+    # steepest point at random (the complaint about Lightning's suggestion)
+    w = WINDOW
+    points = range(max(SKIP_FIRST, w), len(losses) - w)
+    if not points:
+        points = range(1, len(losses) - 1)
+        w = 1
+    slope = {i: (losses[i + w] - losses[i - w]) / (logs[i + w] - logs[i - w]) for i in points}
+    steep_i = min(slope, key=lambda i: slope[i])
+    best_i = min(range(SKIP_FIRST, len(losses)), key=lambda i: losses[i])
+    steepest, lowest = lrs[steep_i], lrs[best_i]
+    low, high = steepest / 100, lowest
+    details = {
+        "configured": configured,
+        "steepest": steepest,
+        "lowest_loss_lr": lowest,
+        "lrs": [round(v, 12) for v in lrs],
+        "smoothed_loss": [round(v, 6) for v in losses],
+    }
+    measured = (
+        f"configured {configured:.1e}; steepest descent at {steepest:.1e}, "
+        f"lowest loss at {lowest:.1e}"
+    )
+    expected = f"between {low:.1e} and {high:.1e}"
+    if configured > 10 * high or configured < low / 100:
+        too = "high" if configured > high else "low"
+        return CheckResult(
+            "lr-range",
+            FAIL,
+            measured,
+            expected,
+            details=details,
+            cause=f"the learning rate is orders of magnitude too {too}",
+            fix=f"try about {steepest:.0e} (the steepest descent of the sweep)",
+        )
+    if configured > high or configured < low:
+        return CheckResult(
+            "lr-range",
+            WARN,
+            measured,
+            expected,
+            details=details,
+            cause="the learning rate is outside the range where the loss falls fastest",
+            fix=f"try about {steepest:.0e}",
+        )
+    return CheckResult("lr-range", PASS, measured, expected, details=details)
+
+
+def _batches(ctx: Context) -> list[Any]:
+    items = [
+        as_pair(b, i) for i, b in enumerate(itertools.islice(iter(ctx.target.train_loader), STEPS))
+    ]
+    return [to_device(b, ctx.device) for b in items] or [ctx.batch]
+
+
+def _sweep(
+    ctx: Context, optimizer: Any, scales: list[float], batches: list[Any]
+) -> tuple[list[float], list[float]]:
+    ctx.model.train()
+    lrs: list[float] = []
+    smoothed: list[float] = []
+    average, best = 0.0, math.inf
+    factor = (END / START) ** (1 / (STEPS - 1))
+    for step, batch in zip(range(STEPS), itertools.cycle(batches), strict=False):
+        lr = START * factor**step
+        for group, scale in zip(optimizer.param_groups, scales, strict=True):
+            group["lr"] = lr * scale
+        loss = ctx.step(ctx.model, optimizer, batch)
+        if not math.isfinite(loss):
+            break
+        average = BETA * average + (1 - BETA) * loss
+        value = average / (1 - BETA ** (step + 1))
+        lrs.append(lr)
+        smoothed.append(value)
+        best = min(best, value)
+        if step >= SKIP_FIRST and value > DIVERGE * best:  # early points are mostly noise
+            break
+    return lrs, smoothed

@@ -1,0 +1,77 @@
+"""reproducibility: the same seed gives the same parameters; DataLoader workers seeded."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from dlci.checks.base import FAIL, PASS, WARN, CheckResult, Context
+
+STEPS = 3
+
+
+def reproducibility(ctx: Context) -> CheckResult:
+    from dlci.memorize import seed_everything
+
+    if ctx.factory is not None:  # rebuild the target from its function, twice, same seed
+        runs = []
+        for _ in range(2):
+            seed_everything(0)
+            target = ctx.factory()
+            model = target.model.to(ctx.device)
+            runs.append(_train(ctx, model, target.optimizer))
+        how = "two builds of the target with seed 0"
+    else:  # the same starting point twice: the training step itself must be deterministic
+        start = copy.deepcopy(ctx.model.state_dict())
+        runs = []
+        for _ in range(2):
+            ctx.model.load_state_dict(start)
+            seed_everything(0)
+            runs.append(_train(ctx, ctx.model, ctx.target.optimizer))
+        how = "two runs from the same weights with seed 0"
+    worst = max(float((a - b).abs().max()) for a, b in zip(runs[0], runs[1], strict=True))
+    measured = f"largest parameter difference {worst:.2g} after {STEPS} steps ({how})"
+    expected = "identical within 1e-6"
+    workers = _unseeded_workers(ctx.target.train_loader)
+    if worst > 1e-6:
+        return CheckResult(
+            "reproducibility",
+            FAIL,
+            measured,
+            expected,
+            cause="the same seed does not give the same model: an unseeded generator in the "
+            "target's code, or nondeterministic kernels",
+            fix="build everything after seeding (no torch.seed()/time-based seeds); use "
+            "torch.use_deterministic_algorithms(True) to find nondeterministic kernels",
+        )
+    if workers:
+        return CheckResult(
+            "reproducibility",
+            WARN,
+            measured + f"; {workers}",
+            expected,
+            cause="DataLoader workers without a generator or worker_init_fn repeat NumPy's "
+            "random state across workers",
+            fix="pass generator=torch.Generator().manual_seed(seed) and a worker_init_fn that "
+            "seeds NumPy and random from torch.initial_seed()",
+        )
+    return CheckResult("reproducibility", PASS, measured, expected)
+
+
+def _train(ctx: Context, model: Any, factory: Any) -> list[Any]:
+    model.train()
+    optimizer = factory([p for p in model.parameters() if p.requires_grad])
+    for _ in range(STEPS):
+        ctx.step(model, optimizer)
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def _unseeded_workers(loader: Any) -> str:
+    workers = getattr(loader, "num_workers", 0) or 0
+    if (
+        workers > 0
+        and getattr(loader, "worker_init_fn", None) is None
+        and getattr(loader, "generator", None) is None
+    ):
+        return f"{workers} DataLoader workers without a generator or worker_init_fn"
+    return ""
