@@ -30,3 +30,11 @@ def test_ci_runs_the_readmes_test_command() -> None:
     readme = (ROOT / "README.md").read_text("utf-8")
     assert "\nscripts/test.sh\n" in readme
     assert "scripts/test.sh" in (ROOT / ".ci" / "run").read_text("utf-8")
+
+
+def test_every_check_id_is_documented() -> None:
+    from dlci.checks import CHECK_IDS
+
+    doc = (ROOT / "docs" / "doctor.md").read_text("utf-8")
+    for check in CHECK_IDS:
+        assert f"| `{check}` |" in doc, check

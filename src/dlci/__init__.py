@@ -11,9 +11,13 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Target", "__version__", "assert_memorizes"]
+__all__ = ["Instruments", "Target", "__version__", "assert_memorizes"]
 
-_LAZY = {"Target": "dlci.target", "assert_memorizes": "dlci.testing"}
+_LAZY = {
+    "Target": "dlci.target",
+    "assert_memorizes": "dlci.testing",
+    "Instruments": "dlci.instruments",
+}
 
 
 def __getattr__(name: str) -> Any:
