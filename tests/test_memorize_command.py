@@ -116,9 +116,9 @@ def test_a_missing_target_module_is_a_clear_error(in_example, tmp_path, capsys) 
     )
 
 
-def test_the_ddp_path_passes_with_two_gloo_processes(tmp_path) -> None:
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-    done = subprocess.run(
+def run_ddp(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """``dlci memorize --nproc 2`` on the example, for real, under torchrun with gloo."""
+    return subprocess.run(
         [
             sys.executable,
             "-m",
@@ -127,18 +127,23 @@ def test_the_ddp_path_passes_with_two_gloo_processes(tmp_path) -> None:
             "--nproc",
             "2",
             "--out",
-            str(tmp_path),
+            str(out),
             "--quiet",
             "--tracker",
             "none",
+            *extra,
         ],
         cwd=EXAMPLE,
-        env=env,
+        env=dict(os.environ, CUDA_VISIBLE_DEVICES=""),
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
+
+
+def test_the_ddp_path_passes_with_two_gloo_processes(tmp_path) -> None:
+    done = run_ddp(tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((tmp_path / "memorization.json").read_text())
     assert (report["verdict"], report["world_size"], report["batch_examples"]) == ("pass", 2, 16)
@@ -147,30 +152,7 @@ def test_the_ddp_path_passes_with_two_gloo_processes(tmp_path) -> None:
 
 
 def test_the_ddp_path_fails_on_every_rank_alike(tmp_path) -> None:
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dlci",
-            "memorize",
-            "--nproc",
-            "2",
-            "--out",
-            str(tmp_path),
-            "--quiet",
-            "--tracker",
-            "none",
-            "--target",
-            "digits_example.broken:make_tiny_lr_target",
-        ],
-        cwd=EXAMPLE,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = run_ddp(tmp_path, "--target", "digits_example.broken:make_tiny_lr_target")
     assert done.returncode == 1, done.stderr[-3000:]
     report = json.loads((tmp_path / "memorization.json").read_text())
     assert (report["verdict"], report["world_size"], report["steps"]) == ("fail", 2, 100)
@@ -179,30 +161,7 @@ def test_the_ddp_path_fails_on_every_rank_alike(tmp_path) -> None:
 
 
 def test_a_mistake_in_the_target_under_ddp_is_reported_once_without_a_traceback(tmp_path) -> None:
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dlci",
-            "memorize",
-            "--nproc",
-            "2",
-            "--out",
-            str(tmp_path),
-            "--quiet",
-            "--tracker",
-            "none",
-            "--target",
-            "digits_example.broken:make_detached_target",
-        ],
-        cwd=EXAMPLE,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = run_ddp(tmp_path, "--target", "digits_example.broken:make_detached_target")
     assert done.returncode == 1
     assert done.stderr.count("error: step 1: the loss has no gradient") == 1
     assert "memorize: 2 of 2 DDP processes failed (their messages are above)" in done.stderr

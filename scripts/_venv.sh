@@ -1,0 +1,20 @@
+# shellcheck shell=bash
+# Sourced by demo.sh and test.sh: create the virtual environment and install torch first.
+# Environment: PYTHON (default python3), VENV (default .venv), TORCH_SPEC (default
+# torch==2.13.0; any torch 2.x from 2.4 on works).
+python=${PYTHON:-python3}
+venv=${VENV:-.venv}
+torch_spec=${TORCH_SPEC:-torch==2.13.0}
+
+if [ ! -x "$venv/bin/python" ]; then
+  echo "==> creating $venv"
+  "$python" -m venv "$venv"
+fi
+
+pip_install() {
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$@"
+}
+
+echo "==> installing $torch_spec"
+# torch first and pinned: an unpinned torch would pull a multi-GB CUDA build on CPU machines
+pip_install "$torch_spec"
