@@ -100,7 +100,7 @@ def test_the_time_cap_stops_a_slow_loop_with_the_best_loss() -> None:
     target.train_step = slow_step
     result = memorize(target, MemorizeConfig(max_epochs=1000, max_loss=0.01, time_cap_s=0.3))
     assert (result.verdict, result.stopped_by) == ("fail", "time")
-    assert 3 <= result.steps < 20
+    assert 1 <= result.steps < 20  # 50 ms a step against a 0.3 s cap, on a loaded machine too
     assert result.reason.startswith(
         f"time cap of 0.005 min reached at step {result.steps} of 1000: best "
     )
