@@ -10,8 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlci.batching import call_model, take_batch, to_device
-from dlci.errors import DlciError
+from dlci.batching import as_pair, call_model, take_batch, to_device
 from dlci.target import Target
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
@@ -80,6 +79,13 @@ class Context:
             loss.backward()
             optimizer.step()
         return float(loss.detach()) if hasattr(loss, "detach") else float(loss)
+
+    def loader_batches(self, loader: Any, count: int) -> list[Any]:
+        """Up to ``count`` (inputs, targets) batches of ``loader``, on the device."""
+        import itertools
+
+        items = itertools.islice(iter(loader), count)
+        return [to_device(as_pair(b, i), self.device) for i, b in enumerate(items)]
 
     def is_classification(self) -> bool:
         targets = self.batch[1]
@@ -154,10 +160,3 @@ def layer_name(name: str) -> str:
 
 def fmt(value: float) -> str:
     return f"{value:.3g}"
-
-
-def user_error(check: str, exc: BaseException) -> DlciError:
-    return DlciError(
-        f"check {check}: the target's code raised {type(exc).__name__}: {exc}",
-        hint="run 'dlci memorize' on the target first; it reports where the error is",
-    )

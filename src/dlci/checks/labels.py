@@ -7,7 +7,7 @@ import itertools
 import math
 from typing import Any
 
-from dlci.batching import as_pair, call_model, to_device
+from dlci.batching import call_model
 from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context
 
 CONTROL_STEPS = 60  # training steps for each arm of the shuffled-label control
@@ -16,18 +16,13 @@ EVAL_BATCHES = 8
 
 
 def _train_batches(ctx: Context, count: int) -> list[Any]:
-    items = itertools.islice(
-        itertools.cycle(list(itertools.islice(iter(ctx.target.train_loader), count))), count
-    )
-    return [to_device(as_pair(b, i), ctx.device) for i, b in enumerate(items)]
+    """``count`` training batches, cycling the loader's first ones."""
+    batches = ctx.loader_batches(ctx.target.train_loader, count)
+    return list(itertools.islice(itertools.cycle(batches), count)) if batches else []
 
 
 def _val_batches(ctx: Context) -> list[Any]:
-    loader = ctx.target.val_loader
-    return [
-        to_device(as_pair(b, i), ctx.device)
-        for i, b in enumerate(itertools.islice(iter(loader), EVAL_BATCHES))
-    ]
+    return ctx.loader_batches(ctx.target.val_loader, EVAL_BATCHES)
 
 
 def _evaluate(ctx: Context, model: Any, batches: list[Any]) -> tuple[float, float | None]:

@@ -12,7 +12,6 @@ import itertools
 import math
 from typing import Any
 
-from dlci.batching import as_pair, to_device
 from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context
 
 START, END, STEPS, BETA, DIVERGE, SKIP_FIRST, WINDOW = 1e-7, 10.0, 100, 0.98, 4.0, 10, 5
@@ -85,10 +84,7 @@ def lr_range(ctx: Context) -> CheckResult:
 
 
 def _batches(ctx: Context) -> list[Any]:
-    items = [
-        as_pair(b, i) for i, b in enumerate(itertools.islice(iter(ctx.target.train_loader), STEPS))
-    ]
-    return [to_device(b, ctx.device) for b in items] or [ctx.batch]
+    return ctx.loader_batches(ctx.target.train_loader, STEPS) or [ctx.batch]
 
 
 def _sweep(
