@@ -11,12 +11,13 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Instruments", "Target", "__version__", "assert_memorizes"]
+__all__ = ["Instruments", "Target", "__version__", "assert_memorizes", "profile"]
 
 _LAZY = {
     "Target": "dlci.target",
     "assert_memorizes": "dlci.testing",
     "Instruments": "dlci.instruments",
+    "profile": "dlci.profiling.capture",
 }
 
 

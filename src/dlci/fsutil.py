@@ -24,6 +24,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             hint="check that the directory exists, is writable and has free space",
         ) from None
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; artifacts are for others too
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -37,6 +38,12 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             "files written before are untouched",
         ) from None
     return target
+
+
+def _umask() -> int:
+    mask = os.umask(0o22)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
