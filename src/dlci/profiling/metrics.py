@@ -22,6 +22,7 @@ DATA_LOADING_WARN_PCT = 5.0
 
 _NCCL = re.compile(r"nccl|rccl", re.IGNORECASE)
 _LAUNCH = re.compile(r"^(cuda|hip|cu)(Ext)?(Module)?Launch(Kernel|CooperativeKernel)")
+_ASYNC_WORK = re.compile(r"^(cuda|hip)Mem(cpy|set)[A-Za-z0-9]*Async")
 _GRAPH_LAUNCH = re.compile(r"^(cuda|hip)GraphLaunch")
 _BLOCKING_SYNC = re.compile(
     r"^(cuda|hip)(DeviceSynchronize|StreamSynchronize|EventSynchronize|Memcpy|MemcpyDtoH)$|"
@@ -112,7 +113,10 @@ def analyze(cols: Columns, *, source: str = "") -> dict[str, Any]:
             "and the device metrics are not available"
         )
     if cols.missing_duration:
-        warnings.append(f"{cols.missing_duration} events have no duration; they count as instants")
+        warnings.append(
+            f"{cols.missing_duration} events have no duration: device events without one are "
+            "left out, host events count as instants"
+        )
     if cols.missing_timestamp:
         warnings.append(f"{cols.missing_timestamp} events have no timestamp and were skipped")
     if cols.unknown_categories:
@@ -162,12 +166,12 @@ def analyze(cols: Columns, *, source: str = "") -> dict[str, Any]:
 
     report["syncs"] = _syncs(cols, names, host_pid, windows)
     report["launches"] = _launches(cols, names, launch_of, primary)
-    if _GRAPH_LAUNCH.pattern and np.any(names.mask(cols.rt_name, _GRAPH_LAUNCH)):
+    if np.any(names.mask(cols.rt_name, _GRAPH_LAUNCH)):
         warnings.append(
             "the trace holds CUDA graph launches: kernels replayed by a graph have no launch "
             "of their own, so launch overhead and step attribution cover only the rest"
         )
-    _last_step_warning(cols, windows, launch_of, warnings)
+    _last_step_warning(cols, names, windows, warnings)
     report["warnings"] = warnings
     report["recommendations"] = _recommendations(report)
     return report
@@ -600,15 +604,17 @@ def _launches(
 
 def _last_step_warning(
     cols: Columns,
+    names: _Names,
     windows: list[tuple[int, float, float, float]],
-    launch_of: Any,
     warnings: list[str],
 ) -> None:
     """Launches in the last step whose device work is missing mean the trace ends early."""
     if not windows or not cols.rt_corr.size:
         return
     start, cpu_end = windows[-1][1], windows[-1][3]
-    in_last = (cols.rt_ts >= start) & (cols.rt_ts < cpu_end) & (cols.rt_corr >= 0)
+    # Only calls that always make device work: kernel launches, async copies and sets.
+    launchy = names.mask(cols.rt_name, _LAUNCH, _ASYNC_WORK) & (cols.rt_corr >= 0)
+    in_last = (cols.rt_ts >= start) & (cols.rt_ts < cpu_end) & launchy
     if not in_last.any():
         return
     device_corr = np.unique(cols.dev_corr[cols.dev_corr >= 0])
@@ -618,7 +624,7 @@ def _last_step_warning(
     missing = ~np.isin(launched, device_corr)
     # Only launches whose kind makes device work (launches and async copies/sets).
     missing_launches = int(missing.sum())
-    before = (cols.rt_ts < start) & (cols.rt_corr >= 0)
+    before = (cols.rt_ts < start) & launchy
     lost_before = int((~np.isin(cols.rt_corr[before], device_corr)).sum())
     if missing_launches and missing_launches > lost_before:
         warnings.append(

@@ -185,6 +185,15 @@ class _Builder:
             group = [e for e in group if e.ph == "X"]  # complete events; flows and marks aside
             self.categories[cat] += len(group)
             kind = DEVICE_CATEGORIES.get(cat)
+            known = (
+                kind is not None
+                or cat in RUNTIME_CATEGORIES
+                or cat in CPU_OP_CATEGORIES
+                or cat in ANNOTATION_CATEGORIES
+            )
+            if not known:
+                self.unknown[cat] += len(group)
+                continue
             good = [e for e in group if e.ts is not None]
             self.missing_timestamp += len(group) - len(good)
             nodur = sum(1 for e in good if e.dur is None)
@@ -195,10 +204,8 @@ class _Builder:
                 self._device(kind, good)
             elif cat in RUNTIME_CATEGORIES:
                 self._runtime(good)
-            elif cat in CPU_OP_CATEGORIES or cat in ANNOTATION_CATEGORIES:
+            else:
                 self._ops(good, cat in ANNOTATION_CATEGORIES)
-            elif cat not in IGNORED_CATEGORIES:
-                self.unknown[cat] += len(group)
 
     def _names(self, group: list[Event]) -> list[int]:
         names = self.names

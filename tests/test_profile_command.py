@@ -1,0 +1,246 @@
+"""``dlci profile``, ``dlci analyze``, ``dlci diff`` and ``dlci.profile`` with real CPU traces.
+
+Every trace here is recorded by torch.profiler from real training steps on the CPU; the
+GPU-side metrics are covered by the synthetic traces of test_trace_metrics.py.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import dlci
+from dlci.cli import main
+from tracegen import training_trace
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits"
+
+
+@pytest.fixture
+def cpu_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+
+
+@pytest.fixture(scope="module")
+def example_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``dlci profile`` on the digits example at the PR tier (3 recorded steps on cpu)."""
+    out = tmp_path_factory.mktemp("profile")
+    mp = pytest.MonkeyPatch()
+    mp.chdir(EXAMPLE)
+    mp.syspath_prepend(str(EXAMPLE))
+    mp.setenv("CUDA_VISIBLE_DEVICES", "")
+    try:
+        assert main(["profile", "--out", str(out), "--budget", "pr", "--quiet"]) == 0
+    finally:
+        mp.undo()
+    return out
+
+
+def test_profile_writes_a_real_trace_and_its_report(example_profile: Path) -> None:
+    raw = gzip.decompress((example_profile / "trace.json.gz").read_bytes())
+    trace = json.loads(raw)
+    names = {e.get("name") for e in trace["traceEvents"]}
+    assert {"ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"} <= names  # wait 1, warmup 1
+    assert {"dlci/data", "dlci/forward", "dlci/backward", "dlci/optimizer"} <= names
+    report = json.loads((example_profile / "utilization.json").read_text())
+    assert (report["schema_version"], report["kind"]) == (1, "utilization")
+    assert report["steps"]["count"] == 3  # the PR tier's profile_steps on cpu
+    assert report["trace"]["cpu_only"] is True
+    assert report["gpu_utilization_pct"] is None
+    phases = report["phases"]["pct"]
+    assert phases["forward"] > 0 and phases["backward"] > 0 and phases["optimizer"] > 0
+    assert sum(phases.values()) == pytest.approx(100.0, abs=0.01)
+    assert (example_profile / "utilization.png").read_bytes()[:4] == b"\x89PNG"
+    assert "CPU-only trace" in (example_profile / "utilization.md").read_text()
+
+
+def test_a_slow_data_loader_is_named_with_advice(cpu_only, tmp_path: Path) -> None:
+    args = ["profile", "--target", "profile_targets:slow_loader", "--steps", "3", "--quiet"]
+    assert main([*args, "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "utilization.json").read_text())
+    # 8 examples of 2 ms each per batch against a tiny model: loading dominates the step
+    assert report["phases"]["pct"]["data_loading"] > 50.0
+    assert report["recommendations"][0]["id"] == "data-loading"
+    assert "num_workers" in (tmp_path / "utilization.md").read_text()
+
+
+def test_item_every_step_is_in_the_inventory(cpu_only, tmp_path: Path) -> None:
+    args = ["profile", "--target", "profile_targets:item_every_step", "--steps", "4", "--quiet"]
+    assert main([*args, "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "utilization.json").read_text())
+    assert report["syncs"]["blocking_ops"] == 4
+    assert report["syncs"]["blocking_ops_per_step"] == 1.0
+
+
+def test_a_healthy_loop_has_no_data_loading_advice(cpu_only, tmp_path: Path) -> None:
+    args = ["profile", "--target", "profile_targets:healthy", "--steps", "3", "--quiet"]
+    assert main([*args, "--out", str(tmp_path), "--no-analyze"]) == 0
+    assert (tmp_path / "trace.json.gz").exists()
+    assert not (tmp_path / "utilization.json").exists()
+    assert (
+        main(["analyze", str(tmp_path / "trace.json.gz"), "--json", str(tmp_path / "u.json")]) == 0
+    )
+    report = json.loads((tmp_path / "u.json").read_text())
+    assert report["syncs"]["blocking_ops"] == 0
+    assert [r["id"] for r in report["recommendations"]] == []
+
+
+def test_profile_rejects_bad_arguments(cpu_only, tmp_path: Path, capsys) -> None:
+    args = ["profile", "--target", "profile_targets:healthy", "--out", str(tmp_path)]
+    assert main([*args, "--steps", "0"]) == 1
+    assert "at least 1 active step" in capsys.readouterr().err
+    assert main([*args, "--no-analyze", "--min-gpu-util", "10"]) == 1
+    assert "--min-gpu-util needs the analysis" in capsys.readouterr().err
+
+
+def test_profile_context_in_a_users_own_loop(cpu_only, tmp_path: Path) -> None:
+    model = torch.nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    steps = 0
+    with dlci.profile(out=tmp_path, steps=2, wait=1, warmup=1) as prof:
+        for _ in range(100):
+            with prof.phase("forward"):
+                loss = model(torch.randn(4, 8)).sum()
+            with prof.phase("backward"):
+                loss.backward()
+            with prof.phase("optimizer"):
+                opt.step()
+                opt.zero_grad()
+            steps += 1
+            if not prof.step():
+                break
+    assert steps == 4  # wait 1 + warmup 1 + active 2: the loop is told when to stop
+    assert (tmp_path / "trace.json.gz").exists()
+    assert prof.report is not None and prof.report["steps"]["count"] == 2
+    assert prof.report["phases"]["forward_us"] > 0
+
+
+def test_profile_context_says_when_the_loop_was_too_short(cpu_only, tmp_path: Path) -> None:
+    with pytest.raises(dlci.errors.DlciError, match="no trace was recorded: the loop ran 1 steps"):
+        with dlci.profile(out=tmp_path, steps=2, wait=1, warmup=1) as prof:
+            prof.step()
+    with pytest.raises(dlci.errors.DlciError, match="unknown profile phase"):
+        with dlci.profile(out=tmp_path, steps=1, wait=0, warmup=0, analyze=False) as prof:
+            with prof.phase("lunch"):
+                pass
+
+
+# ---------------------------------------------------------------------------- analyze, gate
+
+
+@pytest.fixture
+def gpu_trace(tmp_path: Path) -> Path:
+    """A synthetic GPU trace (stand-in: no GPU on CI) with 61.0% utilization."""
+    return training_trace(steps=3, kernels=4, item_sync=True).write(tmp_path / "gpu.json.gz")
+
+
+def test_analyze_writes_json_markdown_and_png(gpu_trace: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "out"
+    assert main(["analyze", str(gpu_trace), "--out", str(out)]) == 0
+    report = json.loads((out / "utilization.json").read_text())
+    assert report["gpu_utilization_pct"] == pytest.approx(61.0, abs=0.01)
+    markdown = (out / "utilization.md").read_text()
+    assert "| GPU 0 (NVIDIA H100 80GB HBM3) utilization | 61.0% |" in markdown
+    assert "`cudaStreamSynchronize` | `aten::item` | 3 |" in markdown
+    assert (out / "utilization.png").read_bytes()[:4] == b"\x89PNG"
+    assert "utilization 61.0%" in capsys.readouterr().err
+
+
+def test_analyze_json_on_stdout_is_pure(gpu_trace: Path, capsys) -> None:
+    assert main(["analyze", str(gpu_trace), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["kind"] == "utilization"
+
+
+def test_the_gate_passes_and_fails_with_reasons(gpu_trace: Path, tmp_path: Path, capsys) -> None:
+    assert main(["analyze", str(gpu_trace), "--min-gpu-util", "60", "--quiet"]) == 0
+    md = tmp_path / "u.md"
+    assert main(["analyze", str(gpu_trace), "--min-gpu-util", "70", "--markdown", str(md)]) == 1
+    err = capsys.readouterr().err
+    assert "GPU utilization 61.0% is below the minimum of 70%" in err
+    assert "blocking device-to-host reads per step" in err  # the reason, from the numbers
+    assert "**GPU utilization gate FAILED**" in md.read_text()
+
+
+def test_the_gate_on_a_cpu_only_trace_is_an_error(example_profile: Path, capsys) -> None:
+    trace = str(example_profile / "trace.json.gz")
+    assert main(["analyze", trace, "--min-gpu-util", "10", "--quiet"]) == 1
+    assert "cannot be evaluated: the trace has no GPU work" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["-1", "101", "abc"])
+def test_analyze_rejects_a_bad_gate(gpu_trace: Path, value: str, capsys) -> None:
+    assert main(["analyze", str(gpu_trace), "--min-gpu-util", value]) == 1
+    assert "--min-gpu-util" in capsys.readouterr().err
+
+
+def test_analyze_bad_trace_is_one_line_not_a_traceback(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(b"\x1f\x8b\x08\x00garbage")
+    assert main(["analyze", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "bad.json.gz" in err and "Traceback" not in err
+
+
+def test_analyze_keeps_earlier_outputs_when_a_later_one_fails(
+    gpu_trace: Path, tmp_path: Path, capsys
+) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    out_json = tmp_path / "u.json"
+    code = main(
+        ["analyze", str(gpu_trace), "--json", str(out_json), "--plot", str(blocked / "x.png")]
+    )
+    assert code == 1
+    assert json.loads(out_json.read_text())["kind"] == "utilization"
+    assert "cannot write" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- diff
+
+
+def _report(tmp_path: Path, name: str, **kwargs) -> Path:  # type: ignore[no-untyped-def]
+    trace = training_trace(**kwargs).write(tmp_path / f"{name}.json")
+    out = tmp_path / f"{name}.utilization.json"
+    assert main(["analyze", str(trace), "--json", str(out), "--quiet"]) == 0
+    return out
+
+
+def test_diff_passes_on_equal_reports_and_fails_on_a_regression(tmp_path: Path, capsys) -> None:
+    base = _report(tmp_path, "base", steps=3, kernels=8)
+    same = _report(tmp_path, "same", steps=3, kernels=8)
+    # the regression: a .item() sync per step and a 5x slower data loader
+    worse = _report(tmp_path, "worse", steps=3, kernels=8, item_sync=True, data_us=500.0)
+    assert main(["diff", str(base), str(same)]) == 0
+    capsys.readouterr()
+    result_path = tmp_path / "diff.json"
+    assert main(["diff", str(base), str(worse), "--json", str(result_path)]) == 1
+    result = json.loads(result_path.read_text())
+    assert result["passed"] is False
+    assert {r["metric"] for r in result["regressions"]} == {"gpu_utilization_pct", "mean_step_us"}
+    # a loose enough bound lets the same pair pass
+    assert main(["diff", str(base), str(worse), "--max-regression", "1000"]) == 0
+
+
+def test_diff_rejects_what_is_not_a_utilization_report(tmp_path: Path, capsys) -> None:
+    base = _report(tmp_path, "base", steps=2, kernels=2)
+    other = tmp_path / "memorization.json"
+    other.write_text(json.dumps({"kind": "memorization"}))
+    assert main(["diff", str(base), str(other)]) == 1
+    assert "not a utilization report" in capsys.readouterr().err
+    assert main(["diff", str(base), str(tmp_path / "missing.json")]) == 1
+    assert "no such file" in capsys.readouterr().err
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    assert main(["diff", str(base), str(broken)]) == 1
+    assert "not valid JSON" in capsys.readouterr().err
+    future = tmp_path / "future.json"
+    future.write_text(json.dumps({"kind": "utilization", "schema_version": 9}))
+    assert main(["diff", str(base), str(future)]) == 1
+    assert "schema_version 9 is not supported" in capsys.readouterr().err
+    assert main(["diff", str(base), str(base), "--max-regression", "-1"]) == 1
