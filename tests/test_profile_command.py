@@ -121,13 +121,14 @@ def test_profile_context_in_a_users_own_loop(cpu_only, tmp_path: Path) -> None:
 
 
 def test_profile_context_says_when_the_loop_was_too_short(cpu_only, tmp_path: Path) -> None:
-    with pytest.raises(dlci.errors.DlciError, match="no trace was recorded: the loop ran 1 steps"):
-        with dlci.profile(out=tmp_path, steps=2, wait=1, warmup=1) as prof:
-            prof.step()
-    with pytest.raises(dlci.errors.DlciError, match="unknown profile phase"):
-        with dlci.profile(out=tmp_path, steps=1, wait=0, warmup=0, analyze=False) as prof:
-            with prof.phase("lunch"):
-                pass
+    prof = dlci.profile(out=tmp_path, steps=2, wait=1, warmup=1).__enter__()
+    prof.step()
+    with pytest.raises(dlci.errors.DlciError, match="no trace was recorded: the loop ran 1"):
+        prof.__exit__(None, None, None)  # what leaving the with block does
+    with dlci.profile(out=tmp_path, steps=1, wait=0, warmup=0, analyze=False) as prof:
+        with pytest.raises(dlci.errors.DlciError, match="unknown profile phase"):
+            prof.phase("lunch").__enter__()
+        prof.step()
 
 
 # ---------------------------------------------------------------------------- analyze, gate

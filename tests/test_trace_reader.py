@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 from pathlib import Path
@@ -135,7 +136,7 @@ def test_truncated_gzip(tmp_path: Path) -> None:
 def test_corrupt_gzip(tmp_path: Path) -> None:
     blob = bytearray(gzip.compress(b"".join(small_trace().iter_json())))
     blob[40:60] = b"\x00" * 20
-    with pytest.raises(DlciError, match="decompress|truncated|not valid JSON"):
+    with pytest.raises(DlciError, match=r"decompress|truncated|not valid JSON"):
         read_trace(write(tmp_path, "t.json.gz", bytes(blob)))
 
 
@@ -245,7 +246,5 @@ def test_generated_traces_never_crash(tmp_path: Path, events: list) -> None:
 def test_garbage_bytes_give_dlci_errors_only(tmp_path: Path, data: bytes) -> None:
     path = tmp_path / "garbage.json"
     path.write_bytes(b'{"traceEvents": [' + data)
-    try:
+    with contextlib.suppress(DlciError):  # a clear error is fine; anything else fails
         analyze(read_trace(path))
-    except DlciError:
-        pass
