@@ -25,11 +25,11 @@ import argparse
 import contextlib
 import json
 import logging
-import os
 import shutil
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("HTA reads only .json and .json.gz traces")
     if not args.verbose:
         logging.getLogger("hta").setLevel(logging.ERROR)
-        os.environ.setdefault("PYTHONWARNINGS", "ignore")
+        warnings.filterwarnings("ignore")
     try:
         result = analyze(args.trace, idle_breakdown=args.idle_breakdown)
     except ModuleNotFoundError as exc:

@@ -280,6 +280,12 @@ def main(argv: list[str] | None = None) -> int:
         "--timeout", type=float, default=1800, help="seconds allowed per child (default 1800)"
     )
     args = parser.parse_args(argv)
+    skipped = [t for t in args.traces if t.name.endswith(".hta.json")]
+    for path in skipped:
+        print(f"skipping {path}: a saved HTA reference, not a trace", file=sys.stderr)
+    args.traces = [t for t in args.traces if t not in skipped]
+    if not args.traces:
+        parser.error("no trace to compare")
     missing = [str(t) for t in args.traces if not t.is_file()]
     if missing:
         parser.error("no such trace file: " + ", ".join(missing))
