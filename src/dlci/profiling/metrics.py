@@ -276,13 +276,7 @@ def _device_report(
     last = float(end.max()) if end.size else 0.0
     span = last - first
 
-    # HTA: every event with a stream (kernels, memcpy, memset, sync) in one union.
-    all_set = iv.merge(ts, end)
-    all_len = iv.length(*all_set)
-    compute_mask = is_kernel & ~nccl
-    compute_set = iv.merge(ts[compute_mask], end[compute_mask])
-    compute_len = iv.length(*compute_set)
-    idle = span - all_len
+    temporal = _hta_temporal_breakdown(cols, on, launch_of)
 
     idle_gaps = _gaps(cols, device, busy_set, window, launch_of)
     copies = _copies(cols, names, on, kernels)
@@ -302,16 +296,7 @@ def _device_report(
             "span_us": _us(span),
             "busy_pct": _pct(iv.length(*busy_set), span),
         },
-        "temporal_breakdown": {
-            "definition": "hta",
-            "span_us": _us(span),
-            "idle_us": _us(idle),
-            "compute_us": _us(compute_len),
-            "non_compute_us": _us(all_len - compute_len),
-            "idle_pct": _pct(idle, span),
-            "compute_pct": _pct(compute_len, span),
-            "non_compute_pct": _pct(all_len - compute_len, span),
-        },
+        "temporal_breakdown": temporal,
         "kernels": {
             "count": int(is_kernel.sum()),
             "time_us": _us(np.sum(end[is_kernel] - ts[is_kernel])),
@@ -322,6 +307,68 @@ def _device_report(
         "copies": copies,
     }
     return report
+
+
+# HTA 0.5's kernel typing, by name only (hta/utils/utils.py): "computation" is whatever does
+# not match this, quirks included (a name containing Memcpy or Sync, or starting with Memset).
+_HTA_NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
+
+
+def _hta_temporal_breakdown(cols: Columns, on: Any, launch_of: Any) -> dict[str, Any]:
+    """Holistic Trace Analysis's temporal breakdown, with its default rules (docs/profiling.md).
+
+    As HTA 0.5 does it: the last ProfilerStep's device work is left out when the trace has
+    two or more steps (by the start of the host call that launched it); times are rounded to
+    whole microseconds (starts up, ends down) when the trace has fractional timestamps; the
+    span runs from the first to the last device event; compute is the union of events whose
+    names HTA types as computation; non-compute = span - compute - idle.
+    """
+    keep = on.copy()
+    step_names = {f"ProfilerStep#{s[0]}" for s in cols.steps}
+    step_names |= {n for n, _ in cols.gpu_step_starts}
+    dropped_last = False
+    if len(step_names) >= 2:
+        last_start = max([s[1] for s in cols.steps] + [t for _, t in cols.gpu_step_starts])
+        with np.errstate(invalid="ignore"):
+            launched_before = launch_of < last_start  # NaN (no launch found) -> dropped
+        keep &= launched_before
+        dropped_last = True
+    ts, end = cols.dev_ts[keep], cols.dev_end[keep]
+    rounded = _fractional(cols)
+    if rounded:
+        ts, end = np.ceil(ts), np.floor(end)
+    names = np.asarray(cols.names, dtype=object)[cols.dev_name[keep]] if keep.any() else []
+    compute = np.fromiter(
+        (_HTA_NOT_COMPUTE.match(n) is None for n in names), dtype=bool, count=len(names)
+    )
+    union = iv.merge(ts, end)
+    busy = iv.length(*union)
+    span = float(union[1][-1] - union[0][0]) if len(union[0]) else 0.0
+    compute_len = iv.length(*iv.merge(ts[compute], end[compute]))
+    idle = span - busy
+    return {
+        "definition": "hta",
+        "last_step_dropped": dropped_last,
+        "rounded_to_whole_us": rounded,
+        "events": int(keep.sum()),
+        "span_us": _us(span),
+        "idle_us": _us(idle),
+        "compute_us": _us(compute_len),
+        "non_compute_us": _us(span - compute_len - idle),
+        "idle_pct": _pct(idle, span),
+        "compute_pct": _pct(compute_len, span),
+        "non_compute_pct": _pct(span - compute_len - idle, span),
+    }
+
+
+def _fractional(cols: Columns) -> bool:
+    """Whether any timestamp has a fraction (HTA then rounds every event to whole us)."""
+    if cols.missing_timestamp:
+        return True
+    for arr in (cols.dev_ts, cols.rt_ts, cols.op_ts):
+        if arr.size and bool(np.any(arr != np.floor(arr))):
+            return True
+    return any(s[1] != int(s[1]) for s in cols.steps)
 
 
 def _op_during(cols: Columns, host: Any, lo: float, hi: float) -> dict[str, Any] | None:

@@ -129,6 +129,7 @@ class Columns:
     op_name: Any
     op_annotation: Any
     steps: list[tuple[int, float, float, int, int]]  # (number, start, end, pid, tid)
+    gpu_step_starts: list[tuple[str, float]] = field(default_factory=list)
     header: dict[str, Any] = field(default_factory=dict)
     categories: Counter[str] = field(default_factory=Counter)
     unknown_categories: Counter[str] = field(default_factory=Counter)
@@ -149,6 +150,7 @@ class _Builder:
         self.rt: tuple[list[Any], ...] = tuple([] for _ in range(6))
         self.op: tuple[list[Any], ...] = tuple([] for _ in range(6))
         self.steps: list[tuple[int, float, float, Any, Any]] = []
+        self.gpu_step_starts: list[tuple[str, float]] = []
         self.categories: Counter[str] = Counter()
         self.unknown: Counter[str] = Counter()
         self.events = 0
@@ -181,8 +183,12 @@ class _Builder:
         for cat, group in groups.items():
             if cat in IGNORED_CATEGORIES:
                 self.categories[cat] += len(group)
+                if cat == "gpu_user_annotation":
+                    self._gpu_steps(group)
                 continue
             group = [e for e in group if e.ph == "X"]  # complete events; flows and marks aside
+            if not group:
+                continue
             self.categories[cat] += len(group)
             kind = DEVICE_CATEGORIES.get(cat)
             known = (
@@ -206,6 +212,15 @@ class _Builder:
                 self._runtime(good)
             else:
                 self._ops(good, cat in ANNOTATION_CATEGORIES)
+
+    def _gpu_steps(self, group: list[Event]) -> None:
+        """Starts of ProfilerStep annotations on the GPU timeline (HTA counts them)."""
+        for e in group:
+            if e.name.startswith(STEP_PREFIX) and e.ts is not None:
+                a = e.args
+                linked = a is not None and (a.stream or -1) >= 0 and (a.correlation or -1) >= 0
+                if not linked:
+                    self.gpu_step_starts.append((e.name, e.ts))
 
     def _names(self, group: list[Event]) -> list[int]:
         names = self.names
@@ -309,6 +324,7 @@ class _Builder:
                 },
                 key=lambda row: row[1],
             ),
+            gpu_step_starts=self.gpu_step_starts,
             header=header,
             categories=self.categories,
             unknown_categories=self.unknown,
@@ -689,3 +705,4 @@ def _normalise_time(columns: Columns) -> None:
             (num, start * scale, end * scale, pid, tid)
             for num, start, end, pid, tid in columns.steps
         ]
+        columns.gpu_step_starts = [(n, t * scale) for n, t in columns.gpu_step_starts]
