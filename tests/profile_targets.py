@@ -11,7 +11,7 @@ import dlci
 
 
 class _SlowDataset(torch.utils.data.Dataset):
-    """Each example takes 2 ms to "decode": the loader, not the model, sets the pace."""
+    """Each example takes 5 ms to "decode": the loader, not the model, sets the pace."""
 
     def __init__(self, n: int = 64) -> None:
         g = torch.Generator().manual_seed(0)
@@ -22,7 +22,7 @@ class _SlowDataset(torch.utils.data.Dataset):
         return len(self.x)
 
     def __getitem__(self, i: int):  # type: ignore[no-untyped-def]
-        time.sleep(0.002)
+        time.sleep(0.005)
         return self.x[i], self.y[i]
 
 

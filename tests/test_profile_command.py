@@ -63,8 +63,9 @@ def test_a_slow_data_loader_is_named_with_advice(cpu_only, tmp_path: Path) -> No
     args = ["profile", "--target", "profile_targets:slow_loader", "--steps", "3", "--quiet"]
     assert main([*args, "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "utilization.json").read_text())
-    # 8 examples of 2 ms each per batch against a tiny model: loading dominates the step
-    assert report["phases"]["pct"]["data_loading"] > 50.0
+    # 8 examples of 5 ms each per batch (40 ms) against a sub-millisecond model step: loading
+    # is most of the step on an idle machine; the bound leaves room for a loaded CI machine
+    assert report["phases"]["pct"]["data_loading"] > 20.0
     assert report["recommendations"][0]["id"] == "data-loading"
     assert "num_workers" in (tmp_path / "utilization.md").read_text()
 

@@ -76,6 +76,14 @@ IGNORED_CATEGORIES = frozenset(
     }
 )
 STEP_PREFIX = "ProfilerStep#"
+FLUSH_EVENTS = 200_000  # events kept as Python lists before they become numpy chunks
+_I8, _I32, _I64, _F64 = "int8", "int32", "int64", "float64"
+# kind, device, stream, ts, end, correlation, name, bytes
+DEV_TYPES = (_I8, _I64, _I64, _F64, _F64, _I64, _I32, _I64)
+# pid, tid, ts, end, correlation, name
+RT_TYPES = (_I64, _I64, _F64, _F64, _I64, _I32)
+# pid, tid, ts, end, name, annotation
+OP_TYPES = (_I64, _I64, _F64, _F64, _I32, "bool")
 
 
 class Args(msgspec.Struct, gc=False):
@@ -149,6 +157,9 @@ class _Builder:
         self.dev: tuple[list[Any], ...] = tuple([] for _ in range(8))
         self.rt: tuple[list[Any], ...] = tuple([] for _ in range(6))
         self.op: tuple[list[Any], ...] = tuple([] for _ in range(6))
+        self.dev_chunks: list[list[Any]] = [[] for _ in range(8)]
+        self.rt_chunks: list[list[Any]] = [[] for _ in range(6)]
+        self.op_chunks: list[list[Any]] = [[] for _ in range(6)]
         self.steps: list[tuple[int, float, float, Any, Any]] = []
         self.gpu_step_starts: list[tuple[str, float]] = []
         self.categories: Counter[str] = Counter()
@@ -212,6 +223,8 @@ class _Builder:
                 self._runtime(good)
             else:
                 self._ops(good, cat in ANNOTATION_CATEGORIES)
+        if len(self.dev[0]) + len(self.rt[0]) + len(self.op[0]) > FLUSH_EVENTS:
+            self.flush()
 
     def _gpu_steps(self, group: list[Event]) -> None:
         """Starts of ProfilerStep annotations on the GPU timeline (HTA counts them)."""
@@ -285,38 +298,57 @@ class _Builder:
         names.extend(self._names(group))
         flags.extend([annotation] * len(group))
 
+    def flush(self) -> None:
+        """Move the Python lists into numpy chunks: 30-40 bytes an event instead of ~200."""
+        import numpy as np
+
+        for lists, chunks, types in (
+            (self.dev, self.dev_chunks, DEV_TYPES),
+            (self.rt, self.rt_chunks, RT_TYPES),
+            (self.op, self.op_chunks, OP_TYPES),
+        ):
+            if lists[0]:
+                for values, chunk, dtype in zip(lists, chunks, types, strict=True):
+                    chunk.append(np.asarray(values, dtype=dtype))
+                    values.clear()
+
     def columns(self, header: dict[str, Any]) -> Columns:
         import numpy as np
 
-        def arr(values: list[Any], dtype: Any) -> Any:
-            return np.asarray(values, dtype=dtype)
+        self.flush()
 
-        k, d, s, t, e, c, n, b = self.dev
-        rp, rt, rs, re_, rc, rn = self.rt
-        op, ot, os_, oe, on, oa = self.op
-        names = list(self.names)
+        def joined(chunks: list[list[Any]], types: tuple[Any, ...]) -> list[Any]:
+            out = []
+            for chunk, dtype in zip(chunks, types, strict=True):
+                out.append(np.concatenate(chunk) if chunk else np.empty(0, dtype=dtype))
+                chunk.clear()  # one field's chunks at a time: peak = columns + one field
+            return out
+
+        k, d, s, t, e, c, n, b = joined(self.dev_chunks, DEV_TYPES)
+        rp, rt, rs, re_, rc, rn = joined(self.rt_chunks, RT_TYPES)
+        op, ot, os_, oe, on, oa = joined(self.op_chunks, OP_TYPES)
         cols = Columns(
-            names=names,
-            dev_kind=arr(k, np.int8),
-            dev_device=arr(d, np.int64),
-            dev_stream=arr(s, np.int64),
-            dev_ts=arr(t, np.float64),
-            dev_end=arr(e, np.float64),
-            dev_corr=arr(c, np.int64),
-            dev_name=arr(n, np.int64),
-            dev_bytes=arr(b, np.int64),
-            rt_pid=arr(rp, np.int64),
-            rt_tid=arr(rt, np.int64),
-            rt_ts=arr(rs, np.float64),
-            rt_end=arr(re_, np.float64),
-            rt_corr=arr(rc, np.int64),
-            rt_name=arr(rn, np.int64),
-            op_pid=arr(op, np.int64),
-            op_tid=arr(ot, np.int64),
-            op_ts=arr(os_, np.float64),
-            op_end=arr(oe, np.float64),
-            op_name=arr(on, np.int64),
-            op_annotation=arr(oa, bool),
+            names=list(self.names),
+            dev_kind=k,
+            dev_device=d,
+            dev_stream=s,
+            dev_ts=t,
+            dev_end=e,
+            dev_corr=c,
+            dev_name=n,
+            dev_bytes=b,
+            rt_pid=rp,
+            rt_tid=rt,
+            rt_ts=rs,
+            rt_end=re_,
+            rt_corr=rc,
+            rt_name=rn,
+            op_pid=op,
+            op_tid=ot,
+            op_ts=os_,
+            op_end=oe,
+            op_name=on,
+            op_annotation=oa,
             steps=sorted(
                 {
                     (num, start, end, self.thread_id(pid), self.thread_id(tid))
