@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -95,12 +96,17 @@ def test_a_user_error_inside_github_actions_is_also_an_error_annotation(
     )
 
 
-def test_host_side_commands_never_import_torch() -> None:
+REAL_TRACE = Path(__file__).parent / "data" / "real" / "kineto_v100_mlp.json"
+
+
+def test_host_side_commands_never_import_torch(tmp_path) -> None:
     code = (
         "import sys; from dlci.cli import main\n"
         "assert main(['hardware', '--probes', 'nvml,nvidia-smi', '--json']) == 0\n"
         "assert main(['tier', '--probes', 'nvml,nvidia-smi', '--json']) == 0\n"
         "assert main(['tier', '--hardware', 'a100', '--budget', 'nightly']) == 0\n"
+        f"assert main(['analyze', {str(REAL_TRACE)!r}, '--json', '-', '--quiet']) == 0\n"
+        f"assert main(['analyze', {str(REAL_TRACE)!r}, '--markdown', {str(tmp_path / 'u.md')!r}]) == 0\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'matplotlib'))\n"
         "assert not bad, bad\n"
     )
