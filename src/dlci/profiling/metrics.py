@@ -337,10 +337,10 @@ def _hta_temporal_breakdown(cols: Columns, on: Any, launch_of: Any) -> dict[str,
     rounded = _fractional(cols)
     if rounded:
         ts, end = np.ceil(ts), np.floor(end)
-    names = np.asarray(cols.names, dtype=object)[cols.dev_name[keep]] if keep.any() else []
-    compute = np.fromiter(
-        (_HTA_NOT_COMPUTE.match(n) is None for n in names), dtype=bool, count=len(names)
+    by_name = np.fromiter(
+        (_HTA_NOT_COMPUTE.match(n) is None for n in cols.names), dtype=bool, count=len(cols.names)
     )
+    compute = by_name[cols.dev_name[keep]] if by_name.size else np.zeros(0, dtype=bool)
     union = iv.merge(ts, end)
     busy = iv.length(*union)
     span = float(union[1][-1] - union[0][0]) if len(union[0]) else 0.0
@@ -547,18 +547,42 @@ def _sum_phases(per_step: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _innermost_ops(cols: Columns, pid: int, tid: int, ts: float, end: float) -> list[str]:
-    """Names of the host ops (not annotations) on one thread that enclose ``[ts, end]``."""
-    mask = (
-        (cols.op_pid == pid)
-        & (cols.op_tid == tid)
-        & (cols.op_ts <= ts)
-        & (cols.op_end >= end)
-        & ~cols.op_annotation
-    )
-    idx = np.flatnonzero(mask)
-    idx = idx[np.argsort(cols.op_ts[idx], kind="stable")]
-    return [cols.names[cols.op_name[i]] for i in idx]
+class _OpIndex:
+    """Host ops (not annotations) sorted by thread and start, to find the ops around an instant.
+
+    Ops on one thread nest, so the ops enclosing a call start before it, among the last few
+    hundred ops that start before it on its thread.
+    """
+
+    WINDOW = 512
+
+    def __init__(self, cols: Columns) -> None:
+        keep = np.flatnonzero(~cols.op_annotation)
+        order = keep[np.lexsort((cols.op_ts[keep], cols.op_tid[keep], cols.op_pid[keep]))]
+        self.names = cols.names
+        self.pid, self.tid = cols.op_pid[order], cols.op_tid[order]
+        self.ts, self.end, self.name = cols.op_ts[order], cols.op_end[order], cols.op_name[order]
+        self.ranges: dict[tuple[int, int], tuple[int, int]] = {}
+        if order.size:
+            change = np.flatnonzero((np.diff(self.pid) != 0) | (np.diff(self.tid) != 0)) + 1
+            starts = np.concatenate(([0], change))
+            ends = np.concatenate((change, [order.size]))
+            for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
+                self.ranges[(int(self.pid[lo]), int(self.tid[lo]))] = (lo, hi)
+
+    def enclosing(self, pid: int, tid: int, ts: float, end: float) -> list[str]:
+        """Names of the ops on the thread that contain ``[ts, end]``, outermost first."""
+        found = self.ranges.get((pid, tid))
+        if found is None:
+            return []
+        lo, hi = found
+        j = lo + int(np.searchsorted(self.ts[lo:hi], ts, side="right"))
+        first = max(lo, j - self.WINDOW)
+        inside = np.flatnonzero(self.end[first:j] >= end) + first
+        return [self.names[k] for k in self.name[inside].tolist()]
+
+
+MAX_SYNCS_ATTRIBUTED = 200_000
 
 
 def _syncs(
@@ -570,23 +594,31 @@ def _syncs(
     """Host calls that block until the device catches up, and the op that made them."""
     mask = names.mask(cols.rt_name, _BLOCKING_SYNC)
     idx = np.flatnonzero(mask)
+    waits = cols.rt_end[idx] - cols.rt_ts[idx]
+    total_wait = float(waits.sum())
     rows: dict[tuple[str, str], dict[str, Any]] = {}
-    total_wait = 0.0
-    # Sorting ops once makes the enclosing-op search cheap even with many syncs.
-    for i in idx[:20000]:
+    index = _OpIndex(cols) if idx.size else None
+    for i, wait in zip(
+        idx[:MAX_SYNCS_ATTRIBUTED].tolist(), waits[:MAX_SYNCS_ATTRIBUTED].tolist(), strict=True
+    ):
         pid, tid = int(cols.rt_pid[i]), int(cols.rt_tid[i])
-        ts, end = float(cols.rt_ts[i]), float(cols.rt_end[i])
-        enclosing = _innermost_ops(cols, pid, tid, ts, end) if cols.op_ts.size else []
+        enclosing = index.enclosing(pid, tid, float(cols.rt_ts[i]), float(cols.rt_end[i]))  # type: ignore[union-attr]
         blocking = [n for n in enclosing if _BLOCKING_OPS.match(n)]
         caller = blocking[0] if blocking else (enclosing[0] if enclosing else "(no op)")
         key = (cols.names[cols.rt_name[i]], caller)
-        row = rows.setdefault(
-            key, {"call": key[0], "caller": key[1], "count": 0, "wait_us": 0.0, "max_wait_us": 0.0}
-        )
+        row = rows.get(key)
+        if row is None:
+            row = rows[key] = {
+                "call": key[0],
+                "caller": key[1],
+                "count": 0,
+                "wait_us": 0.0,
+                "max_wait_us": 0.0,
+            }
         row["count"] += 1
-        row["wait_us"] += end - ts
-        row["max_wait_us"] = max(row["max_wait_us"], end - ts)
-        total_wait += end - ts
+        row["wait_us"] += wait
+        if wait > row["max_wait_us"]:
+            row["max_wait_us"] = wait
     ordered = sorted(rows.values(), key=lambda r: -r["wait_us"])
     for row in ordered:
         row["wait_us"] = _us(row["wait_us"])
@@ -664,15 +696,16 @@ def _last_step_warning(
     in_last = (cols.rt_ts >= start) & (cols.rt_ts < cpu_end) & launchy
     if not in_last.any():
         return
-    device_corr = np.unique(cols.dev_corr[cols.dev_corr >= 0])
-    launched = cols.rt_corr[in_last]
+    device_corr = np.sort(cols.dev_corr[cols.dev_corr >= 0])
     if not device_corr.size:
         return
-    missing = ~np.isin(launched, device_corr)
-    # Only launches whose kind makes device work (launches and async copies/sets).
-    missing_launches = int(missing.sum())
-    before = (cols.rt_ts < start) & launchy
-    lost_before = int((~np.isin(cols.rt_corr[before], device_corr)).sum())
+    rows = np.flatnonzero(launchy & (cols.rt_ts < cpu_end))
+    corr = cols.rt_corr[rows]
+    pos = np.clip(np.searchsorted(device_corr, corr), 0, device_corr.size - 1)
+    missing = device_corr[pos] != corr
+    in_last_rows = cols.rt_ts[rows] >= start
+    missing_launches = int((missing & in_last_rows).sum())
+    lost_before = int((missing & ~in_last_rows).sum())
     if missing_launches and missing_launches > lost_before:
         warnings.append(
             f"the last step (ProfilerStep#{windows[-1][0]}) was cut short: "
