@@ -21,3 +21,6 @@ echo "==> dlci tier"
 echo
 echo "==> dlci memorize (target from examples/digits/pyproject.toml)"
 "$dlci" memorize
+echo
+echo "==> dlci profile (a torch.profiler trace of real steps, then its utilization report)"
+"$dlci" profile

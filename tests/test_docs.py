@@ -38,3 +38,18 @@ def test_every_check_id_is_documented() -> None:
     doc = (ROOT / "docs" / "doctor.md").read_text("utf-8")
     for check in CHECK_IDS:
         assert f"| `{check}` |" in doc, check
+
+
+def test_every_utilization_report_key_is_documented(tmp_path) -> None:
+    from dlci.profiling.metrics import analyze
+    from dlci.profiling.reader import read_trace
+    from tracegen import training_trace
+
+    path = training_trace(steps=2, kernels=2).write(tmp_path / "t.json")
+    report = analyze(read_trace(path))
+    doc = (ROOT / "docs" / "profiling.md").read_text("utf-8")
+    for key in report:
+        assert f"`{key}`" in doc, key
+    for key in report["devices"][0]:
+        if key not in ("device", "name", "gpu_utilization"):
+            assert f"`devices[].{key}`" in doc, key
