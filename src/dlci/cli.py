@@ -21,6 +21,8 @@ from dlci.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, DlciError
 
 # verb -> one-line summary; the order is the order of a CI job.
 VERBS: dict[str, str] = {
+    "preflight": "check the runner host: fork guard, GPU, tier, Docker (no torch needed)",
+    "container": "build or pull the job's image, run dlci run in it, clean up",
     "hardware": "detect the GPUs and name their hardware class (no torch needed)",
     "tier": "select the memorization-test tier from the budget ladder",
     "memorize": "overfit one batch of a target to the tier's loss threshold",

@@ -1,0 +1,108 @@
+"""``dlci preflight``: the runner host's checks before a job (no torch is imported)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from dlci.commands import _common
+from dlci.errors import DlciError
+
+REPORT_NAME = "preflight.json"
+
+
+def main(argv: Sequence[str]) -> int:
+    p = _common.parser(
+        "preflight",
+        "Check the runner host before a job: refuse a fork's pull request on a self-hosted "
+        "runner (unless allowed), detect the GPU without torch, select the tier, and check "
+        "the Docker engine and, with a GPU, the NVIDIA container runtime. Writes "
+        "OUT/preflight.json, pass or fail, so the job summary can say what happened.",
+    )
+    _common.add_tier_options(p)
+    p.add_argument(
+        "--allow-fork-prs",
+        action="store_true",
+        default=os.environ.get("DLCI_ALLOW_FORK_PRS", "").lower() in ("1", "true", "yes"),
+        help="run pull requests from forks on a self-hosted runner too "
+        "(default: $DLCI_ALLOW_FORK_PRS, else refuse; see docs/security.md)",
+    )
+    p.add_argument(
+        "--no-docker",
+        dest="docker",
+        action="store_false",
+        help="skip the Docker checks (for a job that runs on the host)",
+    )
+    p.add_argument(
+        "--out",
+        default="dlci-artifacts",
+        metavar="DIR",
+        help="directory for preflight.json (default: dlci-artifacts)",
+    )
+    _common.add_json(p, "the preflight report")
+    _common.add_detection(p)
+    args = p.parse_args(list(argv))
+    if not any(a.startswith("--probes") for a in argv) and not os.environ.get("DLCI_PROBES"):
+        args.probes = "nvml,nvidia-smi"  # the host side: never torch
+    if "torch" in [x.strip() for x in args.probes.split(",")]:
+        raise DlciError(
+            "dlci preflight never imports torch: leave torch out of --probes",
+            hint="use --probes nvml,nvidia-smi",
+        )
+
+    from dlci.preflight import check_docker, fork_guard
+    from dlci.report.github import write_outputs
+    from dlci.tiering import choose_tier
+
+    report: dict[str, Any] = {"schema_version": 1, "kind": "preflight", "passed": False}
+    start = time.perf_counter()
+    try:
+        report["fork_guard"] = fork_guard(allow=args.allow_fork_prs)
+        tier = choose_tier(
+            budget=args.budget,
+            hardware=args.hardware,
+            ladder=args.ladder,
+            **_common.detection_options(args),
+        )
+        report["tier"] = tier.to_dict()
+        report["warnings"] = list(tier.warnings)
+        gpu = tier.hardware_class != "cpu"
+        report["gpu"] = gpu
+        if args.docker:
+            report["docker"] = check_docker(gpu=gpu, timeout=max(args.timeout, 5.0))
+        report["passed"] = True
+    except DlciError as exc:
+        report["error"] = {"message": exc.message, "hint": exc.hint}
+        raise
+    finally:
+        report["wall_time_s"] = round(time.perf_counter() - start, 3)
+        _common.emit_json(report, str(Path(args.out) / REPORT_NAME))
+        if args.json:
+            _common.emit_json(report, args.json)
+
+    from dlci.report.console import print_warning
+
+    for warning in report["warnings"]:
+        print_warning(warning)
+    import orjson
+
+    write_outputs(
+        {
+            "hardware-class": tier.hardware_class,
+            "budget": tier.budget,
+            "gpu": "true" if report["gpu"] else "false",
+            "tier-json": orjson.dumps(report["tier"]).decode(),
+        }
+    )
+    if args.json != "-":
+        fork = report["fork_guard"]
+        print(
+            f"preflight: {tier.budget} tier on {tier.hardware_class}"
+            + (" (GPU)" if report["gpu"] else " (CPU path)")
+            + (f"; Docker {report['docker']['server_version']}" if args.docker else "")
+            + ("; fork pull request allowed" if fork["fork"] else "")
+        )
+    return 0

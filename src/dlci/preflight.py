@@ -1,0 +1,142 @@
+"""What the runner host must have before a job starts: checks that never import torch.
+
+- the fork guard: a pull request from a fork on a self-hosted runner is refused unless the
+  workflow allows it (docs/security.md);
+- the Docker engine, and the NVIDIA container runtime when a GPU is present, each with the
+  message users search for (``could not select device driver "" with capabilities: [[gpu]]``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from dlci.errors import DlciError
+
+PR_EVENTS = frozenset(
+    {"pull_request", "pull_request_target", "pull_request_review", "pull_request_review_comment"}
+)
+SECURITY_DOC = "docs/security.md"
+CDI_SPECS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+
+
+def fork_guard(env: dict[str, str] | None = None, *, allow: bool = False) -> dict[str, Any]:
+    """Refuse a fork's pull request on a self-hosted runner, unless ``allow``.
+
+    Returns what was decided: ``{"event", "fork", "self_hosted", "allowed"}``.
+    """
+    env = dict(os.environ if env is None else env)
+    event = env.get("GITHUB_EVENT_NAME", "")
+    self_hosted = env.get("RUNNER_ENVIRONMENT", "self-hosted") != "github-hosted"
+    decision = {"event": event, "fork": False, "self_hosted": self_hosted, "allowed": True}
+    if event not in PR_EVENTS:
+        return decision
+    payload = _event_payload(env.get("GITHUB_EVENT_PATH", ""))
+    pr = payload.get("pull_request") if isinstance(payload, dict) else None
+    if not isinstance(pr, dict):
+        return decision
+    base_repo = (payload.get("repository") or {}).get("full_name") or env.get("GITHUB_REPOSITORY")
+    head_repo = ((pr.get("head") or {}).get("repo") or {}).get("full_name")
+    # A deleted fork has no head repository: treat it as a fork.
+    fork = head_repo is None or head_repo != base_repo
+    decision["fork"] = fork
+    decision["head_repository"] = head_repo
+    if fork and self_hosted and not allow:
+        decision["allowed"] = False
+        raise DlciError(
+            f"refusing to run a pull request from a fork ({head_repo or 'a deleted fork'}) on a "
+            "self-hosted runner: its code would run on this machine with its GPUs, caches and "
+            "network",
+            hint="let a maintainer run it (a label or a trusted branch; see "
+            f"{SECURITY_DOC}), or set the action input allow-fork-prs: true "
+            "if every fork is trusted",
+        )
+    return decision
+
+
+def _event_payload(path: str) -> dict[str, Any]:
+    if not path:
+        return {}
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _docker(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["docker", *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def check_docker(*, gpu: bool, timeout: float = 20.0) -> dict[str, Any]:
+    """The engine answers; with a GPU, a runtime that gives containers GPUs is configured."""
+    if shutil.which("docker") is None:
+        raise DlciError(
+            "the docker command is not installed on this runner",
+            hint="install Docker Engine (docs/runner.md) and add the runner's user to the "
+            "docker group",
+        )
+    try:
+        info = _docker(["info", "--format", "{{json .}}"], timeout)
+    except subprocess.TimeoutExpired:
+        raise DlciError(
+            f"the Docker engine did not answer within {timeout:g} s",
+            hint="check the daemon: systemctl status docker (a wedged daemon needs a restart)",
+        ) from None
+    if info.returncode != 0:
+        text = (info.stderr or info.stdout).strip().splitlines()
+        detail = text[-1] if text else f"exit code {info.returncode}"
+        hint = "start it (sudo systemctl start docker)"
+        if "permission denied" in detail.lower():
+            hint = "add the runner's user to the docker group and restart the runner service"
+        raise DlciError(f"the Docker engine is not reachable: {detail}", hint=hint)
+    try:
+        details = json.loads(info.stdout or "{}")
+    except ValueError:
+        details = {}
+    runtimes = sorted((details.get("Runtimes") or {}).keys())
+    cdi = sorted(str(p) for d in CDI_SPECS if d.is_dir() for p in d.glob("*nvidia*") if p.is_file())
+    result = {
+        "server_version": details.get("ServerVersion"),
+        "runtimes": runtimes,
+        "cdi_specs": cdi,
+        "nvidia_runtime": "nvidia" in runtimes or bool(cdi),
+    }
+    if gpu and not result["nvidia_runtime"]:
+        raise DlciError(
+            "this runner has a GPU but Docker has no NVIDIA runtime, so `docker run --gpus` "
+            'would fail with: could not select device driver "" with capabilities: [[gpu]]',
+            hint="install the NVIDIA Container Toolkit, then run "
+            "`sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart "
+            "docker` (docs/runner.md)",
+        )
+    return result
+
+
+def explain_docker_run_failure(stderr: str) -> DlciError | None:
+    """Turn the Docker errors users hit when starting a GPU container into clear ones."""
+    text = stderr.lower()
+    if "could not select device driver" in text:
+        return DlciError(
+            'docker run --gpus failed: could not select device driver "" with capabilities: '
+            "[[gpu]] (the NVIDIA container runtime is missing)",
+            hint="install the NVIDIA Container Toolkit and restart Docker (docs/runner.md)",
+        )
+    if "nvidia-container-cli" in text or "failed to initialize nvml" in text:
+        return DlciError(
+            "docker run --gpus failed in the NVIDIA container runtime: "
+            + stderr.strip().splitlines()[-1],
+            hint="check the driver on the host (nvidia-smi) and the toolkit's version",
+        )
+    if "no such image" in text or "pull access denied" in text or "manifest unknown" in text:
+        return DlciError(
+            "the container image is not available: " + stderr.strip().splitlines()[-1],
+            hint="build it (leave the image input empty) or check the image name",
+        )
+    return None

@@ -1,0 +1,174 @@
+"""``dlci preflight``: the fork guard, the tier, and the Docker checks with clear messages.
+
+The Docker checks here run against stand-in ``docker`` executables (real processes that
+print what a broken engine prints), because each broken state cannot be produced on one
+machine; tests/e2e/ checks the real engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from dlci.cli import main
+from dlci.errors import DlciError
+from dlci.preflight import check_docker, explain_docker_run_failure, fork_guard
+
+
+def event(tmp_path: Path, head: str | None, base: str = "org/repo") -> dict[str, str]:
+    payload = {
+        "pull_request": {"head": {"repo": {"full_name": head} if head else None}},
+        "repository": {"full_name": base},
+    }
+    path = tmp_path / "event.json"
+    path.write_text(json.dumps(payload))
+    return {
+        "GITHUB_EVENT_NAME": "pull_request",
+        "GITHUB_EVENT_PATH": str(path),
+        "GITHUB_REPOSITORY": base,
+        "RUNNER_ENVIRONMENT": "self-hosted",
+    }
+
+
+def test_a_fork_pull_request_is_refused_on_a_self_hosted_runner(tmp_path: Path) -> None:
+    with pytest.raises(DlciError) as info:
+        fork_guard(event(tmp_path, "mallory/repo"))
+    assert "refusing to run a pull request from a fork (mallory/repo)" in info.value.message
+    assert "allow-fork-prs: true" in info.value.hint
+    assert "docs/security.md" in info.value.hint
+
+
+def test_a_deleted_fork_counts_as_a_fork(tmp_path: Path) -> None:
+    with pytest.raises(DlciError, match="a deleted fork"):
+        fork_guard(event(tmp_path, None))
+
+
+@pytest.mark.parametrize(
+    ("head", "extra", "allow"),
+    [
+        ("org/repo", {}, False),  # a branch of the same repository
+        ("mallory/repo", {"RUNNER_ENVIRONMENT": "github-hosted"}, False),  # not our machine
+        ("mallory/repo", {}, True),  # allowed by the workflow
+        ("mallory/repo", {"GITHUB_EVENT_NAME": "push"}, False),  # not a pull request
+    ],
+)
+def test_what_the_guard_lets_through(tmp_path: Path, head, extra, allow) -> None:  # type: ignore[no-untyped-def]
+    env = {**event(tmp_path, head), **extra}
+    decision = fork_guard(env, allow=allow)
+    assert decision["allowed"] is True
+
+
+def test_preflight_writes_its_report_and_outputs(tmp_path: Path, monkeypatch, capsys) -> None:
+    outputs = tmp_path / "out.txt"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(outputs))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    code = main(
+        ["preflight", "--no-docker", "--budget", "pr", "--hardware", "cpu", "--out", str(tmp_path)]
+    )
+    assert code == 0
+    report = json.loads((tmp_path / "preflight.json").read_text())
+    assert report["passed"] is True and report["gpu"] is False
+    assert report["tier"]["hardware_class"] == "cpu"
+    text = outputs.read_text()
+    assert "hardware-class=cpu" in text and "gpu=false" in text and "budget=pr" in text
+    assert "preflight: pr tier on cpu (CPU path)" in capsys.readouterr().out
+
+
+def test_a_refused_preflight_still_writes_its_report(tmp_path: Path, monkeypatch, capsys) -> None:
+    for key, value in event(tmp_path, "mallory/repo").items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("DLCI_ALLOW_FORK_PRS", raising=False)
+    assert main(["preflight", "--no-docker", "--out", str(tmp_path)]) == 1
+    report = json.loads((tmp_path / "preflight.json").read_text())
+    assert report["passed"] is False
+    assert "refusing to run a pull request from a fork" in report["error"]["message"]
+    assert "refusing" in capsys.readouterr().err
+    monkeypatch.setenv("DLCI_ALLOW_FORK_PRS", "true")
+    assert main(["preflight", "--no-docker", "--hardware", "cpu", "--out", str(tmp_path)]) == 0
+
+
+def test_preflight_never_takes_the_torch_probe(tmp_path: Path, capsys) -> None:
+    assert main(["preflight", "--no-docker", "--probes", "nvml,torch", "--out", str(tmp_path)]) == 1
+    assert "never imports torch" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- docker
+
+
+@pytest.fixture
+def fake_docker(tmp_path: Path, monkeypatch):  # type: ignore[no-untyped-def]
+    """Put a stand-in `docker` first on PATH; it runs the given Python body."""
+
+    def install(body: str) -> None:
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir(exist_ok=True)
+        script = bin_dir / "docker"
+        script.write_text(f"#!{sys.executable}\nimport sys, time, json\n{body}\n")
+        script.chmod(script.stat().st_mode | stat.S_IEXEC)
+        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+    return install
+
+
+def test_docker_engine_down(fake_docker) -> None:  # type: ignore[no-untyped-def]
+    fake_docker(
+        "sys.stderr.write('Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
+        "Is the docker daemon running?\\n'); sys.exit(1)"
+    )
+    with pytest.raises(DlciError) as info:
+        check_docker(gpu=False)
+    assert "the Docker engine is not reachable: Cannot connect" in info.value.message
+    assert "systemctl start docker" in info.value.hint
+
+
+def test_docker_permission_denied(fake_docker) -> None:  # type: ignore[no-untyped-def]
+    fake_docker("sys.stderr.write('permission denied while trying to connect\\n'); sys.exit(1)")
+    with pytest.raises(DlciError) as info:
+        check_docker(gpu=False)
+    assert "docker group" in info.value.hint
+
+
+def test_a_hanging_docker_is_stopped_by_the_timeout(fake_docker) -> None:  # type: ignore[no-untyped-def]
+    fake_docker("time.sleep(60)")
+    with pytest.raises(DlciError, match="did not answer within 1 s"):
+        check_docker(gpu=False, timeout=1.0)
+
+
+def test_a_gpu_without_the_nvidia_runtime(fake_docker) -> None:  # type: ignore[no-untyped-def]
+    fake_docker(
+        "print(json.dumps({'ServerVersion': '28.2.2', 'Runtimes': {'runc': {}, 'io.containerd.runc.v2': {}}}))"
+    )
+    assert check_docker(gpu=False)["nvidia_runtime"] is False  # fine without a GPU
+    with pytest.raises(DlciError) as info:
+        check_docker(gpu=True)
+    assert 'could not select device driver "" with capabilities: [[gpu]]' in info.value.message
+    assert "nvidia-ctk runtime configure" in info.value.hint
+
+
+def test_a_gpu_with_the_nvidia_runtime(fake_docker) -> None:  # type: ignore[no-untyped-def]
+    fake_docker(
+        "print(json.dumps({'ServerVersion': '28.2.2', 'Runtimes': {'nvidia': {}, 'runc': {}}}))"
+    )
+    assert check_docker(gpu=True) == {
+        "server_version": "28.2.2",
+        "runtimes": ["nvidia", "runc"],
+        "cdi_specs": check_docker(gpu=True)["cdi_specs"],
+        "nvidia_runtime": True,
+    }
+
+
+def test_docker_run_errors_are_explained() -> None:
+    err = (
+        'docker: Error response from daemon: could not select device driver "" with '
+        "capabilities: [[gpu]].\n"
+    )
+    assert "NVIDIA Container Toolkit" in explain_docker_run_failure(err).hint  # type: ignore[union-attr]
+    assert (
+        explain_docker_run_failure("Unable to find image 'x:1' locally\nNo such image") is not None
+    )
+    assert explain_docker_run_failure("something else") is None

@@ -1,0 +1,135 @@
+"""``dlci run``: the job's steps in order, each its own process, a record after each step.
+
+Runs real pytest, real coverage and the real memorization test on a tiny project made in a
+temporary folder (the digits example's full run is in tests/e2e/).
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dlci.cli import main
+
+PROJECT = {
+    "pyproject.toml": """
+        [tool.dlci]
+        target = "tinyproj.target:make_target"
+        """,
+    "tinyproj/__init__.py": "",
+    "tinyproj/maths.py": '''
+        def double(x):
+            """
+            >>> double(2)
+            4
+            """
+            return 2 * x
+        ''',
+    "tinyproj/target.py": """
+        import torch
+        import dlci
+
+        def make_target():
+            g = torch.Generator().manual_seed(0)
+            x, y = torch.randn(32, 8, generator=g), torch.randint(0, 3, (32,), generator=g)
+            loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16)
+            model = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.ReLU(), torch.nn.Linear(64, 3))
+            return dlci.Target(model, lambda p: torch.optim.Adam(p, lr=1e-2), loader,
+                               loss_fn=torch.nn.CrossEntropyLoss())
+        """,
+    "tests/test_maths.py": """
+        from tinyproj.maths import double
+
+        def test_double():
+            assert double(3) == 6
+        """,
+}
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch) -> Path:  # type: ignore[no-untyped-def]
+    root = tmp_path / "proj"
+    for name, text in PROJECT.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(textwrap.dedent(text))
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    return root
+
+
+def run_json(out: Path) -> dict:
+    return json.loads((out / "run.json").read_text())
+
+
+def statuses(out: Path) -> dict[str, str]:
+    return {s["name"]: s["status"] for s in run_json(out)["steps"]}
+
+
+BASE = [
+    "run",
+    "--install",
+    "none",
+    "--no-doctor",
+    "--no-profile",
+    "--budget",
+    "pr",
+    "--hardware",
+    "cpu",
+]
+
+
+def test_a_passing_run(project: Path, capsys) -> None:
+    out = project / "dlci-artifacts"
+    assert main([*BASE, "--out", str(out)]) == 0
+    assert statuses(out) == {
+        "install": "skipped",
+        "tests": "passed",
+        "memorize": "passed",
+        "doctor": "skipped",
+        "profile": "skipped",
+    }
+    assert run_json(out)["verdict"] == "pass"
+    junit = (out / "junit.xml").read_text()
+    assert 'tests="2"' in junit  # the test and the doctest
+    coverage = (out / "coverage.xml").read_text()
+    assert "<source>.</source>" in coverage  # relative, not the container's absolute path
+    assert str(project) not in coverage
+    assert json.loads((out / "memorization.json").read_text())["verdict"] == "pass"
+    assert "dlci run: all steps passed" in capsys.readouterr().out
+
+
+def test_a_failing_test_fails_the_run_and_the_rest_still_runs(project: Path) -> None:
+    (project / "tests" / "test_bad.py").write_text("def test_bad():\n    assert 1 == 2\n")
+    out = project / "dlci-artifacts"
+    assert main([*BASE, "--out", str(out)]) == 1
+    assert statuses(out)["tests"] == "failed"
+    assert statuses(out)["memorize"] == "passed"
+    record = run_json(out)
+    assert record["verdict"] == "fail" and record["failed_steps"] == ["tests"]
+    tests = next(s for s in record["steps"] if s["name"] == "tests")
+    assert any("1 failed" in line for line in tests["log_tail"])
+
+
+def test_a_failed_install_blocks_the_steps_that_need_it(project: Path) -> None:
+    out = project / "dlci-artifacts"
+    args = [a if a != "none" else "exit 3" for a in BASE]
+    assert main([*args, "--out", str(out)]) == 1
+    record = run_json(out)
+    assert statuses(out)["install"] == "error"
+    assert statuses(out)["tests"] == "skipped"
+    tests = next(s for s in record["steps"] if s["name"] == "tests")
+    assert tests["reason"] == "not run: the install step failed"
+
+
+def test_the_auto_install_command(project: Path) -> None:
+    from dlci.commands.run import _install_command
+
+    cmd = _install_command("auto")
+    assert cmd[-2:] == ["-e", "."] and "--no-build-isolation" in cmd  # type: ignore[index]
+    (project / "requirements.txt").write_text("")
+    assert _install_command("auto")[-4:] == ["-r", "requirements.txt", "-e", "."]  # type: ignore[index]
+    assert _install_command("none") is None
+    assert _install_command("make deps") == "make deps"

@@ -1,0 +1,153 @@
+"""``dlci summary``: the job summary, outputs and annotations from whatever the job wrote."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dlci.cli import main
+from dlci.report.github import format_outputs
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest" errors="0" failures="1" skipped="1" tests="4">
+<testcase classname="tests.test_a" name="test_ok" file="tests/test_a.py" line="3"/>
+<testcase classname="tests.test_a" name="test_ok2" file="tests/test_a.py" line="5"/>
+<testcase classname="tests.test_a" name="test_skip"><skipped message="later"/></testcase>
+<testcase classname="tests.test_a" name="test_bad" file="tests/test_a.py" line="9">
+<failure message="assert 1 == 2">trace</failure></testcase>
+</testsuite></testsuites>
+"""
+COVERAGE = """<?xml version="1.0" ?>
+<coverage version="7.6" line-rate="0.8734" branch-rate="0" timestamp="1">
+<sources><source>src</source></sources><packages/></coverage>
+"""
+
+
+def tier() -> dict:
+    return {
+        "budget": "pr",
+        "hardware_class": "cpu",
+        "max_epochs": 100,
+        "max_loss": 1.0,
+        "time_cap_minutes": 3,
+        "profile_steps": 3,
+    }
+
+
+def write(folder: Path, name: str, data) -> None:  # type: ignore[no-untyped-def]
+    folder.mkdir(parents=True, exist_ok=True)
+    text = data if isinstance(data, str) else json.dumps(data)
+    (folder / name).write_text(text)
+
+
+def step(name: str, status: str, **extra) -> dict:  # type: ignore[no-untyped-def]
+    return {"name": name, "status": status, "duration_s": 1.5, **extra}
+
+
+@pytest.fixture
+def github(tmp_path: Path, monkeypatch):  # type: ignore[no-untyped-def]
+    summary, outputs = tmp_path / "summary.md", tmp_path / "outputs.txt"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    monkeypatch.setenv("GITHUB_OUTPUT", str(outputs))
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("DLCI_JOB_ID", "42-1-abcd")
+    return summary, outputs
+
+
+def test_a_passing_job(tmp_path: Path, github, capsys) -> None:  # type: ignore[no-untyped-def]
+    summary, outputs = github
+    art = tmp_path / "art"
+    write(art, "preflight.json", {"passed": True, "gpu": False, "tier": tier()})
+    steps = [step(n, "passed") for n in ("install", "tests", "memorize", "doctor", "profile")]
+    write(art, "run.json", {"kind": "run", "steps": steps, "verdict": "pass"})
+    write(
+        art,
+        "junit.xml",
+        JUNIT.replace('failures="1"', 'failures="0"')
+        .replace("<failure", "<x")
+        .replace("</failure>", "</x>"),
+    )
+    write(art, "coverage.xml", COVERAGE)
+    assert main(["summary", "--artifacts", str(art), "--artifact-prefix", "dlci"]) == 0
+    text = summary.read_text()
+    assert text.startswith("## ✅ dl-ci: passed")
+    assert "| tier | pr on cpu: up to 100 epochs to loss < 1.0, 3 min, 3 profiled steps |" in text
+    assert "| coverage | 87.3% of lines |" in text
+    assert "| tests | 3 passed, 0 failed, 0 errors, 1 skipped |" in text
+    out = outputs.read_text()
+    assert "verdict=pass" in out and "coverage=87.34" in out and "hardware-class=cpu" in out
+    assert "artifact-name=dlci-cpu-42-1-abcd" in out
+    assert "::error" not in capsys.readouterr().out
+
+
+def test_a_failing_job_names_every_failure(tmp_path: Path, github, capsys) -> None:  # type: ignore[no-untyped-def]
+    summary, _outputs = github
+    art = tmp_path / "art"
+    write(art, "preflight.json", {"passed": True, "gpu": False, "tier": tier()})
+    steps = [step("install", "passed"), step("tests", "failed"), step("memorize", "failed")]
+    write(art, "run.json", {"kind": "run", "steps": steps, "verdict": "fail"})
+    write(art, "junit.xml", JUNIT)
+    assert main(["summary", "--artifacts", str(art)]) == 1
+    text = summary.read_text()
+    assert text.startswith("## ❌ dl-ci: FAILED")
+    assert "- step tests failed" in text and "- step memorize failed" in text
+    assert "`tests.test_a::test_bad`: assert 1 == 2" in text
+    out = capsys.readouterr().out
+    assert "::error title=dl-ci::step tests failed" in out
+    assert "::error title=test failed::tests.test_a::test_bad: assert 1 == 2" in out
+    assert main(["summary", "--artifacts", str(art), "--no-fail"]) == 0
+
+
+def test_an_interrupted_step_is_named(tmp_path: Path, github) -> None:  # type: ignore[no-untyped-def]
+    summary, _ = github
+    art = tmp_path / "art"
+    write(art, "preflight.json", {"passed": True, "tier": tier()})
+    # the container was killed while memorize ran: run.json still says running
+    steps = [step("install", "passed"), step("tests", "passed"), step("memorize", "running")]
+    write(art, "run.json", {"kind": "run", "steps": steps, "verdict": "running"})
+    assert main(["summary", "--artifacts", str(art)]) == 1
+    text = summary.read_text()
+    assert "- step memorize was interrupted" in text
+    assert "| memorize | ⛔ interrupted | 1.5 s |" in text
+
+
+def test_a_refused_preflight_is_the_summary(tmp_path: Path, github) -> None:  # type: ignore[no-untyped-def]
+    summary, _ = github
+    art = tmp_path / "art"
+    write(
+        art,
+        "preflight.json",
+        {"passed": False, "error": {"message": "refusing to run a pull request from a fork"}},
+    )
+    assert main(["summary", "--artifacts", str(art)]) == 1
+    assert "- preflight: refusing to run a pull request from a fork" in summary.read_text()
+
+
+def test_nothing_ran_at_all(tmp_path: Path, github) -> None:  # type: ignore[no-untyped-def]
+    summary, _ = github
+    assert main(["summary", "--artifacts", str(tmp_path / "missing")]) == 1
+    assert "did not run" in summary.read_text()
+
+
+def test_report_text_cannot_inject_workflow_commands(tmp_path: Path, github, capsys) -> None:  # type: ignore[no-untyped-def]
+    _, outputs = github
+    art = tmp_path / "art"
+    write(art, "preflight.json", {"passed": True, "tier": tier()})
+    write(art, "run.json", {"kind": "run", "steps": [step("memorize", "failed")]})
+    evil = "bad\n::set-output name=verdict::pass\n::add-mask::x"
+    write(art, "memorization.json", {"verdict": "fail", "reason": evil, "best_loss": 2.0})
+    assert main(["summary", "--artifacts", str(art), "--markdown", str(tmp_path / "s.md")]) == 1
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert not any(
+        line.startswith("::set-output") or line.startswith("::add-mask") for line in lines
+    )
+    assert "bad%0A::set-output name=verdict::pass%0A::add-mask::x" in out
+    assert "verdict=fail" in outputs.read_text()
+
+
+def test_outputs_heredoc_for_multiline_values() -> None:
+    text = format_outputs({"tier": "a\nb"})
+    assert text.startswith("tier<<")
