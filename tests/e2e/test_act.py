@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,6 +118,8 @@ def run_act(
     *extra: str,
     offline: bool = True,
     timeout: float = 300,
+    event: str = "push",
+    payload: Path | None = None,
 ) -> ActRun:
     env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
     for name in ("GITHUB_TOKEN", "GH_TOKEN", "ACTIONS_RUNTIME_TOKEN", "NO_PROXY", "no_proxy"):
@@ -127,7 +127,9 @@ def run_act(
     if offline:
         for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY"):
             env[name] = DEAD_PROXY
-    argv = [str(act_bin), "push", "-P", "self-hosted=-self-hosted", "--action-offline-mode"]
+    argv = [str(act_bin), event, "-P", "self-hosted=-self-hosted", "--action-offline-mode"]
+    if payload is not None:
+        argv += ["--eventpath", str(payload)]
     argv += ["--json", *extra]
     start = time.monotonic()
     proc = subprocess.run(
@@ -245,52 +247,3 @@ def test_a_remote_action_resolves_offline_with_local_repository(
     assert unmapped.returncode != 0
     assert unmapped.job_result() == "failure"
     assert "github.com/org/dl-ci" in unmapped.log + unmapped.stderr
-
-
-def test_the_kits_own_action_selects_the_tier_under_act(act_bin: Path, tmp_path: Path) -> None:
-    """action.yml itself, as `org/dl-ci@v1`: it pip-installs dl-ci, so this one needs PyPI."""
-    kit = tmp_path / "kit"
-    listed = git(ROOT, "ls-files", "--cached", "--others", "--exclude-standard", "-z")
-    for name in filter(None, listed.split("\0")):
-        source = ROOT / name
-        if source.is_file():
-            (kit / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, kit / name, follow_symlinks=False)
-    repo = make_repo(
-        tmp_path / "repo",
-        {
-            ".github/workflows/e2e.yml": workflow(
-                """
-- id: dlci
-  uses: org/dl-ci@v1
-  with:
-    budget: nightly
-    hardware: a100
-"""
-            )
-        },
-    )
-    run = run_act(
-        act_bin,
-        repo,
-        tmp_path / "cache",
-        "--local-repository",
-        f"org/dl-ci@v1={kit}",
-        offline=False,
-        timeout=900,
-    )
-    assert run.returncode == 0, run.explain()
-    outputs = run.outputs("dlci")
-    assert outputs["hardware-class"] == "a100"
-    tier_argv = ["tier", "--json", "--budget", "nightly", "--hardware", "a100"]
-    expected = json.loads(
-        subprocess.run(
-            [sys.executable, "-m", "dlci", *tier_argv],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    )
-    tier = json.loads(outputs["tier"])
-    for key in ("budget", "hardware_class", "max_epochs", "max_loss", "ladder_revision"):
-        assert tier[key] == expected[key], key

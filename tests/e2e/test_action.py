@@ -1,0 +1,228 @@
+"""The kit's own action.yml, run by act on the host executor with the real Docker engine.
+
+The job is the one users get: preflight on the host (no torch), the image (the kit image the
+setup script built, passed as `image`), `dlci run` in the container on the bundled digits
+example at the PR tier on the CPU, cleanup, the job summary. Uploads to GitHub and Codecov
+need GitHub's servers; they are switched off here by input and checked statically in
+tests/test_action_yml.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from test_act import ROOT, ActRun, git, make_repo, run_act
+
+pytestmark = pytest.mark.e2e
+
+WHEELHOUSE = ROOT / "docker" / "wheelhouse"
+SECRET = "hunter2-e2e-secret"
+# A test in the user's project that fails if the runner's secret reached the container.
+SECRET_TEST = f'''
+import os
+
+
+def test_no_secret_in_the_container():
+    assert os.environ.get("DLCI_IN_CONTAINER") == "1"
+    assert not [k for k, v in os.environ.items() if "{SECRET}" in v]
+'''
+
+
+def kit_copy(dest: Path) -> Path:
+    """The repository as git sees it (tracked and untracked, not ignored): what a tag holds."""
+    listed = git(ROOT, "ls-files", "--cached", "--others", "--exclude-standard", "-z")
+    for name in filter(None, listed.split("\0")):
+        source = ROOT / name
+        if source.is_file() or source.is_symlink():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name, follow_symlinks=False)
+    return dest
+
+
+def job(steps: str, *, on: str = "push") -> str:
+    # The host installs dl-ci from the wheelhouse the setup script filled: no network needed.
+    head = (
+        f"name: e2e\non: {on}\njobs:\n  e2e:\n    runs-on: self-hosted\n"
+        f"    env:\n      PIP_NO_INDEX: '1'\n      PIP_FIND_LINKS: {WHEELHOUSE}\n"
+        "      RUNNER_SECRET: ${{ secrets.RUNNER_SECRET }}\n    steps:\n"
+    )
+    return head + "".join(f"      {line}\n" for line in steps.strip("\n").splitlines())
+
+
+CHECKS = """
+- id: check
+  if: always()
+  run: |
+    art="$GITHUB_WORKSPACE/dlci-artifacts"
+    echo "files=$(ls "$art" | sort | tr '\\n' ' ')" >> "$GITHUB_OUTPUT"
+    echo "sources=$(grep -o '<source>[^<]*</source>' "$art/coverage.xml" | tr '\\n' ' ')" >> "$GITHUB_OUTPUT"
+    echo "foreign=$(find "$GITHUB_WORKSPACE" ! -user "$(id -u)" | wc -l)" >> "$GITHUB_OUTPUT"
+    echo "containers=$(docker ps -aq --filter label=dlci.job | wc -l)" >> "$GITHUB_OUTPUT"
+"""
+
+
+def act(
+    act_bin: Path, tmp_path: Path, repo: Path, *extra: str, kit: Path | None = None, **kwargs
+) -> ActRun:  # type: ignore[no-untyped-def]
+    args = ["--secret", f"RUNNER_SECRET={SECRET}", *extra]
+    if kit is not None:
+        args += ["--local-repository", f"org/dl-ci@v1={kit}"]
+    return run_act(act_bin, repo, tmp_path / "cache", *args, timeout=900, **kwargs)
+
+
+@pytest.fixture
+def no_job_containers(docker_engine: str):  # type: ignore[no-untyped-def]
+    yield
+    left = subprocess.run(
+        [docker_engine, "ps", "-aq", "--filter", "label=dlci.job"], capture_output=True, text=True
+    ).stdout.split()
+    assert left == [], f"containers left behind: {left}"
+
+
+def test_uses_dot_on_the_digits_example(
+    tmp_path: Path, kit_image: str, act_bin: Path, no_job_containers
+) -> None:
+    """The kit's self-test shape: `uses: ./` in dl-ci's own repository."""
+    repo = kit_copy(tmp_path / "repo")
+    (repo / "examples" / "digits" / "tests" / "test_secret.py").write_text(SECRET_TEST)
+    (repo / ".github" / "workflows").mkdir(parents=True, exist_ok=True)
+    for old in (repo / ".github" / "workflows").iterdir():
+        old.unlink()
+    (repo / ".github" / "workflows" / "e2e.yml").write_text(
+        job(
+            f"""
+- uses: actions/checkout@v4
+- id: dlci
+  uses: ./
+  with:
+    budget: pr
+    working-directory: examples/digits
+    image: {kit_image}
+    upload-artifacts: "false"
+{CHECKS}"""
+        )
+    )
+    make_repo(repo, {})
+    run = act(act_bin, tmp_path, repo)
+    assert run.returncode == 0, run.explain()
+    assert run.job_result() == "success", run.explain()
+    out = run.outputs("dlci")
+    assert out["hardware-class"] == "cpu"
+    assert json.loads(out["tier"])["budget"] == "pr"
+    assert out["memorization-passed"] == "true"
+    assert float(out["memorization-loss"]) < 1.0
+    assert out["gpu-utilization"] == ""  # the CPU path
+    assert float(out["coverage"]) > 50
+    assert out["verdict"] == "pass"
+    check = run.outputs("check")
+    files = set(check["files"].split())
+    assert {
+        "preflight.json",
+        "run.json",
+        "junit.xml",
+        "coverage.xml",
+        "memorization.json",
+        "memorization-curve.png",
+        "doctor.json",
+        "trace.json.gz",
+        "utilization.json",
+        "utilization.md",
+        "utilization.png",
+        "cleanup.json",
+    } <= files
+    assert check["sources"] == "<source>.</source>"  # relative paths for Codecov
+    assert check["foreign"] == "0"  # nothing owned by another user in the workspace
+    assert check["containers"] == "0"
+    summary = "".join(run.summaries())
+    assert "## ✅ dl-ci: passed" in summary
+    assert "| tests | 11 passed, 0 failed" in summary  # 10 of the example's + the secret check
+    assert "### ✅ Memorization test: pass" in summary
+    assert "Debugging checks: 0 failed" in summary
+    assert "### Trace profile (CPU-only trace" in summary
+    print(f"uses: ./ PR-tier job on the digits example: {run.seconds:.1f} s")
+
+
+def test_a_failing_memorization_turns_the_job_red(
+    tmp_path: Path, kit_image: str, act_bin: Path, no_job_containers
+) -> None:
+    """`uses: org/dl-ci@v1`, resolved to this tree with act's --local-repository."""
+    kit = kit_copy(tmp_path / "kit")
+    project = kit / "examples" / "digits"
+    repo = tmp_path / "repo"
+    shutil.copytree(project, repo / "project")
+    (repo / ".github" / "workflows").mkdir(parents=True)
+    (repo / ".github" / "workflows" / "e2e.yml").write_text(
+        job(
+            f"""
+- uses: actions/checkout@v4
+- id: dlci
+  uses: org/dl-ci@v1
+  with:
+    budget: pr
+    working-directory: project
+    target: digits_example.broken:make_tiny_lr_target
+    image: {kit_image}
+    doctor: "false"
+    profile: "false"
+    doctest: "false"
+    tests: tests/test_digits.py
+    pytest-args: -k "not memoriz and not doctor"
+    upload-artifacts: "false"
+"""
+        )
+    )
+    make_repo(repo, {})
+    run = act(act_bin, tmp_path, repo, kit=kit)
+    assert run.returncode != 0
+    assert run.job_result() == "failure", run.explain()
+    out = run.outputs("dlci")
+    assert out["memorization-passed"] == "false"
+    assert out["verdict"] == "fail"
+    summary = "".join(run.summaries())
+    assert "## ❌ dl-ci: FAILED" in summary
+    assert "- step memorize failed" in summary
+    assert "::error" in run.log and "memorization" in run.log
+
+
+def test_a_fork_pull_request_is_refused(
+    tmp_path: Path, kit_image: str, act_bin: Path, no_job_containers
+) -> None:
+    kit = kit_copy(tmp_path / "kit")
+    repo = tmp_path / "repo"
+    shutil.copytree(kit / "examples" / "digits", repo / "project")
+    (repo / ".github" / "workflows").mkdir(parents=True)
+    (repo / ".github" / "workflows" / "e2e.yml").write_text(
+        job(
+            f"""
+- uses: actions/checkout@v4
+- id: dlci
+  uses: org/dl-ci@v1
+  with:
+    working-directory: project
+    image: {kit_image}
+    upload-artifacts: "false"
+""",
+            on="pull_request",
+        )
+    )
+    make_repo(repo, {})
+    event = tmp_path / "event.json"
+    event.write_text(
+        json.dumps(
+            {
+                "pull_request": {"head": {"repo": {"full_name": "mallory/dl-ci-fork"}}},
+                "repository": {"full_name": "org/project"},
+            }
+        )
+    )
+    run = act(act_bin, tmp_path, repo, kit=kit, event="pull_request", payload=event)
+    assert run.job_result() == "failure", run.explain()
+    summary = "".join(run.summaries())
+    assert "refusing to run a pull request from a fork (mallory/dl-ci-fork)" in summary
+    assert "allow-fork-prs" in run.log
+    # nothing ran: no run.json, so no step table
+    assert "### Steps" not in summary
