@@ -82,7 +82,13 @@ class ActRun:
         return results[-1] if results else None
 
     def explain(self) -> str:
-        return f"act exited {self.returncode}:\n{self.log[-4000:]}\n{self.stderr[-2000:]}"
+        marks = ("❌", "Failure", "::error", "error:", "Error")
+        failures = [line for line in self.log.splitlines() if any(m in line for m in marks)]
+        return (
+            f"act exited {self.returncode}; failure lines:\n"
+            + "\n".join(failures[-40:])
+            + f"\n--- log tail:\n{self.log[-4000:]}\n{self.stderr[-2000:]}"
+        )
 
 
 def git(repo: Path, *args: str) -> str:
