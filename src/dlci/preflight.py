@@ -79,7 +79,7 @@ def check_docker(*, gpu: bool, timeout: float = 20.0) -> dict[str, Any]:
     if shutil.which("docker") is None:
         raise DlciError(
             "the docker command is not installed on this runner",
-            hint="install Docker Engine (docs/runner.md) and add the runner's user to the "
+            hint="install Docker Engine (docs/action.md) and add the runner's user to the "
             "docker group",
         )
     try:
@@ -114,7 +114,7 @@ def check_docker(*, gpu: bool, timeout: float = 20.0) -> dict[str, Any]:
             'would fail with: could not select device driver "" with capabilities: [[gpu]]',
             hint="install the NVIDIA Container Toolkit, then run "
             "`sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart "
-            "docker` (docs/runner.md)",
+            "docker` (docs/action.md)",
         )
     return result
 
@@ -126,7 +126,7 @@ def explain_docker_run_failure(stderr: str) -> DlciError | None:
         return DlciError(
             'docker run --gpus failed: could not select device driver "" with capabilities: '
             "[[gpu]] (the NVIDIA container runtime is missing)",
-            hint="install the NVIDIA Container Toolkit and restart Docker (docs/runner.md)",
+            hint="install the NVIDIA Container Toolkit and restart Docker (docs/action.md)",
         )
     if "nvidia-container-cli" in text or "failed to initialize nvml" in text:
         return DlciError(
