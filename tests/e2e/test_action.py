@@ -61,7 +61,8 @@ CHECKS = """
     echo "files=$(ls "$art" | sort | tr '\\n' ' ')" >> "$GITHUB_OUTPUT"
     echo "sources=$(grep -o '<source>[^<]*</source>' "$art/coverage.xml" | tr '\\n' ' ')" >> "$GITHUB_OUTPUT"
     echo "foreign=$(find "$GITHUB_WORKSPACE" ! -user "$(id -u)" | wc -l)" >> "$GITHUB_OUTPUT"
-    echo "containers=$(docker ps -aq --filter label=dlci.job | wc -l)" >> "$GITHUB_OUTPUT"
+    echo "containers=$(docker ps -aq --filter "label=dlci.job=$DLCI_JOB_ID" | wc -l)" >> "$GITHUB_OUTPUT"
+    echo "job=$DLCI_JOB_ID" >> "$GITHUB_OUTPUT"
 """
 
 
@@ -106,11 +107,20 @@ def act(
 
 @pytest.fixture
 def no_job_containers(docker_engine: str):  # type: ignore[no-untyped-def]
+    """No container labelled by a dl-ci job may be left by the test (others may run)."""
+
+    def listed() -> set[str]:
+        done = subprocess.run(
+            [docker_engine, "ps", "-aq", "--filter", "label=dlci.job"],
+            capture_output=True,
+            text=True,
+        )
+        return set(done.stdout.split())
+
+    before = listed()
     yield
-    left = subprocess.run(
-        [docker_engine, "ps", "-aq", "--filter", "label=dlci.job"], capture_output=True, text=True
-    ).stdout.split()
-    assert left == [], f"containers left behind: {left}"
+    left = listed() - before
+    assert left == set(), f"containers left behind: {left}"
 
 
 def test_uses_dot_on_the_digits_example(
@@ -166,7 +176,7 @@ def test_uses_dot_on_the_digits_example(
     } <= files
     assert check["sources"].strip() == "<source>.</source>"  # relative paths for Codecov
     assert check["foreign"] == "0"  # nothing owned by another user in the workspace
-    assert check["containers"] == "0"
+    assert check["containers"] == "0" and check["job"]
     summary = "".join(run.summaries())
     assert "## ✅ dl-ci: passed" in summary
     assert "| tests | 11 passed, 0 failed" in summary  # 10 of the example's + the secret check
@@ -256,3 +266,39 @@ def test_a_fork_pull_request_is_refused(
     assert "allow-fork-prs" in run.log
     # nothing ran: no run.json, so no step table
     assert "### Steps" not in summary
+
+
+RUNNER_UID = 23456  # a runner user that is not root and has no passwd entry in the image
+
+
+def test_a_non_root_runner_gets_no_foreign_files(
+    kit_image: str, tmp_path: Path, monkeypatch, no_job_containers
+) -> None:
+    """`dlci container run` as a non-root runner: every file the job writes is the runner's.
+
+    The runner's uid is what os.getuid() answers on the host; here it answers a non-root
+    uid, so the container runs as that user, exactly as under a runner service account.
+    """
+    import os
+
+    from dlci.cli import main
+
+    ws = tmp_path / "ws"
+    shutil.copytree(ROOT / "examples" / "digits", ws / "project")
+    for path in [ws, *ws.rglob("*")]:
+        os.chown(path, RUNNER_UID, RUNNER_UID)
+    monkeypatch.setattr(os, "getuid", lambda: RUNNER_UID)
+    monkeypatch.setattr(os, "getgid", lambda: RUNNER_UID)
+    inner = ["--out", "/workspace/dlci-artifacts", "--budget", "pr", "--hardware", "cpu"]
+    inner += ["--install", "none", "--no-doctor", "--no-profile", "--no-doctest"]
+    inner += ["--pytest-args", "-k 'not memoriz and not doctor'"]
+    argv = ["container", "run", "--image", kit_image, "--workspace", str(ws)]
+    argv += ["--workdir", "project", "--job", "e2e-nonroot", "--", *inner]
+    assert main(argv) == 0
+    names = {p.name for p in (ws / "dlci-artifacts").iterdir()}
+    assert {"run.json", "junit.xml", "coverage.xml", "memorization.json"} <= names
+    foreign = [str(p) for p in ws.rglob("*") if p.lstat().st_uid != RUNNER_UID]
+    assert foreign == []
+    out = tmp_path / "out"
+    assert main(["container", "cleanup", "--workspace", str(ws), "--out", str(out)]) == 0
+    assert json.loads((out / "cleanup.json").read_text())["foreign_files"] == 0

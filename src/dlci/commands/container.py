@@ -234,16 +234,20 @@ def _build(argv: list[str]) -> int:
         cmd += ["--build-arg", f"{name}={value}"]
     cmd.append(str(context))
     print(f"container: building {tag}: {' '.join(cmd)}", file=sys.stderr, flush=True)
-    try:
-        done = subprocess.run(
-            cmd, stdout=sys.stderr, stderr=sys.stderr, timeout=args.timeout, check=False
-        )
-    except subprocess.TimeoutExpired:
-        raise DlciError(f"docker build did not finish within {args.timeout:g} s") from None
-    if done.returncode != 0:
+    child = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    )
+    assert child.stdout is not None
+    deadline = time.monotonic() + args.timeout
+    for line in child.stdout:  # docker's progress, to our stderr (stdout carries the tag)
+        sys.stderr.write(line)
+        if time.monotonic() > deadline:
+            child.kill()
+            raise DlciError(f"docker build did not finish within {args.timeout:g} s")
+    code = child.wait()
+    if code != 0:
         raise DlciError(
-            f"docker build of {dockerfile} failed (exit code {done.returncode}); "
-            "its output is above",
+            f"docker build of {dockerfile} failed (exit code {code}); its output is above",
             hint="fix the Dockerfile, or give a prebuilt image",
         )
     print(f"container: built {tag} in {time.perf_counter() - start:.1f} s", file=sys.stderr)

@@ -1,0 +1,144 @@
+"""The example workflows users copy (examples/workflows/), run for real by act on the host executor.
+
+Each runs as it is written, in a user's repository (the bundled digits example at its root),
+with `uses: org/dl-ci@v1` resolved to a copy of this tree (act's --local-repository), the
+kit image passed the way users pass a published one (the repository variable DLCI_IMAGE, here
+`--var`), and the runner labels mapped to this machine (`-P self-hosted=-self-hosted`: act
+takes the first label of a `runs-on` list that a platform names). This machine has no GPU, so
+the action detects the class `cpu` and takes the CPU path of the ladder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from test_act import ROOT, make_repo
+from test_action import WHEELHOUSE, act, kit_copy, no_job_containers  # noqa: F401 (a fixture)
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLES = ROOT / "examples" / "workflows"
+# the host side installs dl-ci from the wheelhouse the setup script filled: no network
+OFFLINE_PIP = ["--env", "PIP_NO_INDEX=1", "--env", f"PIP_FIND_LINKS={WHEELHOUSE}"]
+
+
+def user_repo(tmp_path: Path, workflow: str) -> tuple[Path, Path]:
+    """A user's repository: the digits example at the root, the example workflow as written."""
+    kit = kit_copy(tmp_path / "kit")
+    repo = tmp_path / "repo"
+    shutil.copytree(kit / "examples" / "digits", repo)
+    (repo / ".github" / "workflows").mkdir(parents=True)
+    shutil.copy2(EXAMPLES / workflow, repo / ".github" / "workflows" / workflow)
+    make_repo(repo, {})
+    return repo, kit
+
+
+def test_the_pr_example_passes_on_a_pull_request_of_the_repository(
+    tmp_path: Path, kit_image: str, act_bin: Path, no_job_containers
+) -> None:
+    repo, kit = user_repo(tmp_path, "pr.yml")
+    event = tmp_path / "event.json"
+    event.write_text(
+        json.dumps(
+            {
+                "number": 7,
+                "pull_request": {"number": 7, "head": {"repo": {"full_name": "org/project"}}},
+                "repository": {"full_name": "org/project"},
+            }
+        )
+    )
+    run = act(
+        act_bin, tmp_path, repo, "--var", f"DLCI_IMAGE={kit_image}", *OFFLINE_PIP,
+        kit=kit, event="pull_request", payload=event,
+    )  # fmt: skip
+    assert run.returncode == 0, run.explain()
+    assert run.job_result() == "success", run.explain()
+    out = run.outputs("dlci")
+    assert out["hardware-class"] == "cpu"
+    assert json.loads(out["tier"])["budget"] == "pr"
+    assert out["memorization-passed"] == "true"
+    assert out["verdict"] == "pass"
+    assert float(out["coverage"]) > 50
+    assert "dl-ci on cpu: pass (memorization loss" in run.log
+    assert "## ✅ dl-ci: passed" in "".join(run.summaries())
+    print(f"examples/workflows/pr.yml under act: {run.seconds:.1f} s")
+
+
+def test_the_pr_example_refuses_a_fork(
+    tmp_path: Path, kit_image: str, act_bin: Path, no_job_containers
+) -> None:
+    repo, kit = user_repo(tmp_path, "pr.yml")
+    event = tmp_path / "event.json"
+    event.write_text(
+        json.dumps(
+            {
+                "number": 8,
+                "pull_request": {"number": 8, "head": {"repo": {"full_name": "mallory/project"}}},
+                "repository": {"full_name": "org/project"},
+            }
+        )
+    )
+    run = act(
+        act_bin, tmp_path, repo, "--var", f"DLCI_IMAGE={kit_image}", *OFFLINE_PIP,
+        kit=kit, event="pull_request", payload=event,
+    )  # fmt: skip
+    assert run.job_result() == "failure", run.explain()
+    assert "refusing to run a pull request from a fork (mallory/project)" in "".join(
+        run.summaries()
+    )
+    assert "### Steps" not in "".join(run.summaries())  # nothing ran in a container
+
+
+GH_STAND_IN = """#!/usr/bin/env bash
+# a stand-in for the GitHub CLI in the e2e tests: "last night" is a copy of tonight's report
+echo "$*" >> "$DLCI_E2E_GH_LOG"
+case "$1 $2" in
+"run list") echo 4242 ;;
+"run download")
+  dir=""
+  while [ "$#" -gt 0 ]; do
+    [ "$1" = --dir ] && dir=$2
+    shift
+  done
+  mkdir -p "$dir/nightly-cpu-previous"
+  cp "$GITHUB_WORKSPACE/dlci-artifacts/utilization.json" "$dir/nightly-cpu-previous/"
+  ;;
+*) echo "gh stand-in: unexpected $*" >&2; exit 1 ;;
+esac
+"""
+
+
+def test_the_nightly_example_runs_a_leg_and_diffs_against_last_night(
+    tmp_path: Path,
+    kit_image: str,
+    act_bin: Path,
+    no_job_containers,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    repo, kit = user_repo(tmp_path, "nightly.yml")
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "gh").write_text(GH_STAND_IN)
+    (bin_ / "gh").chmod(0o755)
+    gh_log = tmp_path / "gh.log"
+    monkeypatch.setenv("PATH", f"{bin_}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("DLCI_E2E_GH_LOG", str(gh_log))
+    run = act(
+        act_bin, tmp_path, repo, "--var", f"DLCI_IMAGE={kit_image}", *OFFLINE_PIP,
+        "--matrix", "hardware:a100", kit=kit, event="workflow_dispatch",
+    )  # fmt: skip
+    assert run.returncode == 0, run.explain()
+    assert run.job_result() == "success", run.explain()
+    out = run.outputs("dlci")
+    assert json.loads(out["tier"])["budget"] == "nightly"
+    assert out["verdict"] == "pass"
+    calls = gh_log.read_text()
+    assert "run list" in calls and "--status success" in calls
+    assert "run download 4242" in calls and "--pattern nightly-cpu-*" in calls
+    summary = "".join(run.summaries())
+    assert "## GPU utilization against the previous night (run 4242)" in summary
+    print(f"examples/workflows/nightly.yml (one leg) under act: {run.seconds:.1f} s")
