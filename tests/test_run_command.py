@@ -133,3 +133,35 @@ def test_the_auto_install_command(project: Path) -> None:
     assert _install_command("auto")[-4:] == ["-r", "requirements.txt", "-e", "."]  # type: ignore[index]
     assert _install_command("none") is None
     assert _install_command("make deps") == "make deps"
+
+
+def test_a_stopped_job_records_the_interrupted_step(project: Path) -> None:
+    """SIGTERM (docker stop, a cancelled job) mid-step: the step is interrupted, the rest skipped."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (project / "tests" / "test_slow.py").write_text(
+        "import time\n\ndef test_slow():\n    time.sleep(60)\n"
+    )
+    out = project / "dlci-artifacts"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "dlci", *BASE, "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if (out / "run.json").exists() and statuses(out).get("tests") == "running":
+            break
+        time.sleep(0.2)
+    time.sleep(1.0)
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=60) == 1
+    record = run_json(out)
+    assert statuses(out)["tests"] == "interrupted"
+    assert statuses(out)["memorize"] == "skipped"
+    assert record["verdict"] == "fail"
+    memorize = next(s for s in record["steps"] if s["name"] == "memorize")
+    assert memorize["reason"] == "not run: the job was stopped"

@@ -398,7 +398,7 @@ def _run(argv: list[str]) -> int:
     def stop(signum: int, frame: Any) -> None:
         subprocess.run(["docker", "kill", name], capture_output=True, check=False, timeout=30)
 
-    signal.signal(signal.SIGTERM, stop)
+    previous = signal.signal(signal.SIGTERM, stop)
     stderr_tail: list[str] = []
     assert child.stderr is not None
     deadline = time.monotonic() + args.timeout_minutes * 60
@@ -428,6 +428,8 @@ def _run(argv: list[str]) -> int:
     except KeyboardInterrupt:
         stop(signal.SIGINT, None)
         raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     code = child.returncode
     if code == 125:  # docker itself failed to start the container
         from dlci.preflight import explain_docker_run_failure

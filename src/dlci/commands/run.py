@@ -190,7 +190,7 @@ class _Runner:
         self.started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self.child: subprocess.Popen[str] | None = None
         self.stopping = False
-        signal.signal(signal.SIGTERM, self._terminate)
+        self._previous = signal.signal(signal.SIGTERM, self._terminate)
 
     def _terminate(self, signum: int, frame: Any) -> None:
         # docker stop / a cancelled job: stop the step, record it, exit.
@@ -286,6 +286,7 @@ class _Runner:
         self._save()
 
     def finish(self) -> int:
+        signal.signal(signal.SIGTERM, self._previous)
         failed = [s for s in self.steps if s["status"] in ("failed", "error", "interrupted")]
         self._save("fail" if failed else "pass")
         if failed:
