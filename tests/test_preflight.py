@@ -172,3 +172,111 @@ def test_docker_run_errors_are_explained() -> None:
         explain_docker_run_failure("Unable to find image 'x:1' locally\nNo such image") is not None
     )
     assert explain_docker_run_failure("something else") is None
+
+
+# ---------------------------------------------------------------------------- hostile ladders
+
+SMALL = Path(__file__).parent / "data" / "ladders" / "small.yaml"
+
+
+def _git(repo: Path, *args: str) -> str:
+    import subprocess
+
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.invalid",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.invalid",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+    }
+    done = subprocess.run(
+        ["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def pr_with_a_greedy_ladder(tmp_path: Path, monkeypatch):  # type: ignore[no-untyped-def]
+    """A repository whose pull request raises the PR tier's time cap from 3 to 600 minutes."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "ladder.yaml").write_text(SMALL.read_text())
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "ladder.yaml")
+    _git(repo, "commit", "-qm", "base")
+    base = _git(repo, "rev-parse", "HEAD")
+    (repo / "ladder.yaml").write_text(
+        SMALL.read_text().replace("time_cap_minutes: 3", "time_cap_minutes: 600")
+    )
+    _git(repo, "commit", "-qam", "give me the GPU")
+    payload = {
+        "pull_request": {"head": {"repo": {"full_name": "org/repo"}}, "base": {"sha": base}},
+        "repository": {"full_name": "org/repo"},
+    }
+    (tmp_path / "event.json").write_text(json.dumps(payload))
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("GITHUB_EVENT_NAME", "pull_request")
+    monkeypatch.setenv("GITHUB_EVENT_PATH", str(tmp_path / "event.json"))
+    monkeypatch.delenv("DLCI_MAX_TIME_CAP_MINUTES", raising=False)
+    return repo, payload
+
+
+def _preflight(out: Path, *extra: str) -> dict:
+    args = ["preflight", "--no-docker", "--ladder", "ladder.yaml", "--budget", "pr"]
+    assert main([*args, "--hardware", "cpu", "--out", str(out), *extra]) == 0
+    return json.loads((out / "preflight.json").read_text())
+
+
+def test_a_pull_request_cannot_raise_its_own_budget(
+    pr_with_a_greedy_ladder, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    report = _preflight(tmp_path / "out")
+    assert report["tier"]["time_cap_minutes"] == 3  # the base branch's value, not 600
+    assert report["ladder"]["verified"] is True
+    assert "the pull request changes ladder.yaml" in report["ladder"]["notes"][0]
+    assert Path(report["ladder"]["used"]).name == "ladder-from-base.yaml"
+
+
+def test_without_the_base_commit_a_ceiling_applies(pr_with_a_greedy_ladder, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _repo, payload = pr_with_a_greedy_ladder
+    payload["pull_request"]["base"]["sha"] = "0" * 40  # not in this (shallow) checkout
+    Path(os.environ["GITHUB_EVENT_PATH"]).write_text(json.dumps(payload))
+    report = _preflight(tmp_path / "out")
+    assert report["ladder"]["verified"] is False
+    from dlci.budgets import load_ladder
+
+    ceiling = load_ladder().budgets["nightly"]["cpu"].time_cap_minutes  # the default's nightly
+    assert ceiling < 600
+    assert report["tier"]["time_cap_minutes"] == ceiling
+    assert any(f"lowered to the ceiling of {ceiling:g} min" in n for n in report["ladder"]["notes"])
+    explicit = _preflight(tmp_path / "out2", "--max-time-cap-minutes", "2")
+    assert explicit["tier"]["time_cap_minutes"] == 2
+
+
+def test_the_container_uses_the_tier_the_host_selected(tmp_path: Path, monkeypatch) -> None:
+    from dlci.tiering import TIER_JSON_VARIABLE, choose_tier, tier_from_file
+
+    tier = {
+        "budget": "pr",
+        "hardware_class": "cpu",
+        "max_epochs": 7,
+        "max_loss": 4.5,
+        "time_cap_minutes": 2,
+        "profile_steps": 2,
+        "nproc": 1,
+        "batch_size": 8,
+        "ladder": "x",
+        "ladder_version": 1,
+        "ladder_revision": "r",
+        "row": "budgets.pr.cpu",
+    }
+    path = tmp_path / "preflight.json"
+    path.write_text(json.dumps({"kind": "preflight", "tier": tier}))
+    monkeypatch.setenv(TIER_JSON_VARIABLE, str(path))
+    chosen = choose_tier(budget="nightly", hardware="a100")  # ignored: the recorded tier wins
+    assert (chosen.max_epochs, chosen.max_loss, chosen.batch_size) == (7, 4.5, 8)
+    assert chosen.reasons[-1] == f"tier from {path}"
+    path.write_text(json.dumps({"tier": {"budget": "pr"}}))
+    with pytest.raises(DlciError, match="the tier lacks"):
+        tier_from_file(str(path))

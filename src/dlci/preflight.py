@@ -58,6 +58,54 @@ def fork_guard(env: dict[str, str] | None = None, *, allow: bool = False) -> dic
     return decision
 
 
+def trusted_ladder(
+    ladder: str | None, out: Path, env: dict[str, str] | None = None
+) -> tuple[str | None, str | None, bool]:
+    """The ladder to trust: on a pull request, the base branch's version of the file.
+
+    A pull request could otherwise raise its own budgets (hours of GPU time on a shared
+    runner). Returns (path to use, a note for the report, whether it was verified). When
+    the base commit is not in the checkout (a shallow clone), the pull request's file is
+    used unverified and the caller applies a ceiling.
+    """
+    env = dict(os.environ if env is None else env)
+    if not ladder or ladder == "default" or env.get("GITHUB_EVENT_NAME") not in PR_EVENTS:
+        return ladder, None, True
+    payload = _event_payload(env.get("GITHUB_EVENT_PATH", ""))
+    base = ((payload.get("pull_request") or {}).get("base") or {}).get("sha")
+    rel = os.path.relpath(ladder)
+    if not base:
+        return ladder, "the base commit is unknown: the pull request's ladder is unverified", False
+    shown = subprocess.run(
+        ["git", "show", f"{base}:{Path(rel).as_posix()}"],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    if shown.returncode != 0:
+        return (
+            ladder,
+            f"the base branch's {rel} could not be read (a shallow checkout, or a new file): "
+            "the pull request's ladder is used, under a ceiling",
+            False,
+        )
+    try:
+        current = Path(ladder).read_bytes()
+    except OSError:
+        current = b""
+    if current == shown.stdout:
+        return ladder, None, True
+    out.mkdir(parents=True, exist_ok=True)
+    copy = out / "ladder-from-base.yaml"
+    copy.write_bytes(shown.stdout)
+    return (
+        str(copy),
+        f"the pull request changes {rel}: the base branch's version is used (a ladder change "
+        "takes effect once merged)",
+        True,
+    )
+
+
 def _event_payload(path: str) -> dict[str, Any]:
     if not path:
         return {}

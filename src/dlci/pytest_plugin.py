@@ -55,6 +55,21 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
 
 
+CURRENT_TEST_VARIABLE = "DLCI_CURRENT_TEST_FILE"
+
+
+def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
+    """Under ``dlci run``, note the test about to run: if the process is killed (out of
+    memory, a timeout), the job can still say which test it was running."""
+    path = os.environ.get(CURRENT_TEST_VARIABLE)
+    if path:
+        try:
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(nodeid)
+        except OSError:
+            pass
+
+
 def setting(config: pytest.Config, name: str) -> str | None:
     """One setting, resolved command line > environment > ini > default."""
     env, _help, default = SETTINGS[name]

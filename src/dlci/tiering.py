@@ -43,6 +43,41 @@ def resolve_class(
     )
 
 
+TIER_JSON_VARIABLE = "DLCI_TIER_JSON"
+
+
+def tier_from_file(path: str) -> Tier:
+    """The tier recorded in a JSON file: a tier (``dlci tier --json``) or a preflight report.
+
+    ``dlci run`` sets DLCI_TIER_JSON to the preflight's report, so every step in the
+    container uses exactly the tier the trusted host selected (ladder from the base branch,
+    ceilings applied) instead of selecting again from the pull request's files.
+    """
+    import json
+    from dataclasses import fields
+
+    try:
+        data = json.loads(open(path, encoding="utf-8").read())  # noqa: SIM115
+    except OSError as exc:
+        raise DlciError(f"{path}: cannot read the tier ({exc.strerror})") from None
+    except ValueError as exc:
+        raise DlciError(f"{path}: not valid JSON ({exc})") from None
+    if isinstance(data, dict) and isinstance(data.get("tier"), dict):
+        data = data["tier"]
+    if not isinstance(data, dict):
+        raise DlciError(
+            f"{path}: holds no tier", hint="give dlci tier --json output or preflight.json"
+        )
+    names = {f.name for f in fields(Tier)}
+    missing = sorted(n for n in names - set(data) if n not in ("reasons", "warnings"))
+    if missing:
+        raise DlciError(f"{path}: the tier lacks {', '.join(missing)}")
+    values = {k: v for k, v in data.items() if k in names}
+    values["reasons"] = (*tuple(values.get("reasons", ())), f"tier from {path}")
+    values["warnings"] = tuple(values.get("warnings", ()))
+    return Tier(**values)
+
+
 def choose_tier(
     *,
     budget: str = "auto",
@@ -52,7 +87,13 @@ def choose_tier(
     timeout: float = DEFAULT_TIMEOUT_S,
     probes: tuple[str, ...] = PROBES,
 ) -> Tier:
-    """Load the ladder, resolve budget and hardware, and select the tier."""
+    """Load the ladder, resolve budget and hardware, and select the tier.
+
+    With DLCI_TIER_JSON set (by ``dlci run``), the tier recorded there is used as it is.
+    """
+    recorded = os.environ.get(TIER_JSON_VARIABLE)
+    if recorded:
+        return tier_from_file(recorded)
     loaded = load_ladder(ladder)
     if event_name is None:
         event_name = os.environ.get("GITHUB_EVENT_NAME")

@@ -269,6 +269,7 @@ def run_command(
     gpus: str,
     shm_size: str,
     env_names: Sequence[str],
+    memory: str = "",
     environ: dict[str, str],
     inner: Sequence[str],
     uid: int,
@@ -284,6 +285,8 @@ def run_command(
     cmd = ["docker", "run", "--rm", "--init", "--name", name, "--label", f"{JOB_LABEL}={job}"]
     cmd += ["--user", f"{uid}:{gid}"]
     cmd += ["--shm-size", shm_size] if shm_size else ["--ipc=host"]
+    if memory:
+        cmd += ["--memory", memory, "--memory-swap", memory]  # no swap: a clean OOM kill
     if gpus and gpus != "none":
         cmd += ["--gpus", gpus, "-e", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
     cmd += ["-v", f"{workspace.resolve()}:{WORKSPACE}"]
@@ -357,6 +360,9 @@ def _run(argv: list[str]) -> int:
     )
     p.add_argument("--timeout-minutes", type=float, default=60.0)
     p.add_argument(
+        "--memory", default="", help="the container's memory limit (docker run --memory), e.g. 16g"
+    )
+    p.add_argument(
         "--gpu-found", default="", help="true/false from dlci preflight (for --gpus auto)"
     )
     p.add_argument("inner", nargs="*", metavar="-- ARGS", help="arguments of dlci run")
@@ -387,6 +393,7 @@ def _run(argv: list[str]) -> int:
         gpus=gpus,
         shm_size=args.shm_size,
         env_names=args.env,
+        memory=args.memory,
         environ=dict(os.environ),
         inner=["dlci", "run", *inputs_to_argv(dict(os.environ)), *args.inner],
         uid=os.getuid(),

@@ -31,6 +31,15 @@ def main(argv: Sequence[str]) -> int:
         "(default: $DLCI_ALLOW_FORK_PRS, else refuse; see docs/security.md)",
     )
     p.add_argument(
+        "--max-time-cap-minutes",
+        type=float,
+        default=float(os.environ.get("DLCI_MAX_TIME_CAP_MINUTES") or 0) or None,
+        metavar="MINUTES",
+        help="a ceiling on the tier's time cap, whatever the ladder says "
+        "(default: $DLCI_MAX_TIME_CAP_MINUTES; on a pull request whose ladder cannot be "
+        "checked against the base branch: the default ladder's nightly cap for the class)",
+    )
+    p.add_argument(
         "--no-docker",
         dest="docker",
         action="store_false",
@@ -53,7 +62,7 @@ def main(argv: Sequence[str]) -> int:
             hint="use --probes nvml,nvidia-smi",
         )
 
-    from dlci.preflight import check_docker, fork_guard
+    from dlci.preflight import check_docker, fork_guard, trusted_ladder
     from dlci.report.github import write_outputs
     from dlci.tiering import choose_tier
 
@@ -61,14 +70,18 @@ def main(argv: Sequence[str]) -> int:
     start = time.perf_counter()
     try:
         report["fork_guard"] = fork_guard(allow=args.allow_fork_prs)
+        ladder, note, verified = trusted_ladder(args.ladder, Path(args.out))
         tier = choose_tier(
             budget=args.budget,
             hardware=args.hardware,
-            ladder=args.ladder,
+            ladder=ladder,
             **_common.detection_options(args),
         )
+        notes = [note] if note else []
+        tier = _ceiling(tier, args.max_time_cap_minutes, verified, notes)
+        report["ladder"] = {"used": ladder, "verified": verified, "notes": notes}
         report["tier"] = tier.to_dict()
-        report["warnings"] = list(tier.warnings)
+        report["warnings"] = list(tier.warnings) + notes
         gpu = tier.hardware_class != "cpu"
         report["gpu"] = gpu
         if args.docker:
@@ -106,3 +119,20 @@ def main(argv: Sequence[str]) -> int:
             + ("; fork pull request allowed" if fork["fork"] else "")
         )
     return 0
+
+
+def _ceiling(tier: Any, ceiling: float | None, verified: bool, notes: list[str]) -> Any:
+    """Cap the tier's time; an unverified pull-request ladder gets the default's nightly cap."""
+    import dataclasses
+
+    if ceiling is None and not verified:
+        from dlci.budgets import load_ladder
+
+        row = load_ladder().budgets.get("nightly", {}).get(tier.hardware_class)
+        ceiling = row.time_cap_minutes if row is not None else None
+    if ceiling is not None and tier.time_cap_minutes > ceiling:
+        notes.append(
+            f"time cap {tier.time_cap_minutes:g} min lowered to the ceiling of {ceiling:g} min"
+        )
+        return dataclasses.replace(tier, time_cap_minutes=ceiling)
+    return tier

@@ -65,12 +65,26 @@ def main(argv: Sequence[str]) -> int:
     _flag(p, "doctor", "the debugging checks")
     _flag(p, "profile", "the profile and its analysis")
     p.add_argument("--min-gpu-util", type=float, metavar="PCT", help="the utilization gate")
+    p.add_argument(
+        "--tier-json",
+        metavar="FILE",
+        help="use the tier recorded in FILE (preflight.json or dlci tier --json) in every step, "
+        "instead of selecting it again here",
+    )
     _common.add_detection(p)
     args = p.parse_args(list(argv))
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.tier_json:
+        from dlci.tiering import tier_from_file
+
+        tier_from_file(args.tier_json)  # a bad file is one clear error, before any step
     runner = _Runner(out)
+    if args.tier_json:
+        from dlci.tiering import TIER_JSON_VARIABLE
+
+        runner.env[TIER_JSON_VARIABLE] = str(Path(args.tier_json).resolve())
     tier_args = ["--budget", args.budget, "--hardware", args.hardware]
     if args.ladder:
         tier_args += ["--ladder", args.ladder]
@@ -83,7 +97,17 @@ def main(argv: Sequence[str]) -> int:
     installed = runner.steps[-1]["status"] in ("passed", "skipped")
     blocked = None if installed else "the install step failed"
 
-    runner.step("tests", _pytest_command(args, out), blocked=blocked)
+    current = out / ".current-test"
+    current.unlink(missing_ok=True)
+    runner.step(
+        "tests",
+        _pytest_command(args, out),
+        blocked=blocked,
+        env={"DLCI_CURRENT_TEST_FILE": str(current)},
+        current_test=current,
+    )
+    if runner.steps[-1]["status"] != "interrupted":
+        current.unlink(missing_ok=True)
     _relative_coverage(out / "coverage.xml", Path.cwd())
 
     if args.memorize:
@@ -190,6 +214,7 @@ class _Runner:
         self.started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self.child: subprocess.Popen[str] | None = None
         self.stopping = False
+        self.env: dict[str, str] = {}  # for every step's process
         self._previous = signal.signal(signal.SIGTERM, self._terminate)
 
     def _terminate(self, signum: int, frame: Any) -> None:
@@ -224,6 +249,8 @@ class _Runner:
         *,
         shell: bool = False,
         blocked: str | None = None,
+        env: dict[str, str] | None = None,
+        current_test: Path | None = None,
     ) -> None:
         if blocked:
             self.skip(name, f"not run: {blocked}")
@@ -252,6 +279,7 @@ class _Runner:
                 stderr=subprocess.STDOUT,
                 text=True,
                 errors="replace",
+                env={**os.environ, **self.env, **(env or {})},
             )
             assert self.child.stdout is not None
             for line in self.child.stdout:
@@ -278,8 +306,18 @@ class _Runner:
         elif code == 1 or (name == "tests" and code in (1, 2, 3, 4)):
             record["status"] = "failed"
         elif code < 0 or code >= 128:
+            signum = abs(code) if code < 0 else code - 128
             record["status"] = "interrupted"
-            record["reason"] = f"killed by signal {abs(code) if code < 0 else code - 128}"
+            record["reason"] = f"killed by signal {signum}"
+            if signum == signal.SIGKILL:
+                record["reason"] += (
+                    " (most likely out of memory: the container's limit or the machine's)"
+                )
+                record["killed"] = "oom-or-kill"
+            running = _read(current_test)
+            if running:
+                record["reason"] += f" while running {running}"
+                record["test"] = running
         else:
             record["status"] = "error"
         print(f"dlci run: {name} {record['status']} in {record['duration_s']:.1f} s", flush=True)
@@ -295,6 +333,15 @@ class _Runner:
             return 1
         print("dlci run: all steps passed", flush=True)
         return 0
+
+
+def _read(path: Path | None) -> str:
+    if path is None:
+        return ""
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""
 
 
 def _in_actions() -> bool:

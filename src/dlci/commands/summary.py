@@ -212,7 +212,9 @@ def annotations(data: dict[str, Any]) -> list[tuple[str, str, str]]:
     tests = data["tests"]
     if tests:
         for case in tests["failed_cases"][:MAX_TEST_ANNOTATIONS]:
-            out.append(("error", f"{case['name']}: {case['message']}", "test failed"))
+            oom = "out of memory" in case["message"].lower()
+            title = "test ran out of memory" if oom else "test failed"
+            out.append(("error", f"{case['name']}: {case['message']}", title))
     mem = data["memorization"]
     if mem and mem.get("verdict") == "fail":
         out.append(("error", mem.get("reason", "the memorization test failed"), "memorization"))
