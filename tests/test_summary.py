@@ -151,3 +151,20 @@ def test_report_text_cannot_inject_workflow_commands(tmp_path: Path, github, cap
 def test_outputs_heredoc_for_multiline_values() -> None:
     text = format_outputs({"tier": "a\nb"})
     assert text.startswith("tier<<")
+
+
+def test_a_cuda_out_of_memory_failure_is_called_that(tmp_path: Path, github, capsys) -> None:  # type: ignore[no-untyped-def]
+    art = tmp_path / "art"
+    write(art, "preflight.json", {"passed": True, "tier": tier()})
+    write(art, "run.json", {"kind": "run", "steps": [step("tests", "failed")]})
+    oom = JUNIT.replace(
+        'message="assert 1 == 2"',
+        'message="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"',
+    )
+    write(art, "junit.xml", oom)
+    assert main(["summary", "--artifacts", str(art)]) == 1
+    out = capsys.readouterr().out
+    assert (
+        "::error title=test ran out of memory::tests.test_a::test_bad: torch.OutOfMemoryError"
+        in out
+    )

@@ -120,7 +120,8 @@ def collect(folder: Path) -> dict[str, Any]:
                     if step["status"] in ("interrupted", "running")
                     else step["status"]
                 )
-                problems.append(f"step {step['name']} {how}")
+                reason = f" ({step['reason']})" if step.get("reason") else ""
+                problems.append(f"step {step['name']} {how}{reason}")
     data["problems"] = problems
     data["verdict"] = "fail" if problems else "pass"
     return data
