@@ -165,3 +165,31 @@ def test_a_stopped_job_records_the_interrupted_step(project: Path) -> None:
     assert record["verdict"] == "fail"
     memorize = next(s for s in record["steps"] if s["name"] == "memorize")
     assert memorize["reason"] == "not run: the job was stopped"
+
+
+def test_the_time_cap_stops_memorization_and_keeps_the_partial_report(
+    project: Path, tmp_path: Path
+) -> None:
+    """A tier whose time cap runs out: the step fails with the best loss and the cap, and the
+    curve and report of the steps that ran are kept. The tier comes in as the host's record."""
+    tier = {
+        "budget": "pr", "hardware_class": "cpu", "max_epochs": 10**6, "max_loss": 1e-9,
+        "time_cap_minutes": 0.02, "profile_steps": 2, "nproc": 1, "batch_size": 16,
+        "ladder": "test", "ladder_version": 1, "ladder_revision": "t", "row": "budgets.pr.cpu",
+    }  # fmt: skip
+    record = tmp_path / "preflight.json"
+    record.write_text(json.dumps({"kind": "preflight", "passed": True, "tier": tier}))
+    out = project / "dlci-artifacts"
+    assert main([*BASE, "--out", str(out), "--tier-json", str(record)]) == 1
+    assert statuses(out)["memorize"] == "failed"
+    report = json.loads((out / "memorization.json").read_text())
+    assert report["stopped_by"] == "time"
+    assert report["reason"].startswith("time cap of 0.02 min reached at step")
+    assert ": best " in report["reason"] and "threshold 1e-09" in report["reason"]
+    assert report["steps"] > 1 and len(report["losses"]) == report["steps"]
+    assert (out / "memorization-curve.png").stat().st_size > 0
+    (out / "preflight.json").write_text(record.read_text())
+    md = tmp_path / "summary.md"
+    assert main(["summary", "--artifacts", str(out), "--markdown", str(md)]) == 1
+    assert "- step memorize failed" in md.read_text()
+    assert "time cap of 0.02 min reached" in md.read_text()

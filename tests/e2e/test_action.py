@@ -63,6 +63,8 @@ CHECKS = """
     echo "foreign=$(find "$GITHUB_WORKSPACE" ! -user "$(id -u)" | wc -l)" >> "$GITHUB_OUTPUT"
     echo "containers=$(docker ps -aq --filter "label=dlci.job=$DLCI_JOB_ID" | wc -l)" >> "$GITHUB_OUTPUT"
     echo "job=$DLCI_JOB_ID" >> "$GITHUB_OUTPUT"
+    echo "secret_set=$([ -n "$RUNNER_SECRET" ] && echo yes)" >> "$GITHUB_OUTPUT"
+    echo "secret_hits=$(grep -rl -- "$RUNNER_SECRET" "$art" | wc -l)" >> "$GITHUB_OUTPUT"
 """
 
 
@@ -177,6 +179,10 @@ def test_uses_dot_on_the_digits_example(
     assert check["sources"].strip() == "<source>.</source>"  # relative paths for Codecov
     assert check["foreign"] == "0"  # nothing owned by another user in the workspace
     assert check["containers"] == "0" and check["job"]
+    # the runner's secret was set in the job, and is in no report (nor in the container)
+    assert check["secret_set"] == "yes"
+    assert check["secret_hits"] == "0"
+    assert SECRET not in "".join(run.summaries())
     summary = "".join(run.summaries())
     assert "## ✅ dl-ci: passed" in summary
     assert "| tests | 11 passed, 0 failed" in summary  # 10 of the example's + the secret check

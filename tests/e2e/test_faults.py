@@ -178,3 +178,37 @@ def test_a_target_with_shell_metacharacters(kit_image: str, tmp_path: Path) -> N
     memorize = next(s for s in run_json(ws)["steps"] if s["name"] == "memorize")
     assert memorize["status"] == "failed"
     assert any("x:y; touch" in line for line in memorize["log_tail"])  # named, not run
+
+
+def test_two_jobs_on_one_host_keep_their_gpus_and_artifacts_apart(
+    kit_image: str, tmp_path: Path
+) -> None:
+    """Two jobs at once, each given a different GPU by the runner (NVIDIA_VISIBLE_DEVICES):
+    each container sees only its own, and each job's reports stay in its own workspace."""
+    probe = (
+        "import os, pathlib\n\ndef test_gpu():\n"
+        "    pathlib.Path('seen.txt').write_text(os.environ.get('NVIDIA_VISIBLE_DEVICES', ''))\n"
+    )
+    children = []
+    spaces = []
+    for index in (0, 1):
+        ws = workspace(tmp_path / f"job{index}", {"test_gpu.py": probe})
+        spaces.append(ws)
+        argv = [sys.executable, "-m", "dlci", "container", "run", "--image", kit_image]
+        argv += ["--workspace", str(ws), "--job", f"f-share-{index}", "--"]
+        argv += ["--out", "/workspace/dlci-artifacts", *BASE, "--no-memorize", "--no-doctor"]
+        argv += ["--no-profile", "--no-coverage"]
+        env = {**os.environ, "NVIDIA_VISIBLE_DEVICES": str(index)}
+        children.append(
+            subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        )
+    for child in children:
+        _, err = child.communicate(timeout=300)
+        assert child.returncode == 0, err.decode()[-2000:]
+    for index, ws in enumerate(spaces):
+        assert (ws / "seen.txt").read_text() == str(index)
+        record = run_json(ws)
+        assert record["cwd"] == "/workspace" and record["verdict"] == "pass"
+        junit = (ws / "dlci-artifacts" / "junit.xml").read_text()
+        assert 'tests="1"' in junit
+        assert leftovers(f"f-share-{index}") == []

@@ -16,14 +16,67 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_act import ROOT, make_repo
-from test_action import WHEELHOUSE, act, kit_copy, no_job_containers  # noqa: F401 (a fixture)
+from test_act import ROOT, ActRun, make_repo, run_act
+from test_action import (  # noqa: F401 (no_job_containers: a fixture)
+    SECRET,
+    WHEELHOUSE,
+    kit_copy,
+    no_job_containers,
+    stand_in_actions,
+)
 
-pytestmark = pytest.mark.e2e
+# every test: no job container may be left behind (the fixture is test_action's)
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("no_job_containers")]
 
 EXAMPLES = ROOT / "examples" / "workflows"
 # the host side installs dl-ci from the wheelhouse the setup script filled: no network
 OFFLINE_PIP = ["--env", "PIP_NO_INDEX=1", "--env", f"PIP_FIND_LINKS={WHEELHOUSE}"]
+
+
+UPLOAD_STAND_IN = """\
+name: upload-artifact stand-in
+description: records what actions/upload-artifact would upload (GitHub's artifact service is not here)
+inputs:
+  name:
+    description: artifact name
+  path:
+    description: what to upload
+  if-no-files-found:
+    description: warn, error or ignore
+runs:
+  using: composite
+  steps:
+    - shell: bash
+      env:
+        NAME: ${{ inputs.name }}
+        UPLOAD_PATH: ${{ inputs.path }}
+      run: |
+        test -n "$NAME"
+        echo "uploaded=$NAME $(ls "$UPLOAD_PATH" | sort | tr '\\n' ' ')" >> "$GITHUB_OUTPUT"
+"""
+
+
+def act(act_bin: Path, tmp_path: Path, repo: Path, kit: Path, *extra: str, **kwargs) -> ActRun:  # type: ignore[no-untyped-def]
+    """act with the example as written: uploads on (to a stand-in that records the name)."""
+    args = ["--secret", f"RUNNER_SECRET={SECRET}", "--local-repository", f"org/dl-ci@v1={kit}"]
+    for ref, folder in stand_in_actions(tmp_path).items():
+        if ref.startswith("actions/upload-artifact@"):
+            (folder / "action.yml").write_text(UPLOAD_STAND_IN)
+        args += ["--local-repository", f"{ref}={folder}"]
+    run = run_act(act_bin, repo, tmp_path / "cache", *args, *extra, timeout=900, **kwargs)
+    (tmp_path / "act.log").write_text(run.log + "\n" + run.stderr)  # kept for a failure's reader
+    return run
+
+
+def uploaded(run: ActRun) -> str:
+    """What the upload stand-in recorded (its step is nested in the action: any stepID)."""
+    names = {
+        e["arg"]
+        for e in run.events
+        if e.get("command") == "set-output" and e.get("name") == "uploaded"
+    }
+    assert len(names) == 1, names  # act reports it again at each level of composite actions
+    return names.pop()
 
 
 def user_repo(tmp_path: Path, workflow: str) -> tuple[Path, Path]:
@@ -38,7 +91,7 @@ def user_repo(tmp_path: Path, workflow: str) -> tuple[Path, Path]:
 
 
 def test_the_pr_example_passes_on_a_pull_request_of_the_repository(
-    tmp_path: Path, kit_image: str, act_bin: Path, no_job_containers
+    tmp_path: Path, kit_image: str, act_bin: Path
 ) -> None:
     repo, kit = user_repo(tmp_path, "pr.yml")
     event = tmp_path / "event.json"
@@ -52,8 +105,8 @@ def test_the_pr_example_passes_on_a_pull_request_of_the_repository(
         )
     )
     run = act(
-        act_bin, tmp_path, repo, "--var", f"DLCI_IMAGE={kit_image}", *OFFLINE_PIP,
-        kit=kit, event="pull_request", payload=event,
+        act_bin, tmp_path, repo, kit, "--var", f"DLCI_IMAGE={kit_image}", *OFFLINE_PIP,
+        event="pull_request", payload=event,
     )  # fmt: skip
     assert run.returncode == 0, run.explain()
     assert run.job_result() == "success", run.explain()
@@ -65,12 +118,13 @@ def test_the_pr_example_passes_on_a_pull_request_of_the_repository(
     assert float(out["coverage"]) > 50
     assert "dl-ci on cpu: pass (memorization loss" in run.log
     assert "## ✅ dl-ci: passed" in "".join(run.summaries())
+    name, files = uploaded(run).split(" ", 1)
+    assert name.startswith("dlci-artifacts-cpu-")  # the action's unique name
+    assert {"memorization.json", "utilization.json", "coverage.xml"} <= set(files.split())
     print(f"examples/workflows/pr.yml under act: {run.seconds:.1f} s")
 
 
-def test_the_pr_example_refuses_a_fork(
-    tmp_path: Path, kit_image: str, act_bin: Path, no_job_containers
-) -> None:
+def test_the_pr_example_refuses_a_fork(tmp_path: Path, kit_image: str, act_bin: Path) -> None:
     repo, kit = user_repo(tmp_path, "pr.yml")
     event = tmp_path / "event.json"
     event.write_text(
@@ -83,8 +137,8 @@ def test_the_pr_example_refuses_a_fork(
         )
     )
     run = act(
-        act_bin, tmp_path, repo, "--var", f"DLCI_IMAGE={kit_image}", *OFFLINE_PIP,
-        kit=kit, event="pull_request", payload=event,
+        act_bin, tmp_path, repo, kit, "--var", f"DLCI_IMAGE={kit_image}", *OFFLINE_PIP,
+        event="pull_request", payload=event,
     )  # fmt: skip
     assert run.job_result() == "failure", run.explain()
     assert "refusing to run a pull request from a fork (mallory/project)" in "".join(
@@ -116,7 +170,6 @@ def test_the_nightly_example_runs_a_leg_and_diffs_against_last_night(
     tmp_path: Path,
     kit_image: str,
     act_bin: Path,
-    no_job_containers,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     repo, kit = user_repo(tmp_path, "nightly.yml")
@@ -128,8 +181,8 @@ def test_the_nightly_example_runs_a_leg_and_diffs_against_last_night(
     monkeypatch.setenv("PATH", f"{bin_}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("DLCI_E2E_GH_LOG", str(gh_log))
     run = act(
-        act_bin, tmp_path, repo, "--var", f"DLCI_IMAGE={kit_image}", *OFFLINE_PIP,
-        "--matrix", "hardware:a100", kit=kit, event="workflow_dispatch",
+        act_bin, tmp_path, repo, kit, "--var", f"DLCI_IMAGE={kit_image}", *OFFLINE_PIP,
+        "--matrix", "hardware:a100", event="workflow_dispatch",
     )  # fmt: skip
     assert run.returncode == 0, run.explain()
     assert run.job_result() == "success", run.explain()
@@ -141,4 +194,6 @@ def test_the_nightly_example_runs_a_leg_and_diffs_against_last_night(
     assert "run download 4242" in calls and "--pattern nightly-cpu-*" in calls
     summary = "".join(run.summaries())
     assert "## GPU utilization against the previous night (run 4242)" in summary
+    assert "### Utilization diff passed" in summary
+    assert uploaded(run).startswith("nightly-cpu-")  # prefix-class-jobid: legs never collide
     print(f"examples/workflows/nightly.yml (one leg) under act: {run.seconds:.1f} s")

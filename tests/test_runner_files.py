@@ -1,0 +1,479 @@
+"""The runner setup (docker/runner/), the scale-set values and the workflows, checked with real tools.
+
+- shellcheck and `bash -n` on the runner scripts; hadolint on the dind sidecar's Dockerfile;
+- actionlint and check-jsonschema (GitHub's workflow schema) on every workflow;
+- check-jsonschema on the scale-set values against values.schema.json (the chart's published
+  schema + Kubernetes' strict PodTemplateSpec, see docker/runner/arc/make_schema.py);
+- setup.sh and cleanup-hook.sh run for real, with stand-ins for `nvidia-smi`, `df` and `docker`
+  (executable scripts on PATH) where this machine has no GPU; the labels come from the real
+  `dlci hardware`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNNER = ROOT / "docker" / "runner"
+ARC = RUNNER / "arc"
+SCRIPTS = sorted(RUNNER.glob("*.sh"))
+VALUES = sorted(ARC.glob("values-*.yaml"))
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml")) + sorted(
+    (ROOT / "examples" / "workflows").glob("*.yml")
+)
+BIN = Path(sys.executable).parent
+A100 = "NVIDIA A100-SXM4-80GB"
+
+
+def tool(name: str) -> str:
+    found = shutil.which(name) or str(BIN / name)
+    if not Path(found).exists():
+        pytest.fail(f"{name} is missing: pip install -e '.[dev]'", pytrace=False)
+    return found
+
+
+def check(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, timeout=300)
+    assert done.returncode == 0, f"{' '.join(argv)}:\n{done.stdout}{done.stderr}"
+    return done
+
+
+def test_the_files_are_there() -> None:
+    assert {p.name for p in SCRIPTS} == {"setup.sh", "cleanup-hook.sh"}
+    assert {p.name for p in VALUES} == {"values-t4.yaml", "values-a100.yaml", "values-h100.yaml"}
+    names = {p.name for p in WORKFLOWS}
+    assert {"ci.yml", "self-test.yml", "release.yml", "pr.yml", "nightly.yml"} <= names
+    for path in SCRIPTS:
+        assert os.access(path, os.X_OK), path
+
+
+# --- static checks with the real tools
+
+
+def test_shellcheck_and_bash_n_accept_the_runner_scripts() -> None:
+    check(tool("shellcheck"), "--severity=style", "--external-sources", *map(str, SCRIPTS))
+    for path in SCRIPTS:
+        check("bash", "-n", str(path))
+
+
+def test_hadolint_accepts_the_dind_dockerfile() -> None:
+    check(tool("hadolint"), str(ARC / "Dockerfile.dind"))
+
+
+def test_actionlint_and_the_workflow_schema_accept_every_workflow() -> None:
+    check(tool("actionlint"), *map(str, WORKFLOWS))
+    check(
+        tool("check-jsonschema"),
+        "--builtin-schema",
+        "vendor.github-workflows",
+        *map(str, WORKFLOWS),
+    )
+
+
+def test_the_scale_set_values_validate_against_the_chart_and_kubernetes_schema() -> None:
+    schema = ARC / "values.schema.json"
+    check(tool("check-jsonschema"), "--schemafile", str(schema), *map(str, VALUES))
+
+
+def test_the_values_schema_refuses_a_pod_spec_mistake(tmp_path: Path) -> None:
+    """The validation can fail: a misspelt pod field and a wrong resource shape are refused."""
+    values = yaml.safe_load((ARC / "values-a100.yaml").read_text())
+    values["template"]["spec"]["nodeselector"] = values["template"]["spec"].pop("nodeSelector")
+    values["template"]["spec"]["containers"][1]["resources"]["limits"] = ["nvidia.com/gpu"]
+    bad = tmp_path / "values-bad.yaml"
+    bad.write_text(yaml.safe_dump(values))
+    done = subprocess.run(
+        [tool("check-jsonschema"), "--schemafile", str(ARC / "values.schema.json"), str(bad)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1, done.stdout
+    assert "'nodeselector' was unexpected" in done.stdout
+    assert "limits" in done.stdout
+
+
+def test_the_values_schema_is_current() -> None:
+    """values.schema.json is what make_schema.py writes from kubernetes-validate's schemas."""
+    pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate==1.37.0")
+    committed = (ARC / "values.schema.json").read_bytes()
+    try:
+        check(sys.executable, str(ARC / "make_schema.py"))
+        assert (ARC / "values.schema.json").read_bytes() == committed
+    finally:
+        (ARC / "values.schema.json").write_bytes(committed)
+
+
+@pytest.mark.parametrize("path", VALUES, ids=lambda p: p.name)
+def test_each_scale_set_is_one_gpu_class(path: Path) -> None:
+    cls = path.stem.removeprefix("values-")
+    values = yaml.safe_load(path.read_text())
+    assert values["runnerScaleSetName"] == f"dlci-{cls}"
+    assert 0 <= values["minRunners"] <= values["maxRunners"]
+    assert "containerMode" not in values  # the dind pod is written out, with a GPU sidecar
+    spec = values["template"]["spec"]
+    assert spec["restartPolicy"] == "Never"  # an ephemeral pod: one job, then gone
+    assert (
+        spec["nodeSelector"]["nvidia.com/gpu.product"].replace("-", " ").upper().find(cls.upper())
+        >= 0
+    )
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
+        "tolerations"
+    ]
+    containers = {c["name"]: c for c in spec["containers"]}
+    assert containers["runner"]["command"] == ["/home/runner/run.sh"]
+    assert {"name": "DOCKER_HOST", "value": "unix:///var/run/docker.sock"} in containers["runner"][
+        "env"
+    ]
+    assert "nvidia.com/gpu" not in json.dumps(containers["runner"])
+    dind = containers["dind"]
+    assert dind["securityContext"]["privileged"] is True
+    assert int(dind["resources"]["limits"]["nvidia.com/gpu"]) >= 1
+    assert "--host=unix:///var/run/docker.sock" in dind["args"]
+    mounts = {m["name"] for m in dind["volumeMounts"]}
+    assert {"work", "dind-sock", "dind-externals"} <= mounts
+    # the class named in the workflows (actionlint's known labels) and the docs
+    assert f"dlci-{cls}" in (ROOT / ".github" / "actionlint.yaml").read_text()
+    assert f"runs-on: dlci-{cls}" in (ARC / "README.md").read_text()
+
+
+# --- the workflows: what the issue asks of them
+
+
+def load(path: Path) -> dict:
+    data = yaml.safe_load(path.read_text())
+    data["on"] = data.pop(True)  # YAML 1.1 reads the key `on` as true
+    return data
+
+
+def uses_are_pinned(data: dict) -> None:
+    for job in data["jobs"].values():
+        for step in job.get("steps", []):
+            ref = step.get("uses", "")
+            if ref and not ref.startswith("./") and not ref.startswith("org/dl-ci@"):
+                assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", ref), ref
+
+
+def test_the_pr_example_is_a_guarded_status_check() -> None:
+    data = load(ROOT / "examples" / "workflows" / "pr.yml")
+    assert list(data["on"]) == ["pull_request"]  # not pull_request_target: no secrets for forks
+    assert data["permissions"] == {"contents": "read"}
+    assert data["concurrency"]["cancel-in-progress"] is True
+    assert "pull_request.number" in data["concurrency"]["group"]
+    job = data["jobs"]["dl-ci"]
+    assert job["runs-on"] == ["self-hosted", "gpu"]
+    assert 0 < job["timeout-minutes"] <= 60
+    dlci = next(s for s in job["steps"] if s.get("uses") == "org/dl-ci@v1")
+    assert dlci["with"]["allow-fork-prs"] == "false"
+    assert dlci["with"]["budget"] == "pr"
+    assert dlci["with"]["image"] == "${{ vars.DLCI_IMAGE }}"
+    uses_are_pinned(data)
+
+
+def test_the_nightly_example_runs_a_matrix_and_compares_with_last_night() -> None:
+    data = load(ROOT / "examples" / "workflows" / "nightly.yml")
+    assert "schedule" in data["on"]
+    assert data["permissions"] == {"contents": "read", "actions": "read"}
+    job = data["jobs"]["nightly"]
+    assert "a100" in job["strategy"]["matrix"]["hardware"]
+    assert len(job["strategy"]["matrix"]["hardware"]) >= 2
+    assert job["strategy"]["fail-fast"] is False
+    assert job["runs-on"] == ["self-hosted", "gpu", "${{ matrix.hardware }}"]
+    dlci = next(s for s in job["steps"] if s.get("uses") == "org/dl-ci@v1")
+    assert dlci["with"]["budget"] == "nightly"
+    assert dlci["with"]["artifact-name"] == "nightly"  # + class + job id, by the action
+    compare = job["steps"][-1]
+    assert compare["if"].startswith("always()")
+    assert "dlci diff" in compare["run"] and "gh run download" in compare["run"]
+    assert "nightly-$HARDWARE_CLASS-*" in compare["run"]
+    uses_are_pinned(data)
+
+
+def test_the_self_test_has_a_job_that_must_pass_and_one_that_must_fail() -> None:
+    data = load(ROOT / ".github" / "workflows" / "self-test.yml")
+    jobs = data["jobs"]
+    for job in jobs.values():
+        assert job["runs-on"] == ["self-hosted", "gpu"]
+        assert any(s.get("uses") == "./" for s in job["steps"])
+    bad = next(s for s in jobs["must-fail"]["steps"] if s.get("uses") == "./")
+    assert bad["continue-on-error"] is True
+    assert bad["with"]["target"] == "digits_example.broken:make_tiny_lr_target"
+    assert 'test "$OUTCOME" = failure' in jobs["must-fail"]["steps"][-1]["run"]
+    good = next(s for s in jobs["must-pass"]["steps"] if s.get("uses") == "./")
+    assert "continue-on-error" not in good
+    assert 'test "$VERDICT" = pass' in jobs["must-pass"]["steps"][-1]["run"]
+    uses_are_pinned(data)
+
+
+def test_ci_runs_the_gates_the_unit_tests_and_the_e2e() -> None:
+    data = load(ROOT / ".github" / "workflows" / "ci.yml")
+    runs = "\n".join(s.get("run", "") for j in data["jobs"].values() for s in j["steps"])
+    assert "scripts/test.sh" in runs and "scripts/e2e_setup.sh" in runs
+    e2e = next(j for j in data["jobs"].values() if "e2e_setup" in json.dumps(j))
+    assert any(s.get("env", {}).get("DLCI_E2E") == "1" for s in e2e["steps"])
+    uses_are_pinned(data)
+
+
+def test_the_release_publishes_an_image_per_cuda_version_and_moves_the_major_tag() -> None:
+    data = load(ROOT / ".github" / "workflows" / "release.yml")
+    image = data["jobs"]["image"]
+    assert image["permissions"]["packages"] == "write"
+    assert len({leg["cuda"] for leg in image["strategy"]["matrix"]["include"]}) >= 2
+    runs = "\n".join(s.get("run", "") for s in image["steps"])
+    assert "ghcr.io/" in runs and "docker push" in runs and "--password-stdin" in runs
+    tag = data["jobs"]["major-tag"]
+    assert tag["permissions"] == {"contents": "write"} and tag["needs"] == "image"
+    assert "git push --force origin" in json.dumps(tag)
+    version = re.search(r"^## \[(\d+\.\d+\.\d+)\]", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    assert version, "CHANGELOG.md has no released version section"
+    uses_are_pinned(data)
+
+
+# --- setup.sh and the hooks, run for real with stand-ins
+
+
+def stand_in(folder: Path, name: str, body: str) -> Path:
+    path = folder / name
+    path.write_text(f"#!/usr/bin/env bash\n# a stand-in for {name} in the tests\n{body}\n")
+    path.chmod(0o755)
+    return path
+
+
+def fake_gpu_machine(tmp_path: Path, gpus: list[str]) -> dict[str, str]:
+    """PATH with a stand-in nvidia-smi listing these GPUs, and a device folder to match."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    listing = "\n".join(f'echo "GPU {i}: {n} (UUID: GPU-{i}a2b)"' for i, n in enumerate(gpus))
+    query = "\n".join(
+        f'echo "{i}, GPU-{i}a2b, {n}, 81920, 550.54.15, 8.0"' for i, n in enumerate(gpus)
+    )
+    none = 'echo "No devices were found"; exit 6' if not gpus else ""
+    stand_in(
+        bin_,
+        "nvidia-smi",
+        f"""case "${{1:-}}" in
+-L) {none or listing} ;;
+--query-gpu=*) {none or query} ;;
+*) echo "| NVIDIA-SMI 550.54.15   Driver Version: 550.54.15   CUDA Version: 12.4 |" ;;
+esac""",
+    )
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for i in range(len(gpus)):
+        (dev / f"nvidia{i}").touch()
+    (dev / "nvidiactl").touch()
+    return {
+        **os.environ,
+        "PATH": f"{bin_}{os.pathsep}{BIN}{os.pathsep}{os.environ['PATH']}",
+        "DLCI_PROBES": "nvidia-smi",  # NVML is the real library: absent here, skipped for sure
+        "DLCI_NVIDIA_DEV_DIR": str(dev),
+        "DLCI": str(BIN / "dlci"),
+    }
+
+
+def setup(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(RUNNER / "setup.sh"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_an_a100_machine_gets_the_labels_from_dlci_hardware(tmp_path: Path) -> None:
+    done = setup(fake_gpu_machine(tmp_path, [A100, A100]), "labels")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "self-hosted,gpu,a100"
+    assert "driver: 2 GPU(s)" in done.stderr
+
+
+def test_the_class_is_dlci_hardware_s_not_the_script_s(tmp_path: Path) -> None:
+    done = setup(fake_gpu_machine(tmp_path, ["Tesla T4"]), "labels")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "self-hosted,gpu,t4"
+
+
+def test_no_gpu_is_a_clear_error(tmp_path: Path) -> None:
+    done = setup(fake_gpu_machine(tmp_path, []), "labels")
+    assert done.returncode == 1
+    assert "runner setup: error: nvidia-smi -L lists no GPU: No devices were found" in done.stderr
+    assert done.stdout == ""
+
+
+def test_no_driver_is_a_clear_error(tmp_path: Path) -> None:
+    env = fake_gpu_machine(tmp_path, [A100])
+    (tmp_path / "bin" / "nvidia-smi").unlink()
+    env["PATH"] = f"{tmp_path / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin"
+    done = setup(env, "labels")
+    assert done.returncode == 1
+    assert "nvidia-smi is not installed: install the NVIDIA driver first" in done.stderr
+
+
+def test_missing_device_nodes_are_an_error(tmp_path: Path) -> None:
+    env = fake_gpu_machine(tmp_path, [A100])
+    (tmp_path / "dev" / "nvidia0").unlink()
+    done = setup(env, "labels")
+    assert done.returncode == 1
+    assert "device nodes although nvidia-smi answers" in done.stderr
+
+
+def test_dry_run_prints_the_plan_and_changes_nothing(tmp_path: Path) -> None:
+    env = fake_gpu_machine(tmp_path, [A100])
+    # a docker stand-in that records its calls: the dry run must not call it
+    calls = tmp_path / "docker-calls"
+    stand_in(tmp_path / "bin", "docker", f'echo "$*" >> {calls}')
+    runner_dir = tmp_path / "runner"
+    done = setup(
+        env, "--dry-run", "--url", "https://github.com/org/repo", "--dir", str(runner_dir),
+        "--name", "gpu-box-1", "--labels", "big-disk",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "==> labels: self-hosted,gpu,a100,big-disk" in out
+    assert (
+        "would run: docker run --rm --gpus all nvidia/cuda:12.4.1-base-ubuntu22.04 nvidia-smi -L"
+        in out
+    )
+    assert "would run: apt-get install -y nvidia-container-toolkit" in out  # no nvidia-ctk here
+    assert "would run: nvidia-ctk runtime configure --runtime=docker" in out
+    config = next(line for line in out.splitlines() if "./config.sh" in line)
+    for part in (
+        "--ephemeral",
+        "--unattended",
+        "--url https://github.com/org/repo",
+        "--name gpu-box-1",
+    ):
+        assert part in config
+    assert "--labels gpu\\,a100\\,big-disk" in config
+    assert "<token>" in config  # never a real token on screen
+    assert f"ACTIONS_RUNNER_HOOK_JOB_STARTED={runner_dir}/dlci-job-started.sh" in out
+    assert f"ACTIONS_RUNNER_HOOK_JOB_COMPLETED={runner_dir}/dlci-job-completed.sh" in out
+    assert "runs-on: [self-hosted, gpu, a100, big-disk]" in out
+    assert not runner_dir.exists()
+    assert not calls.exists()
+
+
+def test_setup_refuses_to_register_without_a_url(tmp_path: Path) -> None:
+    done = setup(fake_gpu_machine(tmp_path, [A100]), "--dry-run")
+    assert done.returncode == 1
+    assert "--url is needed" in done.stderr
+
+
+def test_an_unknown_argument_is_refused(tmp_path: Path) -> None:
+    done = setup(fake_gpu_machine(tmp_path, [A100]), "--ephemeral-please")
+    assert done.returncode == 1
+    assert "unknown argument '--ephemeral-please'" in done.stderr
+
+
+# --- the cleanup hook
+
+
+def hook_env(tmp_path: Path, percent: int, *, apps: str = "", smi: bool = True) -> dict[str, str]:
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(exist_ok=True)
+    calls = tmp_path / "docker-calls"
+    stand_in(
+        bin_,
+        "docker",
+        f"""echo "$*" >> {calls}
+case "$1 ${{2:-}}" in
+"info --format") echo {tmp_path} ;;
+"ps --all") echo "c0ffee1 deadbee2" ;;
+esac""",
+    )
+    stand_in(
+        bin_,
+        "df",
+        f"""echo "Filesystem 1024-blocks Used Available Capacity Mounted on"
+echo "/dev/sda1 1000 {percent * 10} {1000 - percent * 10} {percent}% /" """,
+    )
+    if smi:
+        stand_in(
+            bin_,
+            "nvidia-smi",
+            f"""case "$1" in
+--query-gpu=*) echo "0, {A100}, 3, 35" ;;
+--query-compute-apps=*) printf '%s' "{apps}" ;;
+esac""",
+        )
+    path = f"{bin_}{os.pathsep}/usr/bin{os.pathsep}/bin"
+    return {**os.environ, "PATH": path, "DLCI_DISK_THRESHOLD": "80"}
+
+
+def hook(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(RUNNER / "cleanup-hook.sh"), *args], env=env, capture_output=True, text=True
+    )
+
+
+def docker_calls(tmp_path: Path) -> str:
+    calls = tmp_path / "docker-calls"
+    return calls.read_text() if calls.exists() else ""
+
+
+def test_a_full_disk_prunes_old_images(tmp_path: Path) -> None:
+    done = hook(hook_env(tmp_path, 91), "disk")
+    assert done.returncode == 0, done.stderr
+    assert "is 91% full (threshold 80%): pruning images unused for 72h" in done.stdout
+    calls = docker_calls(tmp_path)
+    assert "image prune --all --force --filter until=72h --filter label!=dlci.keep" in calls
+
+
+def test_a_disk_below_the_threshold_is_left_alone(tmp_path: Path) -> None:
+    done = hook(hook_env(tmp_path, 79), "disk")
+    assert done.returncode == 0, done.stderr
+    assert "is 79% full (threshold 80%): nothing to prune" in done.stdout
+    assert "prune" not in docker_calls(tmp_path)
+
+
+def test_a_bad_threshold_is_refused(tmp_path: Path) -> None:
+    env = hook_env(tmp_path, 50)
+    env["DLCI_DISK_THRESHOLD"] = "80%"
+    done = hook(env, "disk")
+    assert done.returncode == 2
+    assert "must be a whole percent" in done.stderr
+
+
+def test_job_completed_removes_stale_containers_and_checks_the_gpu(tmp_path: Path) -> None:
+    done = hook(hook_env(tmp_path, 20), "completed")
+    assert done.returncode == 0, done.stderr
+    calls = docker_calls(tmp_path)
+    assert "ps --all --quiet --filter label=dlci.job" in calls
+    assert "rm --force c0ffee1 deadbee2" in calls
+    assert "container prune --force --filter until=1h" in calls
+    assert f"gpu: 0, {A100}, 3, 35" in done.stdout
+
+
+def test_the_hook_takes_its_mode_from_its_name(tmp_path: Path) -> None:
+    """The runner runs a hook with no arguments: dlci-job-started.sh is the started hook."""
+    env = hook_env(tmp_path, 20, apps="4242, python, 1024 MiB")
+    started = tmp_path / "dlci-job-started.sh"
+    shutil.copy2(RUNNER / "cleanup-hook.sh", started)
+    done = subprocess.run(["bash", str(started)], env=env, capture_output=True, text=True)
+    assert done.returncode == 1
+    assert "processes still hold GPU memory between jobs: 4242, python, 1024 MiB" in done.stdout
+    assert "refusing the job" in done.stderr
+    assert docker_calls(tmp_path) == ""  # the started hook cleans nothing
+
+
+def test_a_healthy_gpu_lets_the_job_start(tmp_path: Path) -> None:
+    done = hook(hook_env(tmp_path, 20), "started")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_hung_nvidia_smi_refuses_the_job(tmp_path: Path) -> None:
+    env = hook_env(tmp_path, 20)
+    stand_in(tmp_path / "bin", "nvidia-smi", "sleep 5")
+    env["DLCI_GPU_TIMEOUT"] = "1"
+    done = hook(env, "started")
+    assert done.returncode == 1
+    assert "nvidia-smi failed or hung for 1s" in done.stdout
