@@ -1,0 +1,339 @@
+#!/usr/bin/env bash
+# Turn a bare-metal or VM GPU machine into an ephemeral GitHub Actions runner for dl-ci.
+# docs/runner.md walks through it; every step can be run again (it checks before it changes).
+#
+#   docker/runner/setup.sh --url https://github.com/OWNER/REPO --token-file FILE [options]
+#   docker/runner/setup.sh --dry-run --url URL      # print what it would do, change nothing
+#   docker/runner/setup.sh labels                   # print the labels this machine gets
+#   docker/runner/setup.sh check                    # driver, toolkit and `docker run --gpus all`
+#
+# Steps:
+#   1. the NVIDIA driver: `nvidia-smi -L` lists a GPU, then /dev/nvidia* exist
+#   2. the NVIDIA Container Toolkit: verified (nvidia-ctk), else installed from NVIDIA's apt
+#      repository, Docker configured for it; then `docker run --rm --gpus all IMAGE nvidia-smi -L`
+#   3. labels from `dlci hardware`: self-hosted, gpu and the hardware class (e.g. a100)
+#   4. the runner: downloaded, registered with --ephemeral (one job, then it deregisters),
+#      with the job hooks (job-started: GPU health; job-completed: cleanup-hook.sh), and a
+#      systemd service that registers it again after every job (a fresh token from
+#      --token-command each time)
+#
+# Options:
+#   --url URL              the repository or organization the runner serves
+#   --token-file FILE      a registration token (a file, so it stays out of `ps` and history)
+#   --token-command CMD    prints a fresh registration token; the service runs it before each
+#                          job, e.g. gh api -X POST repos/OWNER/REPO/actions/runners/registration-token --jq .token
+#   --name NAME            runner name (default: the host name)
+#   --labels LIST          more labels, comma-separated, added to the derived ones
+#   --group GROUP          the runner group (organization runners)
+#   --dir DIR              where the runner lives (default /opt/actions-runner)
+#   --user USER            the user that runs jobs (default: actions; in the docker group)
+#   --runner-version V     actions/runner release (default below)
+#   --check-image IMAGE    the image for the `docker run --gpus all` check
+#                          (default: nvidia/cuda:12.4.1-base-ubuntu22.04)
+#   --skip-toolkit         do not install the toolkit (verify only)
+#   --dry-run              print every change instead of making it; checks still run
+# Environment: DLCI (the dlci command; default: dlci on PATH, else a venv under --dir with
+#   this checkout of dl-ci installed), DLCI_PROBES (default nvml,nvidia-smi),
+#   DLCI_NVIDIA_DEV_DIR (where to look for nvidia* device nodes; default /dev).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+kit_root=$(cd "$here/../.." && pwd)
+
+runner_version=2.321.0
+url=""
+token_file=""
+token_command=""
+name=$(hostname)
+extra_labels=""
+group=""
+runner_dir=/opt/actions-runner
+runner_user=actions
+check_image=nvidia/cuda:12.4.1-base-ubuntu22.04
+skip_toolkit=0
+dry_run=0
+mode=setup
+dev_dir=${DLCI_NVIDIA_DEV_DIR:-/dev}
+export DLCI_PROBES=${DLCI_PROBES:-nvml,nvidia-smi}
+
+say() { echo "==> $*"; }
+die() {
+  echo "runner setup: error: $*" >&2
+  exit 1
+}
+# Run a command that changes the machine, or only print it with --dry-run.
+change() {
+  if [ "$dry_run" = 1 ]; then
+    printf 'would run:'
+    printf ' %q' "$@"
+    printf '\n'
+  else
+    "$@"
+  fi
+}
+
+usage() {
+  sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'
+}
+
+while [ "$#" -gt 0 ]; do
+  case $1 in
+  labels | check | setup) mode=$1 ;;
+  --url) url=${2:?--url needs a value} && shift ;;
+  --token-file) token_file=${2:?--token-file needs a value} && shift ;;
+  --token-command) token_command=${2:?--token-command needs a value} && shift ;;
+  --name) name=${2:?--name needs a value} && shift ;;
+  --labels) extra_labels=${2:?--labels needs a value} && shift ;;
+  --group) group=${2:?--group needs a value} && shift ;;
+  --dir) runner_dir=${2:?--dir needs a value} && shift ;;
+  --user) runner_user=${2:?--user needs a value} && shift ;;
+  --runner-version) runner_version=${2:?--runner-version needs a value} && shift ;;
+  --check-image) check_image=${2:?--check-image needs a value} && shift ;;
+  --skip-toolkit) skip_toolkit=1 ;;
+  --dry-run) dry_run=1 ;;
+  -h | --help)
+    usage
+    exit 0
+    ;;
+  *) die "unknown argument '$1' (see --help)" ;;
+  esac
+  shift
+done
+
+# 1. The driver: nvidia-smi lists at least one GPU, and the device nodes exist.
+check_driver() {
+  command -v nvidia-smi >/dev/null \
+    || die "nvidia-smi is not installed: install the NVIDIA driver first (docs/runner.md, step 1)"
+  local listed status=0
+  listed=$(nvidia-smi -L 2>&1) || status=$?
+  if [ "$status" != 0 ] && ! grep -q 'No devices were found' <<<"$listed"; then
+    die "nvidia-smi -L failed (exit $status): ${listed:-no output} (is the driver loaded? try 'sudo modprobe nvidia' or a reboot)"
+  fi
+  if ! grep -q '^GPU [0-9]' <<<"$listed"; then
+    die "nvidia-smi -L lists no GPU: ${listed:-no output}"
+  fi
+  say "driver: $(grep -c '^GPU [0-9]' <<<"$listed") GPU(s)"
+  grep '^GPU [0-9]' <<<"$listed" | sed 's/^/    /'
+  local nodes=("$dev_dir"/nvidia[0-9]*)
+  [ -e "${nodes[0]}" ] && [ -e "$dev_dir/nvidiactl" ] \
+    || die "no $dev_dir/nvidia[0-9]* or $dev_dir/nvidiactl device nodes although nvidia-smi answers (a container or a broken install?)"
+  say "driver: device nodes ${nodes[*]} $dev_dir/nvidiactl"
+}
+
+# 2. The NVIDIA Container Toolkit and `docker run --gpus all`.
+install_toolkit() {
+  local keyring=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg
+  local list=/etc/apt/sources.list.d/nvidia-container-toolkit.list
+  local repo=https://nvidia.github.io/libnvidia-container
+  say "toolkit: installing nvidia-container-toolkit from NVIDIA's apt repository"
+  if [ "$dry_run" = 1 ]; then
+    echo "would run: curl -fsSL $repo/gpgkey | gpg --dearmor -o $keyring"
+    echo "would run: curl -fsSL $repo/stable/deb/nvidia-container-toolkit.list (signed-by $keyring) > $list"
+  else
+    curl -fsSL "$repo/gpgkey" | gpg --dearmor --yes -o "$keyring"
+    curl -fsSL "$repo/stable/deb/nvidia-container-toolkit.list" \
+      | sed "s#deb https://#deb [signed-by=$keyring] https://#g" >"$list"
+  fi
+  change apt-get update
+  change apt-get install -y nvidia-container-toolkit
+}
+
+check_toolkit() {
+  command -v docker >/dev/null || die "docker is not installed: install Docker Engine first (docs/runner.md, step 2)"
+  if ! command -v nvidia-ctk >/dev/null; then
+    [ "$skip_toolkit" = 0 ] || die "nvidia-ctk is not installed and --skip-toolkit was given"
+    [ "$mode" = setup ] || die "nvidia-ctk is not installed: run this script without 'check' to install it"
+    install_toolkit
+  else
+    say "toolkit: $(nvidia-ctk --version 2>&1 | head -n 1)"
+  fi
+  if [ "$dry_run" = 0 ] && docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q nvidia; then
+    say "toolkit: Docker has the nvidia runtime"
+  else
+    change nvidia-ctk runtime configure --runtime=docker
+    change systemctl restart docker
+  fi
+  say "toolkit: docker run --rm --gpus all $check_image nvidia-smi -L"
+  if [ "$dry_run" = 1 ]; then
+    echo "would run: docker run --rm --gpus all $check_image nvidia-smi -L"
+    return 0
+  fi
+  local out
+  out=$(docker run --rm --gpus all "$check_image" nvidia-smi -L 2>&1) \
+    || die "docker run --gpus all failed: $out"
+  grep -q '^GPU [0-9]' <<<"$out" || die "docker run --gpus all: the container sees no GPU: $out"
+  say "toolkit: the container sees $(grep -c '^GPU [0-9]' <<<"$out") GPU(s)"
+}
+
+# 3. Labels, from dl-ci's own hardware detection (the class the action will select a tier for).
+find_dlci() {
+  if [ -n "${DLCI:-}" ]; then
+    echo "$DLCI"
+  elif command -v dlci >/dev/null; then
+    command -v dlci
+  else
+    local venv=$runner_dir/dl-ci-venv
+    if [ ! -x "$venv/bin/dlci" ]; then
+      say "dlci: installing dl-ci from $kit_root into $venv" >&2
+      change python3 -m venv "$venv" >&2
+      change "$venv/bin/pip" install --quiet "$kit_root" >&2
+    fi
+    echo "$venv/bin/dlci"
+  fi
+}
+
+hardware_class() {
+  local dlci report class
+  dlci=$(find_dlci)
+  if [ "$dry_run" = 1 ] && [ ! -x "$dlci" ] && ! command -v "$dlci" >/dev/null; then
+    echo "unknown-until-installed"
+    return 0
+  fi
+  report=$("$dlci" hardware --json) || die "dlci hardware failed"
+  class=$(python3 -c 'import json, sys; print(json.load(sys.stdin)["hardware_class"])' <<<"$report") \
+    || die "could not read the class from dlci hardware's report"
+  [ "$class" != cpu ] \
+    || die "dlci hardware found no GPU (class cpu): $(python3 -c 'import json, sys; print(json.load(sys.stdin)["class_reason"])' <<<"$report")"
+  echo "$class"
+}
+
+# The labels config.sh gets (GitHub adds self-hosted, the OS and the architecture itself).
+custom_labels() {
+  local class
+  class=$(hardware_class)
+  echo "gpu,$class${extra_labels:+,$extra_labels}"
+}
+
+# 4. The runner, registered as ephemeral, with the hooks and a service that re-registers it.
+read_token() {
+  if [ -n "$token_command" ]; then
+    bash -c "$token_command"
+  elif [ -n "$token_file" ]; then
+    [ -r "$token_file" ] || die "cannot read the token file $token_file"
+    tr -d '[:space:]' <"$token_file"
+  else
+    die "a registration token is needed: --token-file FILE or --token-command CMD (docs/runner.md, step 4)"
+  fi
+}
+
+register() {
+  local labels=$1 arch tarball
+  [ -n "$url" ] || die "--url is needed: https://github.com/OWNER/REPO or https://github.com/ORG"
+  case $(uname -m) in
+  x86_64) arch=x64 ;;
+  aarch64) arch=arm64 ;;
+  *) die "no actions/runner build for $(uname -m)" ;;
+  esac
+  tarball=actions-runner-linux-$arch-$runner_version.tar.gz
+  if ! id "$runner_user" >/dev/null 2>&1; then
+    change useradd --create-home --shell /bin/bash "$runner_user"
+  fi
+  change usermod -aG docker "$runner_user"
+  change mkdir -p "$runner_dir"
+  if [ ! -x "$runner_dir/config.sh" ]; then
+    change curl -fsSL -o "$runner_dir/$tarball" \
+      "https://github.com/actions/runner/releases/download/v$runner_version/$tarball"
+    change tar -xzf "$runner_dir/$tarball" -C "$runner_dir"
+    change "$runner_dir/bin/installdependencies.sh"
+  fi
+  # the hooks: the runner runs them around every job (ACTIONS_RUNNER_HOOK_JOB_*)
+  # (a hook is a script's path, with no arguments: the hook reads its mode from its name)
+  change install -m 0755 "$here/cleanup-hook.sh" "$runner_dir/dlci-job-started.sh"
+  change install -m 0755 "$here/cleanup-hook.sh" "$runner_dir/dlci-job-completed.sh"
+  local env_file=$runner_dir/.env
+  local hooks="ACTIONS_RUNNER_HOOK_JOB_STARTED=$runner_dir/dlci-job-started.sh
+ACTIONS_RUNNER_HOOK_JOB_COMPLETED=$runner_dir/dlci-job-completed.sh"
+  if [ "$dry_run" = 1 ]; then
+    echo "would write to $env_file:"
+    printf '    %s\n' "${hooks%%$'\n'*}" "${hooks#*$'\n'}"
+  else
+    touch "$env_file"
+    grep -v '^ACTIONS_RUNNER_HOOK_JOB_' "$env_file" >"$env_file.new" || true
+    echo "$hooks" >>"$env_file.new"
+    mv "$env_file.new" "$env_file"
+  fi
+  change chown -R "$runner_user:" "$runner_dir"
+  local config=(./config.sh --unattended --replace --ephemeral --url "$url" --name "$name"
+    --labels "$labels" --work _work)
+  [ -z "$group" ] || config+=(--runnergroup "$group")
+  say "runner: registering $name at $url as ephemeral with labels self-hosted,$labels"
+  if [ "$dry_run" = 1 ]; then
+    printf 'would run (in %s, as %s):' "$runner_dir" "$runner_user"
+    printf ' %q' "${config[@]}"
+    printf ' --token <token>\n'
+  else
+    local token
+    token=$(read_token) || die "could not get a registration token"
+    (cd "$runner_dir" && sudo -u "$runner_user" "${config[@]}" --token "$token")
+  fi
+  install_service "$labels"
+}
+
+install_service() {
+  local labels=$1 unit=/etc/systemd/system/dlci-runner.service
+  local loop=$runner_dir/dlci-runner-loop.sh
+  local body
+  # An ephemeral runner exits after one job: the loop registers it again with a fresh token.
+  body=$(
+    cat <<LOOP
+#!/usr/bin/env bash
+set -euo pipefail
+cd $(printf '%q' "$runner_dir")
+while true; do
+  if [ ! -f .runner ]; then
+    token=\$(bash -c $(printf '%q' "${token_command:-false}")) || { echo "no registration token" >&2; exit 1; }
+    ./config.sh --unattended --replace --ephemeral --url $(printf '%q' "$url") --name $(printf '%q' "$name") --labels $(printf '%q' "$labels") --work _work${group:+ --runnergroup $(printf '%q' "$group")} --token "\$token"
+  fi
+  ./run.sh || sleep 10
+done
+LOOP
+  )
+  if [ "$dry_run" = 1 ]; then
+    echo "would write $loop (re-registers after every job) and $unit, then enable it"
+    return 0
+  fi
+  [ -n "$token_command" ] \
+    || say "runner: no --token-command: the service runs one job; give one to re-register after each job"
+  echo "$body" >"$loop"
+  chmod 0755 "$loop"
+  chown "$runner_user:" "$loop"
+  cat >"$unit" <<UNIT
+[Unit]
+Description=GitHub Actions runner for dl-ci (ephemeral, re-registered after each job)
+After=network-online.target docker.service
+Wants=network-online.target
+
+[Service]
+User=$runner_user
+WorkingDirectory=$runner_dir
+ExecStart=$loop
+Restart=on-failure
+RestartSec=30
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+  systemctl daemon-reload
+  systemctl enable --now dlci-runner.service
+  say "runner: service dlci-runner enabled (journalctl -u dlci-runner)"
+}
+
+case $mode in
+labels)
+  check_driver >&2
+  echo "self-hosted,$(custom_labels)"
+  ;;
+check)
+  check_driver
+  check_toolkit
+  ;;
+setup)
+  [ "$dry_run" = 1 ] || [ "$(id -u)" = 0 ] || die "run as root (or with --dry-run to see what it would do)"
+  check_driver
+  check_toolkit
+  labels=$(custom_labels)
+  say "labels: self-hosted,$labels"
+  register "$labels"
+  say "done: the runner takes jobs with runs-on: [self-hosted, ${labels//,/, }]"
+  ;;
+esac
