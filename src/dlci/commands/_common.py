@@ -112,3 +112,36 @@ def positive_timeout(value: float) -> float:
             hint="use --timeout 10",
         )
     return value
+
+
+def load_report(location: str, *, kind: str, name: str, writer: str) -> dict[str, Any]:
+    """A JSON report of ``kind`` (schema_version 1), or the file ``name`` in a directory.
+
+    Every way it can be wrong is one DlciError naming the file: missing, a directory without
+    the report, not JSON, another kind of report, a schema this dl-ci does not read.
+    """
+    from pathlib import Path
+
+    import orjson
+
+    path = Path(location)
+    if path.is_dir():
+        path = path / name
+    try:
+        data = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise DlciError(f"{path}: no such file", hint=f"give a {name} or its directory") from None
+    except IsADirectoryError:
+        raise DlciError(f"{path}: is a directory without {name}") from None
+    except orjson.JSONDecodeError as exc:
+        raise DlciError(f"not valid JSON ({exc})", file=str(path)) from None
+    if not isinstance(data, dict) or data.get("kind") != kind:
+        raise DlciError(f"not a {kind} report", hint=f"{writer} writes one", file=str(path))
+    version = data.get("schema_version")
+    if version != 1:
+        raise DlciError(
+            f"{kind} report schema_version {version!r} is not supported (this dl-ci reads 1)",
+            hint="compare reports written by the same major version of dl-ci",
+            file=str(path),
+        )
+    return data

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from dlci.commands import _common
-from dlci.errors import DlciError
 
 METRICS = ("verdict", "best_loss", "best_step", "final_loss", "steps", "wall_time_s")
 
@@ -39,32 +37,11 @@ def main(argv: Sequence[str]) -> int:
 
 def load_run(location: str) -> dict[str, Any]:
     """Read a memorization report, or the one inside a directory."""
-    import orjson
-
     from dlci.report.memorization import REPORT_NAME
 
-    path = Path(location)
-    if path.is_dir():
-        path = path / REPORT_NAME
-    try:
-        data = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise DlciError(
-            f"{path}: no such file", hint="give a memorization.json or its directory"
-        ) from None
-    except orjson.JSONDecodeError as exc:
-        raise DlciError(f"not valid JSON ({exc})", file=str(path)) from None
-    if not isinstance(data, dict) or data.get("kind") != "memorization":
-        raise DlciError(
-            "not a memorization report", hint="dlci memorize writes one", file=str(path)
-        )
-    if data.get("schema_version") != 1:
-        raise DlciError(
-            f"unsupported report schema_version {data.get('schema_version')!r}",
-            hint="compare reports written by the same major version of dl-ci",
-            file=str(path),
-        )
-    return data
+    return _common.load_report(
+        location, kind="memorization", name=REPORT_NAME, writer="dlci memorize"
+    )
 
 
 def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from dlci.commands import _common
@@ -61,33 +60,8 @@ def main(argv: Sequence[str]) -> int:
 
 
 def load_report(location: str) -> dict[str, Any]:
-    import orjson
-
     from dlci.report.utilization import REPORT_NAME
 
-    path = Path(location)
-    if path.is_dir():
-        path = path / REPORT_NAME
-    try:
-        data = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise DlciError(
-            f"{path}: no such file",
-            hint="give a utilization.json (dlci analyze --json) or its directory",
-        ) from None
-    except IsADirectoryError:
-        raise DlciError(f"{path}: is a directory without {REPORT_NAME}") from None
-    except orjson.JSONDecodeError as exc:
-        raise DlciError(f"not valid JSON ({exc})", file=str(path)) from None
-    if not isinstance(data, dict) or data.get("kind") != "utilization":
-        raise DlciError(
-            "not a utilization report", hint="dlci analyze --json writes one", file=str(path)
-        )
-    version = data.get("schema_version")
-    if version != 1:
-        raise DlciError(
-            f"utilization report schema_version {version!r} is not supported (this dl-ci reads 1)",
-            file=str(path),
-            hint="analyze both traces with the same dl-ci release",
-        )
-    return data
+    return _common.load_report(
+        location, kind="utilization", name=REPORT_NAME, writer="dlci analyze --json"
+    )

@@ -161,8 +161,8 @@ def analyze(cols: Columns, *, source: str = "") -> dict[str, Any]:
 
     # -- per step: breakdown and phases
     report["per_step"] = _per_step(cols, names, windows, host_ops, primary, launch_of)
-    report["breakdown"] = _sum_breakdown(report["per_step"])
-    report["phases"] = _sum_phases(report["per_step"])
+    report["breakdown"] = _sum_over_steps(report["per_step"], "breakdown", "duration_us")
+    report["phases"] = _sum_over_steps(report["per_step"], "phases", "host_duration_us")
 
     report["syncs"] = _syncs(cols, names, host_pid, windows)
     report["launches"] = _launches(cols, names, launch_of, primary)
@@ -521,25 +521,12 @@ def _per_step(
     return out
 
 
-def _sum_breakdown(per_step: list[dict[str, Any]]) -> dict[str, Any]:
+def _sum_over_steps(per_step: list[dict[str, Any]], part: str, total_key: str) -> dict[str, Any]:
+    """Sum one split (``breakdown`` or ``phases``) over the steps, with shares of the total."""
     if not per_step:
         return {}
-    total = sum(s["duration_us"] for s in per_step)
-    keys = per_step[0]["breakdown"].keys()
-    sums = {k: sum(s["breakdown"][k] for s in per_step) for k in keys}
-    return {
-        "total_us": _us(total),
-        **{k: _us(v) for k, v in sums.items()},
-        "pct": {k.removesuffix("_us"): _pct(v, total) for k, v in sums.items()},
-    }
-
-
-def _sum_phases(per_step: list[dict[str, Any]]) -> dict[str, Any]:
-    if not per_step:
-        return {}
-    total = sum(s["host_duration_us"] for s in per_step)
-    keys = per_step[0]["phases"].keys()
-    sums = {k: sum(s["phases"][k] for s in per_step) for k in keys}
+    total = sum(s[total_key] for s in per_step)
+    sums = {k: sum(s[part][k] for s in per_step) for k in per_step[0][part]}
     return {
         "total_us": _us(total),
         **{k: _us(v) for k, v in sums.items()},

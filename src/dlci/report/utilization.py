@@ -83,26 +83,17 @@ def render_markdown(report: dict[str, Any], *, gate: dict[str, Any] | None = Non
     )
     lines.append("")
 
-    breakdown = report.get("breakdown") or {}
-    if breakdown:
-        pct = breakdown["pct"]
-        keys = [k for k in BREAKDOWN_LABELS if k in pct]
-        lines.append("#### Step time breakdown")
-        lines.append("")
-        lines.append("| " + " | ".join(BREAKDOWN_LABELS[k] for k in keys) + " |")
-        lines.append("|" + " --- |" * len(keys))
-        lines.append("| " + " | ".join(f"{pct[k]:.1f}%" for k in keys) + " |")
-        lines.append("")
-    phases = report.get("phases") or {}
-    if phases:
-        pct = phases["pct"]
-        keys = [k for k in PHASE_LABELS if k in pct]
-        lines.append("#### Where host step time goes")
-        lines.append("")
-        lines.append("| " + " | ".join(PHASE_LABELS[k] for k in keys) + " |")
-        lines.append("|" + " --- |" * len(keys))
-        lines.append("| " + " | ".join(f"{pct[k]:.1f}%" for k in keys) + " |")
-        lines.append("")
+    for key, title, labels in (
+        ("breakdown", "Step time breakdown", BREAKDOWN_LABELS),
+        ("phases", "Where host step time goes", PHASE_LABELS),
+    ):
+        pct = (report.get(key) or {}).get("pct")
+        if pct:
+            keys = [k for k in labels if k in pct]
+            lines += [f"#### {title}", ""]
+            lines.append("| " + " | ".join(labels[k] for k in keys) + " |")
+            lines.append("|" + " --- |" * len(keys))
+            lines += ["| " + " | ".join(f"{pct[k]:.1f}%" for k in keys) + " |", ""]
 
     for device in report["devices"]:
         gaps = device["idle_gaps"][:5]
