@@ -98,7 +98,9 @@ def test_host_side_commands_never_import_torch(tmp_path) -> None:
         "assert main(['tier', '--probes', 'nvml,nvidia-smi', '--json']) == 0\n"
         "assert main(['tier', '--hardware', 'a100', '--budget', 'nightly']) == 0\n"
         f"assert main(['analyze', {str(REAL_TRACE)!r}, '--json', '-', '--quiet']) == 0\n"
-        f"assert main(['analyze', {str(REAL_TRACE)!r}, '--markdown', {str(tmp_path / 'u.md')!r}]) == 0\n"
+        f"assert main(['analyze', {str(REAL_TRACE)!r}, '--json', {str(tmp_path / 'utilization.json')!r}, '--markdown', {str(tmp_path / 'u.md')!r}]) == 0\n"
+        f"assert main(['preflight', '--no-docker', '--hardware', 'cpu', '--out', {str(tmp_path)!r}]) == 0\n"
+        f"assert main(['summary', '--artifacts', {str(tmp_path)!r}, '--no-fail', '--markdown', {str(tmp_path / 's.md')!r}]) == 0\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'matplotlib'))\n"
         "assert not bad, bad\n"
     )
