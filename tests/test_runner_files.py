@@ -310,6 +310,25 @@ def test_no_gpu_is_a_clear_error(tmp_path: Path) -> None:
     assert done.stdout == ""
 
 
+@pytest.mark.parametrize(
+    "dlci_body",
+    [
+        'echo \'{"hardware_class": "cpu", "class_reason": "no GPU found"}\'',  # driver yes, GPU no
+        'echo "dlci: crashed" >&2; exit 3',  # dlci itself fails
+    ],
+)
+def test_a_failed_class_stops_setup_instead_of_a_bare_gpu_label(
+    tmp_path: Path, dlci_body: str
+) -> None:
+    env = fake_gpu_machine(tmp_path, [A100])
+    stand_in(tmp_path / "bin", "dlci-stand-in", dlci_body)
+    env["DLCI"] = str(tmp_path / "bin" / "dlci-stand-in")
+    done = setup(env, "labels")
+    assert done.returncode == 1, done.stdout
+    assert "gpu," not in done.stdout
+    assert "runner setup: error:" in done.stderr
+
+
 def test_no_driver_is_a_clear_error(tmp_path: Path) -> None:
     env = fake_gpu_machine(tmp_path, [A100])
     (tmp_path / "bin" / "nvidia-smi").unlink()
@@ -355,7 +374,8 @@ def test_dry_run_prints_the_plan_and_changes_nothing(tmp_path: Path) -> None:
     ):
         assert part in config
     assert "--labels gpu\\,a100\\,big-disk" in config
-    assert "<token>" in config  # never a real token on screen
+    # the token travels in the environment, never on a command line (ps shows those)
+    assert "the token in ACTIONS_RUNNER_INPUT_TOKEN" in config and "--token" not in config
     assert f"ACTIONS_RUNNER_HOOK_JOB_STARTED={runner_dir}/dlci-job-started.sh" in out
     assert f"ACTIONS_RUNNER_HOOK_JOB_COMPLETED={runner_dir}/dlci-job-completed.sh" in out
     assert "runs-on: [self-hosted, gpu, a100, big-disk]" in out

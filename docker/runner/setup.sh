@@ -27,7 +27,7 @@
 #   --group GROUP          the runner group (organization runners)
 #   --dir DIR              where the runner lives (default /opt/actions-runner)
 #   --user USER            the user that runs jobs (default: actions; in the docker group)
-#   --runner-version V     actions/runner release (default below)
+#   --runner-version V     actions/runner release (default: the latest, looked up)
 #   --check-image IMAGE    the image for the `docker run --gpus all` check
 #                          (default: nvidia/cuda:12.4.1-base-ubuntu22.04)
 #   --skip-toolkit         do not install the toolkit (verify only)
@@ -36,11 +36,12 @@
 #   this checkout of dl-ci installed), DLCI_PROBES (default nvml,nvidia-smi),
 #   DLCI_NVIDIA_DEV_DIR (where to look for nvidia* device nodes; default /dev).
 set -euo pipefail
+shopt -s inherit_errexit # a failure inside $(...) stops the script too
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 kit_root=$(cd "$here/../.." && pwd)
 
-runner_version=2.321.0
+runner_version=latest # resolved from GitHub's releases; GitHub refuses too old a runner
 url=""
 token_file=""
 token_command=""
@@ -175,6 +176,9 @@ find_dlci() {
     local venv=$runner_dir/dl-ci-venv
     if [ ! -x "$venv/bin/dlci" ]; then
       say "dlci: installing dl-ci from $kit_root into $venv" >&2
+      if ! python3 -c 'import ensurepip' 2>/dev/null; then
+        change apt-get install -y python3-venv >&2 # not on a stock Ubuntu server
+      fi
       change python3 -m venv "$venv" >&2
       change "$venv/bin/pip" install --quiet "$kit_root" >&2
     fi
@@ -184,7 +188,7 @@ find_dlci() {
 
 hardware_class() {
   local dlci report class
-  dlci=$(find_dlci)
+  dlci=$(find_dlci) || exit 1
   if [ "$dry_run" = 1 ] && [ ! -x "$dlci" ] && ! command -v "$dlci" >/dev/null; then
     echo "unknown-until-installed"
     return 0
@@ -200,7 +204,7 @@ hardware_class() {
 # The labels config.sh gets (GitHub adds self-hosted, the OS and the architecture itself).
 custom_labels() {
   local class
-  class=$(hardware_class)
+  class=$(hardware_class) || exit 1
   echo "gpu,$class${extra_labels:+,$extra_labels}"
 }
 
@@ -224,6 +228,16 @@ register() {
   aarch64) arch=arm64 ;;
   *) die "no actions/runner build for $(uname -m)" ;;
   esac
+  if [ "$runner_version" = latest ] && [ ! -x "$runner_dir/config.sh" ]; then
+    if [ "$dry_run" = 1 ]; then
+      say "runner: would look up the latest actions/runner release"
+      runner_version=LATEST
+    else
+      runner_version=$(curl -fsSL https://api.github.com/repos/actions/runner/releases/latest \
+        | python3 -c 'import json, sys; print(json.load(sys.stdin)["tag_name"].lstrip("v"))') \
+        || die "could not look up the latest actions/runner release; give --runner-version"
+    fi
+  fi
   tarball=actions-runner-linux-$arch-$runner_version.tar.gz
   if ! id "$runner_user" >/dev/null 2>&1; then
     change useradd --create-home --shell /bin/bash "$runner_user"
@@ -234,6 +248,7 @@ register() {
     change curl -fsSL -o "$runner_dir/$tarball" \
       "https://github.com/actions/runner/releases/download/v$runner_version/$tarball"
     change tar -xzf "$runner_dir/$tarball" -C "$runner_dir"
+    change rm -f "$runner_dir/$tarball"
     change "$runner_dir/bin/installdependencies.sh"
   fi
   # the hooks: the runner runs them around every job (ACTIONS_RUNNER_HOOK_JOB_*)
@@ -257,14 +272,18 @@ ACTIONS_RUNNER_HOOK_JOB_COMPLETED=$runner_dir/dlci-job-completed.sh"
     --labels "$labels" --work _work)
   [ -z "$group" ] || config+=(--runnergroup "$group")
   say "runner: registering $name at $url as ephemeral with labels self-hosted,$labels"
-  if [ "$dry_run" = 1 ]; then
-    printf 'would run (in %s, as %s):' "$runner_dir" "$runner_user"
+  if [ -f "$runner_dir/.runner" ]; then
+    say "runner: already registered in $runner_dir (to register again: sudo -u $runner_user ./config.sh remove --local)"
+  elif [ "$dry_run" = 1 ]; then
+    printf 'would run (in %s, as %s, the token in ACTIONS_RUNNER_INPUT_TOKEN):' "$runner_dir" "$runner_user"
     printf ' %q' "${config[@]}"
-    printf ' --token <token>\n'
+    printf '\n'
   else
     local token
     token=$(read_token) || die "could not get a registration token"
-    (cd "$runner_dir" && sudo -u "$runner_user" "${config[@]}" --token "$token")
+    # the token goes in the environment, not on the command line (ps would show it)
+    (cd "$runner_dir" && ACTIONS_RUNNER_INPUT_TOKEN=$token \
+      sudo --preserve-env=ACTIONS_RUNNER_INPUT_TOKEN -u "$runner_user" "${config[@]}")
   fi
   install_service "$labels"
 }
@@ -281,8 +300,11 @@ set -euo pipefail
 cd $(printf '%q' "$runner_dir")
 while true; do
   if [ ! -f .runner ]; then
+    rm -rf _work # the last job's workspace: the next job starts clean
     token=\$(bash -c $(printf '%q' "${token_command:-false}")) || { echo "no registration token" >&2; exit 1; }
-    ./config.sh --unattended --replace --ephemeral --url $(printf '%q' "$url") --name $(printf '%q' "$name") --labels $(printf '%q' "$labels") --work _work${group:+ --runnergroup $(printf '%q' "$group")} --token "\$token"
+    export ACTIONS_RUNNER_INPUT_TOKEN=\$token
+    ./config.sh --unattended --replace --ephemeral --url $(printf '%q' "$url") --name $(printf '%q' "$name") --labels $(printf '%q' "$labels") --work _work${group:+ --runnergroup $(printf '%q' "$group")}
+    unset ACTIONS_RUNNER_INPUT_TOKEN
   fi
   ./run.sh || sleep 10
 done
@@ -309,6 +331,8 @@ WorkingDirectory=$runner_dir
 ExecStart=$loop
 Restart=on-failure
 RestartSec=30
+KillMode=process
+TimeoutStopSec=5min
 
 [Install]
 WantedBy=multi-user.target
@@ -321,7 +345,8 @@ UNIT
 case $mode in
 labels)
   check_driver >&2
-  echo "self-hosted,$(custom_labels)"
+  labels=$(custom_labels) || exit 1
+  echo "self-hosted,$labels"
   ;;
 check)
   check_driver
@@ -331,7 +356,7 @@ setup)
   [ "$dry_run" = 1 ] || [ "$(id -u)" = 0 ] || die "run as root (or with --dry-run to see what it would do)"
   check_driver
   check_toolkit
-  labels=$(custom_labels)
+  labels=$(custom_labels) || exit 1
   say "labels: self-hosted,$labels"
   register "$labels"
   say "done: the runner takes jobs with runs-on: [self-hosted, ${labels//,/, }]"
