@@ -12,7 +12,9 @@
 #
 # Environment:
 #   DLCI_DISK_THRESHOLD    percent used of Docker's data root that triggers the prune (default 80)
-#   DLCI_PRUNE_UNTIL       prune only images unused for this long (default 72h)
+#   DLCI_PRUNE_UNTIL       prune only images created more than this long ago (default 72h;
+#                          Docker's `until` filter is an image's age, not the time since last
+#                          use: label an image you always want kept with dlci.keep)
 #   DLCI_STALE_AFTER       remove stopped containers older than this (default 1h)
 #   DLCI_GPU_TIMEOUT       seconds nvidia-smi may take before the GPU counts as hung (default 30)
 #   DLCI_KEEP_LABEL        images with this label are kept (default dlci.keep)
@@ -48,7 +50,7 @@ disk() {
     ;;
   esac
   if [ "$used" -ge "$threshold" ]; then
-    say "disk: $root is ${used}% full (threshold ${threshold}%): pruning images unused for $prune_until"
+    say "disk: $root is ${used}% full (threshold ${threshold}%): pruning unused images created more than $prune_until ago (not labelled $keep_label)"
     docker image prune --all --force --filter "until=$prune_until" --filter "label!=$keep_label" || warn "image prune failed"
     docker builder prune --force --filter "until=$prune_until" >/dev/null 2>&1 || true
     used=$(percent_used "$root")
