@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Install what the test suite needs into .venv, then run the quality gates and the tests.
-#   scripts/test.sh [PYTEST ARGS...]
+# Install what the test suite needs, then run the quality gates and the tests: the Python
+# packages into .venv, and the real parts of the end-to-end tests (a Docker engine, act, the
+# offline base image, the wheelhouse, the kit image: scripts/e2e_setup.sh, which needs root or
+# sudo). A missing part fails the end-to-end tests; it never skips them.
+#   scripts/test.sh [PYTEST ARGS...]      (-m "not e2e" leaves the end-to-end tests out)
 # Environment: see scripts/_venv.sh; SKIP_PRE_COMMIT=1 runs the tests alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +12,11 @@ cd "$(dirname "$0")/.."
 
 echo "==> installing dl-ci[dev]"
 pip_install -e ".[dev]"
+
+echo "==> the real parts of the end-to-end tests"
+bash scripts/e2e_setup.sh
+# the kit image was just built from this tree: the tests need not run the (cached) build again
+export DLCI_E2E_SKIP_BUILD=1
 
 export PATH="$PWD/$venv/bin:$PATH"
 if [ "${SKIP_PRE_COMMIT:-0}" != 1 ]; then

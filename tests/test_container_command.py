@@ -5,7 +5,6 @@ What needs a real engine (building, running, cleanup of real containers) is in t
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,6 @@ import pytest
 from dlci.cli import main
 from dlci.commands.container import (
     ENV_ALLOWLIST,
-    _foreign_files,
     input_hash,
     inputs_to_argv,
     run_command,
@@ -128,18 +126,3 @@ def test_unknown_subcommand(capsys) -> None:  # type: ignore[no-untyped-def]
     assert main(["container", "launch"]) == 1
     assert "unknown subcommand 'launch'" in capsys.readouterr().err
     assert main(["container"]) == 1
-
-
-@pytest.mark.skipif(os.getuid() != 0, reason="making a file of another owner needs root")
-def test_foreign_files_are_found_and_given_back(tmp_path: Path, monkeypatch) -> None:
-    (tmp_path / "ok.txt").write_text("x")
-    (tmp_path / "root.txt").write_text("x")
-    os.chown(tmp_path / "root.txt", 4321, 4321)
-    assert _foreign_files(tmp_path, 0) == [str(tmp_path / "root.txt")]
-    monkeypatch.setenv("DLCI_JOB_ID", "")
-    assert (
-        main(["container", "cleanup", "--workspace", str(tmp_path), "--out", str(tmp_path / "o")])
-        == 0
-    )
-    assert (tmp_path / "root.txt").stat().st_uid == 0
-    assert _foreign_files(tmp_path, 0) == []

@@ -217,9 +217,9 @@ def test_the_self_test_has_a_job_that_must_pass_and_one_that_must_fail() -> None
 def test_ci_runs_the_gates_the_unit_tests_and_the_e2e() -> None:
     data = load(ROOT / ".github" / "workflows" / "ci.yml")
     runs = "\n".join(s.get("run", "") for j in data["jobs"].values() for s in j["steps"])
-    assert "scripts/test.sh" in runs and "scripts/e2e_setup.sh" in runs
-    e2e = next(j for j in data["jobs"].values() if "e2e_setup" in json.dumps(j))
-    assert any(s.get("env", {}).get("DLCI_E2E") == "1" for s in e2e["steps"])
+    # the README's test command, whole: it runs the gates, the unit and the e2e tests
+    assert "bash scripts/test.sh\n" in runs + "\n" and "not e2e" not in runs
+    assert "scripts/e2e_setup.sh" in (ROOT / "scripts" / "test.sh").read_text()
     uses_are_pinned(data)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from dlci.cli import main
+from dlci.commands.container import _foreign_files
 
 pytestmark = pytest.mark.e2e
 
@@ -116,3 +118,17 @@ def test_a_failing_job_in_the_container_is_exit_1(kit_image: str, tmp_path: Path
     assert main([*argv, "--", *inner]) == 1
     record = json.loads((ws / "dlci-artifacts" / "run.json").read_text())
     assert record["failed_steps"] == ["tests"]
+
+
+def test_foreign_files_are_found_and_given_back(root: None, tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "ok.txt").write_text("x")
+    (tmp_path / "root.txt").write_text("x")
+    os.chown(tmp_path / "root.txt", 4321, 4321)
+    assert _foreign_files(tmp_path, 0) == [str(tmp_path / "root.txt")]
+    monkeypatch.setenv("DLCI_JOB_ID", "")
+    assert (
+        main(["container", "cleanup", "--workspace", str(tmp_path), "--out", str(tmp_path / "o")])
+        == 0
+    )
+    assert (tmp_path / "root.txt").stat().st_uid == 0
+    assert _foreign_files(tmp_path, 0) == []

@@ -114,8 +114,7 @@ def test_a_container_killed_mid_step(kit_image: str, tmp_path: Path) -> None:
     assert "| tests | ⛔ interrupted |" in text
 
 
-@pytest.mark.skipif(os.getuid() != 0, reason="mounting a small tmpfs needs root")
-def test_a_full_artifacts_disk(tmp_path: Path) -> None:
+def test_a_full_artifacts_disk(root: None, tmp_path: Path) -> None:
     """A full disk: a clear error, the earlier report intact, nothing half-written."""
     sys.path.insert(0, str(ROOT / "tests"))
     from tracegen import training_trace
