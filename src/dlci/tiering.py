@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from dlci.budgets import Ladder, Tier, load_ladder, resolve_budget, select_tier
 from dlci.errors import DlciError
@@ -57,7 +58,7 @@ def tier_from_file(path: str) -> Tier:
     from dataclasses import fields
 
     try:
-        data = json.loads(open(path, encoding="utf-8").read())  # noqa: SIM115
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise DlciError(f"{path}: cannot read the tier ({exc.strerror})") from None
     except ValueError as exc:

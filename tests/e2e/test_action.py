@@ -125,6 +125,15 @@ def no_job_containers(docker_engine: str):  # type: ignore[no-untyped-def]
     assert left == set(), f"containers left behind: {left}"
 
 
+def user_repo(tmp_path: Path, kit: Path, workflow: str) -> Path:
+    """A user's repository: the digits example as `project/`, one workflow, one commit."""
+    repo = tmp_path / "repo"
+    shutil.copytree(kit / "examples" / "digits", repo / "project")
+    (repo / ".github" / "workflows").mkdir(parents=True)
+    (repo / ".github" / "workflows" / "e2e.yml").write_text(workflow)
+    return make_repo(repo, {})
+
+
 def test_uses_dot_on_the_digits_example(
     tmp_path: Path, kit_image: str, act_bin: Path, no_job_containers
 ) -> None:
@@ -197,11 +206,9 @@ def test_a_failing_memorization_turns_the_job_red(
 ) -> None:
     """`uses: org/dl-ci@v1`, resolved to this tree with act's --local-repository."""
     kit = kit_copy(tmp_path / "kit")
-    project = kit / "examples" / "digits"
-    repo = tmp_path / "repo"
-    shutil.copytree(project, repo / "project")
-    (repo / ".github" / "workflows").mkdir(parents=True)
-    (repo / ".github" / "workflows" / "e2e.yml").write_text(
+    repo = user_repo(
+        tmp_path,
+        kit,
         job(
             f"""
 - uses: actions/checkout@v4
@@ -219,9 +226,8 @@ def test_a_failing_memorization_turns_the_job_red(
     pytest-args: -k "not memoriz and not doctor"
     upload-artifacts: "false"
 """
-        )
+        ),
     )
-    make_repo(repo, {})
     run = act(act_bin, tmp_path, repo, kit=kit)
     assert run.returncode != 0
     assert run.job_result() == "failure", run.explain()
@@ -238,10 +244,9 @@ def test_a_fork_pull_request_is_refused(
     tmp_path: Path, kit_image: str, act_bin: Path, no_job_containers
 ) -> None:
     kit = kit_copy(tmp_path / "kit")
-    repo = tmp_path / "repo"
-    shutil.copytree(kit / "examples" / "digits", repo / "project")
-    (repo / ".github" / "workflows").mkdir(parents=True)
-    (repo / ".github" / "workflows" / "e2e.yml").write_text(
+    repo = user_repo(
+        tmp_path,
+        kit,
         job(
             f"""
 - uses: actions/checkout@v4
@@ -253,9 +258,8 @@ def test_a_fork_pull_request_is_refused(
     upload-artifacts: "false"
 """,
             on="pull_request",
-        )
+        ),
     )
-    make_repo(repo, {})
     event = tmp_path / "event.json"
     event.write_text(
         json.dumps(

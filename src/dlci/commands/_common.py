@@ -40,7 +40,8 @@ def add_ladder(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_detection(p: argparse.ArgumentParser) -> None:
+def add_detection(p: argparse.ArgumentParser, probes: str = "nvml,nvidia-smi,torch") -> None:
+    """--timeout and --probes; ``probes`` is the default when $DLCI_PROBES is unset."""
     p.add_argument(
         "--timeout",
         type=float,
@@ -50,9 +51,9 @@ def add_detection(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--probes",
-        default=os.environ.get("DLCI_PROBES") or "nvml,nvidia-smi,torch",
+        default=os.environ.get("DLCI_PROBES") or probes,
         metavar="LIST",
-        help="GPU probes to try, in order (default: $DLCI_PROBES, else nvml,nvidia-smi,torch); "
+        help=f"GPU probes to try, in order (default: $DLCI_PROBES, else {probes}); "
         "host-side steps leave out torch so it is never imported",
     )
 

@@ -52,10 +52,8 @@ def main(argv: Sequence[str]) -> int:
         help="directory for preflight.json (default: dlci-artifacts)",
     )
     _common.add_json(p, "the preflight report")
-    _common.add_detection(p)
+    _common.add_detection(p, probes="nvml,nvidia-smi")  # the host side: never torch
     args = p.parse_args(list(argv))
-    if not any(a.startswith("--probes") for a in argv) and not os.environ.get("DLCI_PROBES"):
-        args.probes = "nvml,nvidia-smi"  # the host side: never torch
     if "torch" in [x.strip() for x in args.probes.split(",")]:
         raise DlciError(
             "dlci preflight never imports torch: leave torch out of --probes",

@@ -182,7 +182,6 @@ class ProfileResult:
     device: str
     cpu_only: bool
     wall_time_s: float
-    annotated: bool  # dl-ci's own forward/backward/optimizer annotations (False: train_step)
 
 
 def _batches(loader: Any, needed: int) -> Iterator[Any]:
@@ -281,5 +280,4 @@ def profile_target(
         device=str(dev),
         cpu_only=dev.type != "cuda",
         wall_time_s=time.perf_counter() - start,
-        annotated=target.train_step is None,
     )

@@ -148,15 +148,4 @@ def priority_split(
     >>> priority_split((0.0, 10.0), [("a", a), ("b", b)])
     {'a': 4.0, 'b': 2.0, 'other': 4.0}
     """
-    lo, hi = window
-    covered = empty()
-    covered_len = 0.0
-    out: dict[str, float] = {}
-    for name, pair in ordered:
-        part = clip(*pair, lo, hi)
-        covered = union(covered, part)
-        new_len = length(*covered)
-        out[name] = new_len - covered_len
-        covered_len = new_len
-    out["other"] = max(0.0, (hi - lo) - covered_len)
-    return out
+    return {k: float(v[0]) for k, v in priority_lengths([window[0]], [window[1]], ordered).items()}

@@ -371,9 +371,9 @@ def _fractional(cols: Columns) -> bool:
     return any(s[1] != int(s[1]) for s in cols.steps)
 
 
-def _op_during(cols: Columns, host: Any, lo: float, hi: float) -> dict[str, Any] | None:
+def _op_during(cols: Columns, lo: float, hi: float) -> dict[str, Any] | None:
     """The host op that overlaps ``[lo, hi]`` the most (the innermost on a tie)."""
-    cand = host & (cols.op_ts < hi) & (cols.op_end > lo)
+    cand = (cols.op_ts < hi) & (cols.op_end > lo)
     if not cand.any():
         return None
     idx = np.flatnonzero(cand)
@@ -399,7 +399,6 @@ def _gaps(
     launch_order = np.argsort(dev_ts, kind="stable")
     sorted_ts = dev_ts[launch_order]
     launches = launch_of[on][launch_order]
-    host = np.ones(cols.op_ts.size, dtype=bool)
     out = []
     for i in order:
         g0, g1 = float(gs[i]), float(ge[i])
@@ -419,7 +418,7 @@ def _gaps(
                 "duration_us": _us(g1 - g0),
                 "cause": cause,
                 "next_launch_us": _us(next_launch - lo) if next_launch is not None else None,
-                "cpu_op": _op_during(cols, host, g0, g1),
+                "cpu_op": _op_during(cols, g0, g1),
             }
         )
     return out
@@ -483,8 +482,7 @@ def _per_step(
             cols.dev_ts[on & (kind == KERNEL) & nccl], cols.dev_end[on & (kind == KERNEL) & nccl]
         ),
     }
-    rt_host = np.ones(cols.rt_ts.size, dtype=bool)
-    sets["runtime_us"] = iv.merge(cols.rt_ts[rt_host], cols.rt_end[rt_host])
+    sets["runtime_us"] = iv.merge(cols.rt_ts, cols.rt_end)
     data_mask = host & names.mask(cols.op_name, *DATA_PATTERNS)
     sets["data_loading_us"] = iv.merge(cols.op_ts[data_mask], cols.op_end[data_mask])
     cpu_mask = host & ~cols.op_annotation

@@ -138,18 +138,10 @@ def render_markdown(report: dict[str, Any], *, gate: dict[str, Any] | None = Non
                 f"{_ms(row['wait_us'])} | {_ms(row['max_wait_us'])} |"
             )
         lines.append("")
-    if report["recommendations"]:
-        lines.append("#### Recommendations")
-        lines.append("")
-        for rec in report["recommendations"]:
-            lines.append(f"- **{rec['finding']}**: {rec['advice']}.")
-        lines.append("")
-    if report["warnings"]:
-        lines.append("#### Warnings")
-        lines.append("")
-        for warning in report["warnings"]:
-            lines.append(f"- {warning}")
-        lines.append("")
+    advice = [f"**{rec['finding']}**: {rec['advice']}." for rec in report["recommendations"]]
+    for title, items in (("Recommendations", advice), ("Warnings", report["warnings"])):
+        if items:
+            lines += [f"#### {title}", "", *(f"- {item}" for item in items), ""]
     return "\n".join(lines)
 
 
