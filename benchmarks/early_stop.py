@@ -23,8 +23,8 @@ def in_process(repeats: int) -> dict[str, list[float]]:
     """Training-loop time only (imports and data loading excluded)."""
     sys.path.insert(0, str(EXAMPLE))
     from digits_example.target import make_target
-    from dlci.memorize import MemorizeConfig, memorize, seed_everything
-    from dlci.tiering import choose_tier
+    from dlci.ladder.tiers import choose_tier
+    from dlci.memorization.engine import MemorizeConfig, memorize, seed_everything
 
     tier = choose_tier(budget="pr", hardware="cpu")
     times: dict[str, list[float]] = {"early stop": [], "full budget": []}

@@ -23,7 +23,7 @@ def run(steps: int, every: int | None) -> float:
 
     import dlci
     from digits_example.target import make_target
-    from dlci.memorize import seed_everything
+    from dlci.memorization.engine import seed_everything
 
     seed_everything(0)
     target = make_target()

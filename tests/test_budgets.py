@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from dlci.budgets import (
+from dlci.errors import DlciError
+from dlci.ladder.load import (
     EVENT_BUDGETS,
     load_ladder,
     load_ladder_text,
     resolve_budget,
     select_tier,
 )
-from dlci.errors import DlciError
 
 SMALL = Path(__file__).parent / "data" / "ladders" / "small.yaml"
 

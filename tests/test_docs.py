@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dlci.cli import VERBS
-from dlci.ladder_format import CLASS_FIELDS, TIER_FIELDS, TOP_KEYS
+from dlci.ladder.format import CLASS_FIELDS, TIER_FIELDS, TOP_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,7 +14,7 @@ import zoo
 from dlci.checks import CHECK_IDS, run_checks, select
 from dlci.cli import main
 from dlci.errors import DlciError
-from dlci.tiering import choose_tier
+from dlci.ladder.tiers import choose_tier
 
 # the planted (N, 1)-vs-(N,) bug makes torch warn too; the check must catch it anyway
 pytestmark = pytest.mark.filterwarnings("ignore:Using a target size:UserWarning")

@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 from dlci import hardware
-from dlci.budgets import load_ladder
-from dlci.hardware import GpuInfo, HardwareInfo, classify, detect
+from dlci.hardware import GpuInfo, HardwareInfo, detect
+from dlci.ladder import classes
+from dlci.ladder.classes import classify
+from dlci.ladder.load import load_ladder
 
 # Names as NVML, nvidia-smi and torch report them on real machines.
 REAL_GPU_NAMES = [
@@ -93,7 +95,7 @@ def test_an_unnamed_gpu_falls_back_to_the_nearest_class_by_speed(
 ) -> None:
     match = classify(machine(name, capability=capability), ladder)
     assert match.name == expected
-    speed = hardware.estimate_speed(GpuInfo(0, name, compute_capability=capability))
+    speed = classes.estimate_speed(GpuInfo(0, name, compute_capability=capability))
     assert match.warnings == (
         f"no hardware class matches GPU '{name}' (compute capability {capability or 'unknown'}); "
         f"using '{expected}', the nearest class by relative speed ({speed:g}). Add a class for "
@@ -281,7 +283,7 @@ def test_nvml_errors_become_probe_failures(monkeypatch) -> None:
 
 def test_the_report_is_plain_json_data(ladder) -> None:
     info = machine("NVIDIA L4", capability="8.9")
-    data = hardware.to_dict(info, classify(info, ladder))
+    data = classes.hardware_report(info, classify(info, ladder))
     assert data["schema_version"] == 1
     assert data["hardware_class"] == "l4"
     assert data["gpu_count"] == 1

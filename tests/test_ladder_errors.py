@@ -10,9 +10,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dlci.budgets import load_ladder, load_ladder_text
 from dlci.cli import main
 from dlci.errors import DlciError
+from dlci.ladder.load import load_ladder, load_ladder_text
 
 SMALL_TEXT = (Path(__file__).parent / "data" / "ladders" / "small.yaml").read_text("utf-8")
 

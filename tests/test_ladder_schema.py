@@ -11,9 +11,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlci.budgets import default_ladder_path, load_ladder_text
 from dlci.errors import DlciError
-from dlci.ladder_format import SCHEMA_FILES, json_schema, render_schema
+from dlci.ladder.format import SCHEMA_FILES, json_schema, render_schema
+from dlci.ladder.load import default_ladder_path, load_ladder_text
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL_TEXT = (Path(__file__).parent / "data" / "ladders" / "small.yaml").read_text("utf-8")
@@ -23,7 +23,7 @@ def test_the_committed_schema_files_are_up_to_date() -> None:
     data = resources.files("dlci") / "data"
     for filename, complete in SCHEMA_FILES.items():
         assert (data / filename).read_text("utf-8") == render_schema(complete), (
-            f"regenerate with: python -m dlci.ladder_format  ({filename} is stale)"
+            f"regenerate with: python -m dlci.ladder.format  ({filename} is stale)"
         )
 
 

@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from dlci.errors import DlciError
-from dlci.memorize import MemorizeConfig, memorize, seed_everything
-from dlci.target import Target
+from dlci.memorization.engine import MemorizeConfig, memorize, seed_everything
+from dlci.memorization.target import Target
 
 PR = MemorizeConfig(max_epochs=100, max_loss=0.5, time_cap_s=60)
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from dlci.action.preflight import check_docker, explain_docker_run_failure, fork_guard
 from dlci.cli import main
 from dlci.errors import DlciError
-from dlci.preflight import check_docker, explain_docker_run_failure, fork_guard
 
 
 def event(tmp_path: Path, head: str | None, base: str = "org/repo") -> dict[str, str]:
@@ -244,7 +244,7 @@ def test_without_the_base_commit_a_ceiling_applies(pr_with_a_greedy_ladder, tmp_
     Path(os.environ["GITHUB_EVENT_PATH"]).write_text(json.dumps(payload))
     report = _preflight(tmp_path / "out")
     assert report["ladder"]["verified"] is False
-    from dlci.budgets import load_ladder
+    from dlci.ladder.load import load_ladder
 
     ceiling = load_ladder().budgets["nightly"]["cpu"].time_cap_minutes  # the default's nightly
     assert ceiling < 600
@@ -255,7 +255,7 @@ def test_without_the_base_commit_a_ceiling_applies(pr_with_a_greedy_ladder, tmp_
 
 
 def test_the_container_uses_the_tier_the_host_selected(tmp_path: Path, monkeypatch) -> None:
-    from dlci.tiering import TIER_JSON_VARIABLE, choose_tier, tier_from_file
+    from dlci.ladder.tiers import TIER_JSON_VARIABLE, choose_tier, tier_from_file
 
     tier = {
         "budget": "pr",

@@ -14,9 +14,9 @@ __version__ = "0.1.0"
 __all__ = ["Instruments", "Target", "__version__", "assert_memorizes", "profile"]
 
 _LAZY = {
-    "Target": "dlci.target",
-    "assert_memorizes": "dlci.testing",
-    "Instruments": "dlci.instruments",
+    "Target": "dlci.memorization.target",
+    "assert_memorizes": "dlci.memorization.testing",
+    "Instruments": "dlci.checks.instruments",
     "profile": "dlci.profiling.capture",
 }
 

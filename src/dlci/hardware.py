@@ -13,30 +13,11 @@ import re
 import subprocess
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
-
-from dlci.budgets import CPU_CLASS, Ladder
 
 DEFAULT_TIMEOUT_S = 10.0
 PROBES = ("nvml", "nvidia-smi", "torch")  # the default order: cheapest and surest first
-
-# Relative training speed (T4 = 1.0, the default ladder's unit) by CUDA compute capability,
-# used only for a GPU whose name no class pattern matches.
-SPEED_BY_COMPUTE_CAPABILITY: dict[str, float] = {
-    "6": 0.5,  # Pascal: P100, P40
-    "7.0": 2.0,  # V100
-    "7.2": 0.3,  # Jetson Xavier
-    "7.5": 1.0,  # T4, Quadro RTX, RTX 20xx
-    "8.0": 4.0,  # A100, A30
-    "8.6": 2.2,  # A10, A40, RTX A6000, RTX 30xx
-    "8.7": 0.5,  # Jetson Orin
-    "8.9": 2.5,  # L4, L40, RTX 6000 Ada, RTX 40xx
-    "9.0": 8.0,  # H100, H200, GH200
-    "10": 16.0,  # B200, GB200
-    "12": 4.0,  # RTX 50xx, RTX PRO Blackwell
-}
-UNKNOWN_GPU_SPEED = 1.0
 
 
 @dataclass(frozen=True)
@@ -64,13 +45,6 @@ class HardwareInfo:
     @property
     def has_gpu(self) -> bool:
         return bool(self.gpus)
-
-
-@dataclass(frozen=True)
-class ClassMatch:
-    name: str
-    reason: str
-    warnings: tuple[str, ...] = field(default_factory=tuple)
 
 
 class ProbeFailed(Exception):
@@ -354,58 +328,10 @@ def detect(*, timeout: float = DEFAULT_TIMEOUT_S, probes: tuple[str, ...] = PROB
     return HardwareInfo(gpus=(), source="none", probes=(*notes, *skipped), **common)
 
 
-def estimate_speed(gpu: GpuInfo) -> float:
-    """Relative speed of a GPU no class names, from its compute capability.
-
-    >>> estimate_speed(GpuInfo(0, "NVIDIA L40S", compute_capability="8.9"))
-    2.5
-    >>> estimate_speed(GpuInfo(0, "NVIDIA B300", compute_capability="10.3"))
-    16.0
-    """
-    capability = gpu.compute_capability or ""
-    major = capability.split(".", 1)[0]
-    if capability in SPEED_BY_COMPUTE_CAPABILITY:
-        return SPEED_BY_COMPUTE_CAPABILITY[capability]
-    if major in SPEED_BY_COMPUTE_CAPABILITY:
-        return SPEED_BY_COMPUTE_CAPABILITY[major]
-    return UNKNOWN_GPU_SPEED
-
-
-def classify(info: HardwareInfo, ladder: Ladder) -> ClassMatch:
-    """Name the hardware class of the machine; mixed GPUs take the slowest GPU's class."""
-    if not info.gpus:
-        return ClassMatch(CPU_CLASS, "no GPU found (" + "; ".join(info.probes) + ")")
-    warnings: list[str] = []
-    per_gpu: list[tuple[str, GpuInfo]] = []
-    for gpu in info.gpus:
-        name = ladder.classify(gpu.name)
-        if name is None:
-            speed = estimate_speed(gpu)
-            name = ladder.nearest_gpu_class(speed)
-            capability = gpu.compute_capability or "unknown"
-            warnings.append(
-                f"no hardware class matches GPU '{gpu.name}' (compute capability {capability}); "
-                f"using '{name}', the nearest class by relative speed ({speed:g}). Add a class "
-                "for it to your ladder to choose its budgets yourself."
-            )
-        per_gpu.append((name, gpu))
-    names = {name for name, _ in per_gpu}
-    chosen, gpu = min(per_gpu, key=lambda pair: ladder.classes[pair[0]].speed)
-    if len(names) > 1:
-        warnings.append(
-            f"mixed GPUs ({', '.join(sorted(names))}): budgets follow the slowest, '{chosen}'"
-        )
-    return ClassMatch(chosen, f"GPU {gpu.index} '{gpu.name}' (via {info.source})", tuple(warnings))
-
-
-def to_dict(info: HardwareInfo, match: ClassMatch | None = None) -> dict[str, Any]:
-    """The JSON form of ``dlci hardware --json``."""
+def to_dict(info: HardwareInfo) -> dict[str, Any]:
+    """The JSON form of ``dlci hardware --json``, less the class (``dlci.ladder.classes``)."""
     data = asdict(info)
     data["gpus"] = [asdict(g) for g in info.gpus]
     data["probes"] = list(info.probes)
     data["gpu_count"] = len(info.gpus)
-    if match is not None:
-        data["hardware_class"] = match.name
-        data["class_reason"] = match.reason
-        data["warnings"] = list(match.warnings)
     return {"schema_version": 1, **data}

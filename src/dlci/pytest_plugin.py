@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from dlci.budgets import Tier
-    from dlci.hardware import ClassMatch, HardwareInfo
+    from dlci.hardware import HardwareInfo
+    from dlci.ladder.classes import ClassMatch
+    from dlci.ladder.load import Tier
 
 # name -> (environment variable, help shared by the option and the ini key, default)
 SETTINGS: dict[str, tuple[str, str, str | None]] = {
@@ -85,17 +86,18 @@ def setting(config: pytest.Config, name: str) -> str | None:
 def dlci_hardware(pytestconfig: pytest.Config) -> tuple[HardwareInfo, ClassMatch]:
     """The machine's GPUs (``HardwareInfo``) and its hardware class (``ClassMatch``)."""
     from dlci import hardware
-    from dlci.budgets import load_ladder
+    from dlci.ladder.classes import classify
+    from dlci.ladder.load import load_ladder
 
     info = hardware.detect()
-    return info, hardware.classify(info, load_ladder(setting(pytestconfig, "ladder")))
+    return info, classify(info, load_ladder(setting(pytestconfig, "ladder")))
 
 
 @pytest.fixture(scope="session")
 def dlci_tier(pytestconfig: pytest.Config) -> Tier:
     """The memorization tier selected for this run, exactly as ``dlci tier`` selects it."""
     from dlci.errors import DlciError
-    from dlci.tiering import choose_tier
+    from dlci.ladder.tiers import choose_tier
 
     try:
         return choose_tier(
@@ -112,8 +114,8 @@ def dlci_target(request: pytest.FixtureRequest) -> Any:
     """A fresh ``dlci.Target``: from the test's ``memorization(target=...)`` marker, else the
     ``--dlci-target`` option, $DLCI_TARGET, the ini key, or ``[tool.dlci] target``."""
     from dlci.errors import DlciError
-    from dlci.memorize import seed_everything
-    from dlci.target import load_target, resolve_spec
+    from dlci.memorization.engine import seed_everything
+    from dlci.memorization.target import load_target, resolve_spec
 
     marker = request.node.get_closest_marker("memorization")
     spec = (marker.kwargs.get("target") if marker else None) or setting(request.config, "target")

@@ -12,7 +12,7 @@ from typing import Any
 
 from dlci.checks.base import FAIL, SKIP, CheckResult, Context, preserved
 from dlci.errors import DlciError
-from dlci.target import Target
+from dlci.memorization.target import Target
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def select(only: str | None) -> list[Check]:
     wanted = [part.strip() for part in only.split(",") if part.strip()]
     unknown = [w for w in wanted if w not in CHECK_IDS]
     if unknown:
-        from dlci.ladder_format import suggest
+        from dlci.ladder.format import suggest
 
         raise DlciError(
             f"--only: unknown check {unknown[0]!r}",

@@ -10,8 +10,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlci.batching import as_pair, call_model, take_batch, to_device
-from dlci.target import Target
+from dlci.memorization.batching import as_pair, call_model, take_batch, to_device
+from dlci.memorization.target import Target
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 
@@ -48,7 +48,7 @@ class Context:
         tier: Any = None,
         factory: Callable[[], Target] | None = None,
     ) -> Context:
-        from dlci.memorize import pick_device
+        from dlci.memorization.engine import pick_device
 
         device = pick_device(device)
         with preserved(target):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from dlci.batching import as_pair, tree_map
 from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context
+from dlci.memorization.batching import as_pair, tree_map
 
 SHUFFLE_BATCHES = 4
 

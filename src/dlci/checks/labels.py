@@ -7,8 +7,8 @@ import itertools
 import math
 from typing import Any
 
-from dlci.batching import call_model
 from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context
+from dlci.memorization.batching import call_model
 
 CONTROL_STEPS = 60  # training steps for each arm of the shuffled-label control
 LEAKAGE_STEPS = 20  # "very little training"

@@ -11,7 +11,7 @@ STEPS = 3
 
 
 def reproducibility(ctx: Context) -> CheckResult:
-    from dlci.memorize import seed_everything
+    from dlci.memorization.engine import seed_everything
 
     if ctx.factory is not None:  # rebuild the target from its function, twice, same seed
         runs = []

@@ -6,7 +6,7 @@ from dlci.checks.base import FAIL, PASS, SKIP, CheckResult, Context
 
 
 def memorize_check(ctx: Context) -> CheckResult:
-    from dlci.memorize import MemorizeConfig, memorize
+    from dlci.memorization.engine import MemorizeConfig, memorize
 
     if ctx.tier is None:
         return CheckResult("memorize", SKIP, cause="no tier selected")

@@ -46,7 +46,7 @@ def load_run(location: str) -> dict[str, Any]:
 
 def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """The differing configuration values, the metrics side by side, and a warning if due."""
-    from dlci.tracking import flatten
+    from dlci.memorization.tracking import flatten
 
     config_a, config_b = flatten(a["config"]), flatten(b["config"])
     changed = {

@@ -97,7 +97,7 @@ def docker(
             hint="check the Docker engine (systemctl status docker)",
         ) from None
     if check and done.returncode != 0:
-        from dlci.preflight import explain_docker_run_failure
+        from dlci.action.preflight import explain_docker_run_failure
 
         known = explain_docker_run_failure(done.stderr)
         if known is not None:
@@ -439,7 +439,7 @@ def _run(argv: list[str]) -> int:
         signal.signal(signal.SIGTERM, previous)
     code = child.returncode
     if code == 125:  # docker itself failed to start the container
-        from dlci.preflight import explain_docker_run_failure
+        from dlci.action.preflight import explain_docker_run_failure
 
         known = explain_docker_run_failure("".join(stderr_tail))
         if known is not None:

@@ -33,10 +33,10 @@ def main(argv: Sequence[str]) -> int:
     args = p.parse_args(list(argv))
 
     from dlci import checks
-    from dlci.memorize import seed_everything
+    from dlci.ladder.tiers import choose_tier
+    from dlci.memorization.engine import seed_everything
+    from dlci.memorization.target import load_target, resolve_spec
     from dlci.report import doctor as report
-    from dlci.target import load_target, resolve_spec
-    from dlci.tiering import choose_tier
 
     selected = checks.select(args.only)
     spec = resolve_spec(args.target)

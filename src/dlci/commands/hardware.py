@@ -19,13 +19,14 @@ def main(argv: Sequence[str]) -> int:
     args = p.parse_args(list(argv))
 
     from dlci import hardware
-    from dlci.budgets import load_ladder
+    from dlci.ladder.classes import classify, hardware_report
+    from dlci.ladder.load import load_ladder
     from dlci.report.console import print_warning
     from dlci.report.github import write_outputs
 
     ladder = load_ladder(args.ladder)
     info = hardware.detect(**_common.detection_options(args))
-    match = hardware.classify(info, ladder)
+    match = classify(info, ladder)
     for warning in match.warnings:
         print_warning(warning)
     write_outputs(
@@ -36,7 +37,7 @@ def main(argv: Sequence[str]) -> int:
         }
     )
     if args.json:
-        _common.emit_json(hardware.to_dict(info, match), args.json)
+        _common.emit_json(hardware_report(info, match), args.json)
         if args.json != "-":
             print(f"hardware class: {match.name} ({match.reason}); report in {args.json}")
         return 0

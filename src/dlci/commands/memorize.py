@@ -60,8 +60,8 @@ def main(argv: Sequence[str]) -> int:
     _common.add_detection(p)
     args = p.parse_args(list(argv))
 
-    from dlci.target import resolve_spec
-    from dlci.tiering import choose_tier
+    from dlci.ladder.tiers import choose_tier
+    from dlci.memorization.target import resolve_spec
 
     spec = resolve_spec(args.target)
     tier = choose_tier(
@@ -140,7 +140,7 @@ def _check_gpu_count(nproc: int) -> None:
 
 def _run(args, spec: str, tier) -> int:  # type: ignore[no-untyped-def]
     from dlci.errors import DlciError
-    from dlci.memorize import Distributed
+    from dlci.memorization.engine import Distributed
 
     dist = Distributed.from_env()
     if dist.active:
@@ -159,9 +159,9 @@ def _run(args, spec: str, tier) -> int:  # type: ignore[no-untyped-def]
 
 
 def _memorize(args, spec: str, tier, dist) -> int:  # type: ignore[no-untyped-def]
-    from dlci.memorize import MemorizeConfig, memorize, seed_everything
+    from dlci.memorization.engine import MemorizeConfig, memorize, seed_everything
+    from dlci.memorization.target import load_target
     from dlci.progress import StepProgress
-    from dlci.target import load_target
 
     seed_everything(args.seed + dist.rank)  # the model's initial weights come from here
     target = load_target(spec)
@@ -201,7 +201,7 @@ def _init_process_group(dist) -> None:  # type: ignore[no-untyped-def]
 
 
 def _tracking(args, leader: bool):  # type: ignore[no-untyped-def]
-    from dlci.tracking import NullTracker, make_tracker
+    from dlci.memorization.tracking import NullTracker, make_tracker
 
     tracker = make_tracker(args.tracker, Path(args.out), "memorize") if leader else NullTracker()
 

@@ -60,9 +60,9 @@ def main(argv: Sequence[str]) -> int:
             hint="use --probes nvml,nvidia-smi",
         )
 
-    from dlci.preflight import check_docker, fork_guard, trusted_ladder
+    from dlci.action.preflight import check_docker, fork_guard, trusted_ladder
+    from dlci.ladder.tiers import choose_tier
     from dlci.report.github import write_outputs
-    from dlci.tiering import choose_tier
 
     report: dict[str, Any] = {"schema_version": 1, "kind": "preflight", "passed": False}
     start = time.perf_counter()
@@ -124,7 +124,7 @@ def _ceiling(tier: Any, ceiling: float | None, verified: bool, notes: list[str])
     import dataclasses
 
     if ceiling is None and not verified:
-        from dlci.budgets import load_ladder
+        from dlci.ladder.load import load_ladder
 
         row = load_ladder().budgets.get("nightly", {}).get(tier.hardware_class)
         ceiling = row.time_cap_minutes if row is not None else None

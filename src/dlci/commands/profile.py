@@ -59,15 +59,15 @@ def main(argv: Sequence[str]) -> int:
 
     from dlci.commands import analyze as analyze_command
     from dlci.errors import DlciError
+    from dlci.memorization.target import load_target, resolve_spec
     from dlci.profiling.capture import Schedule, profile_target
-    from dlci.target import load_target, resolve_spec
 
     if args.min_gpu_util is not None and not args.analyze:
         raise DlciError("--min-gpu-util needs the analysis", hint="leave out --no-analyze")
     steps = args.steps
     tier_info = ""
     if steps is None:
-        from dlci.tiering import choose_tier
+        from dlci.ladder.tiers import choose_tier
 
         tier = choose_tier(
             budget=args.budget,

@@ -77,12 +77,12 @@ def main(argv: Sequence[str]) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.tier_json:
-        from dlci.tiering import tier_from_file
+        from dlci.ladder.tiers import tier_from_file
 
         tier_from_file(args.tier_json)  # a bad file is one clear error, before any step
     runner = _Runner(out)
     if args.tier_json:
-        from dlci.tiering import TIER_JSON_VARIABLE
+        from dlci.ladder.tiers import TIER_JSON_VARIABLE
 
         runner.env[TIER_JSON_VARIABLE] = str(Path(args.tier_json).resolve())
     tier_args = ["--budget", args.budget, "--hardware", args.hardware]

@@ -26,9 +26,9 @@ def main(argv: Sequence[str]) -> int:
     if args.validate:
         return _validate(args.validate)
 
+    from dlci.ladder.tiers import choose_tier
     from dlci.report.console import print_warning
     from dlci.report.github import write_outputs
-    from dlci.tiering import choose_tier
 
     tier = choose_tier(
         budget=args.budget,
@@ -64,8 +64,8 @@ def main(argv: Sequence[str]) -> int:
 
 def _validate(files: list[str]) -> int:
     """Load each ladder file; print every error, not just the first file's."""
-    from dlci.budgets import load_ladder
     from dlci.errors import DlciError
+    from dlci.ladder.load import load_ladder
     from dlci.report.console import print_error
 
     failed = 0

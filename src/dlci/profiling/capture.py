@@ -213,8 +213,8 @@ def profile_target(
     """Train ``target`` for ``schedule.total`` steps under torch.profiler; write the trace."""
     import torch
 
-    from dlci.batching import as_pair, call_model, to_device
-    from dlci.memorize import _user_error, pick_device, seed_everything
+    from dlci.memorization.batching import as_pair, call_model, to_device
+    from dlci.memorization.engine import _user_error, pick_device, seed_everything
 
     seed_everything(seed)
     dev = pick_device(device)

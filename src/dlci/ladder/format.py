@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dlci.yamlsource import KeyPath, YamlSource, dotted
+from dlci.ladder.yamlsource import KeyPath, YamlSource, dotted
 
 FORMAT_DOC = "docs/budget-ladder.md"
 NAME_PATTERN = "^[a-z0-9][a-z0-9_.-]*$"
@@ -308,7 +308,7 @@ def render_schema(complete: bool) -> str:
     return json.dumps(json_schema(complete=complete), indent=2) + "\n"
 
 
-if __name__ == "__main__":  # python -m dlci.ladder_format DIR: regenerate the schema files
+if __name__ == "__main__":  # python -m dlci.ladder.format DIR: regenerate the schema files
     import sys
     from pathlib import Path
 

@@ -17,9 +17,9 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dlci.batching import call_model, shard, take_batch, to_device
 from dlci.errors import DlciError
-from dlci.target import Target
+from dlci.memorization.batching import call_model, shard, take_batch, to_device
+from dlci.memorization.target import Target
 
 StepCallback = Callable[[int, float, float], None]  # (step, loss, best loss)
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from dlci.budgets import Tier
-from dlci.memorize import MemorizeConfig, MemorizeResult, memorize
-from dlci.target import Target
+from dlci.ladder.load import Tier
+from dlci.memorization.engine import MemorizeConfig, MemorizeResult, memorize
+from dlci.memorization.target import Target
 
 
 def assert_memorizes(
@@ -26,7 +26,7 @@ def assert_memorizes(
     Returns the result, so a test can check more (``result.steps``, ``result.best_loss``).
     """
     if tier is None:
-        from dlci.tiering import choose_tier
+        from dlci.ladder.tiers import choose_tier
 
         tier = choose_tier()
     result = memorize(target, MemorizeConfig.from_tier(tier, seed=seed, device=device))

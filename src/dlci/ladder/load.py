@@ -17,9 +17,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dlci import ladder_format as fmt
 from dlci.errors import DlciError
-from dlci.ladder_format import (
+from dlci.ladder import format as fmt
+from dlci.ladder.format import (
     CLASS_FIELDS,
     FORMAT_DOC,
     REQUIRED_BUDGETS,
@@ -27,7 +27,7 @@ from dlci.ladder_format import (
     TOP_KEYS,
     FieldSpec,
 )
-from dlci.yamlsource import KeyPath, YamlSource, load_yaml, parse_yaml
+from dlci.ladder.yamlsource import KeyPath, YamlSource, load_yaml, parse_yaml
 
 SUPPORTED_VERSION = 1
 DEFAULT_LADDER = "default"

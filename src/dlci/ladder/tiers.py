@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dlci.budgets import Ladder, Tier, load_ladder, resolve_budget, select_tier
 from dlci.errors import DlciError
-from dlci.hardware import DEFAULT_TIMEOUT_S, PROBES, ClassMatch, classify, detect
-from dlci.ladder_format import suggest
+from dlci.hardware import DEFAULT_TIMEOUT_S, PROBES, detect
+from dlci.ladder.classes import ClassMatch, classify
+from dlci.ladder.format import suggest
+from dlci.ladder.load import Ladder, Tier, load_ladder, resolve_budget, select_tier
 
 
 def resolve_class(

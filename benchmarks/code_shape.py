@@ -1,0 +1,92 @@
+"""The shape of the source tree: module sizes and function lengths.
+
+    python benchmarks/code_shape.py [--json] [ROOT]
+
+Prints the largest modules, every function over 60 lines (and whether it carries a
+``# long:`` comment saying why), the median function length, and the number of modules.
+tests/test_code_shape.py holds the tree to the limits printed here.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import statistics
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+MODULE_LIMIT = 400  # lines
+FUNCTION_LIMIT = 60  # lines, unless the function says why with a "# long:" comment
+
+
+@dataclass(frozen=True)
+class Function:
+    path: str
+    name: str
+    line: int
+    length: int
+    explained: bool
+
+
+def functions(path: Path, root: Path) -> list[Function]:
+    """Every function and method of one file with its length in lines."""
+    source = path.read_text(encoding="utf-8")
+    lines = source.splitlines()
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            end = node.end_lineno or node.lineno
+            body = lines[first - 1 : end]
+            explained = any("# long:" in text for text in body[:4])
+            found.append(
+                Function(
+                    str(path.relative_to(root)), node.name, node.lineno, end - first + 1, explained
+                )
+            )
+    return found
+
+
+def shape(root: Path) -> dict[str, object]:
+    """Module sizes and function lengths under ``root``."""
+    modules = {
+        str(p.relative_to(root)): len(p.read_text(encoding="utf-8").splitlines())
+        for p in sorted(root.rglob("*.py"))
+    }
+    funcs = [f for p in sorted(root.rglob("*.py")) for f in functions(p, root)]
+    long = sorted((f for f in funcs if f.length > FUNCTION_LIMIT), key=lambda f: -f.length)
+    return {
+        "modules": len(modules),
+        "largest_modules": sorted(modules.items(), key=lambda kv: -kv[1])[:8],
+        "modules_over_limit": [m for m, n in modules.items() if n > MODULE_LIMIT],
+        "functions": len(funcs),
+        "median_function_lines": statistics.median(f.length for f in funcs) if funcs else 0,
+        "functions_over_limit": [asdict(f) for f in long],
+    }
+
+
+def main(argv: list[str]) -> int:
+    as_json = "--json" in argv
+    rest = [a for a in argv if a != "--json"]
+    root = Path(rest[0]) if rest else Path(__file__).resolve().parent.parent / "src"
+    data = shape(root)
+    if as_json:
+        print(json.dumps(data, indent=2))
+        return 0
+    print(
+        f"modules: {data['modules']}, functions: {data['functions']}, "
+        f"median function: {data['median_function_lines']} lines"
+    )
+    for name, size in data["largest_modules"]:  # type: ignore[attr-defined]
+        print(f"  {size:5d}  {name}")
+    over = data["functions_over_limit"]
+    print(f"functions over {FUNCTION_LIMIT} lines: {len(over)}")  # type: ignore[arg-type]
+    for f in over:  # type: ignore[attr-defined]
+        note = "" if not f["explained"] else "  (says why)"
+        print(f"  {f['length']:4d}  {f['path']}:{f['line']} {f['name']}{note}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,1 @@
+"""The memorization test: the Target contract, batching, the engine, tracking, test helpers."""
