@@ -94,11 +94,10 @@ def add_tier_options(p: argparse.ArgumentParser) -> None:
 
 def emit_json(data: Any, dest: str) -> None:
     """Write JSON to ``dest`` ('-' is standard output), atomically for files."""
-    import orjson
-
+    from dlci import jsonio
     from dlci.fsutil import atomic_write_bytes
 
-    blob = orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n"
+    blob = jsonio.encode(data)
     if dest == "-":
         sys.stdout.write(blob.decode())
         sys.stdout.flush()
@@ -123,18 +122,18 @@ def load_report(location: str, *, kind: str, name: str, writer: str) -> dict[str
     """
     from pathlib import Path
 
-    import orjson
+    from dlci import jsonio
 
     path = Path(location)
     if path.is_dir():
         path = path / name
     try:
-        data = orjson.loads(path.read_bytes())
+        data = jsonio.decode(path.read_bytes())
     except FileNotFoundError:
         raise DlciError(f"{path}: no such file", hint=f"give a {name} or its directory") from None
     except IsADirectoryError:
         raise DlciError(f"{path}: is a directory without {name}") from None
-    except orjson.JSONDecodeError as exc:
+    except jsonio.DecodeError as exc:
         raise DlciError(f"not valid JSON ({exc})", file=str(path)) from None
     if not isinstance(data, dict) or data.get("kind") != kind:
         raise DlciError(f"not a {kind} report", hint=f"{writer} writes one", file=str(path))

@@ -1,0 +1,51 @@
+"""JSON in and out, one way: msgspec (fast, strict, and already the trace reader's decoder).
+
+>>> encode({"loss": 0.5, "steps": [1, 2]}, indent=False)
+b'{"loss":0.5,"steps":[1,2]}'
+>>> decode(b'{"a": 1}')
+{'a': 1}
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path, PurePath
+from typing import Any
+
+import msgspec
+
+DecodeError = msgspec.DecodeError
+
+
+def _default(value: Any) -> Any:
+    """What msgspec cannot encode by itself: paths, subclasses of str (torch's version),
+    and numpy scalars and arrays."""
+    if isinstance(value, PurePath | str):
+        return str(value)
+    if hasattr(value, "tolist"):  # numpy scalars and arrays, without importing numpy
+        return value.tolist()
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
+
+
+_ENCODER = msgspec.json.Encoder(enc_hook=_default)
+
+
+def encode(data: Any, *, indent: bool = True) -> bytes:
+    """``data`` as JSON bytes; indented by two spaces and newline-terminated by default.
+
+    NaN and infinities become ``null``, as JSON has no spelling for them.
+    """
+    blob = _ENCODER.encode(data)
+    return msgspec.json.format(blob, indent=2) + b"\n" if indent else blob
+
+
+def decode(blob: bytes | str) -> Any:
+    """Parse JSON; raises ``DecodeError`` (with the byte position) on invalid input."""
+    return msgspec.json.decode(blob)
+
+
+def write(path: str | os.PathLike[str], data: Any) -> Path:
+    """Write ``data`` as indented JSON, atomically."""
+    from dlci.fsutil import atomic_write_bytes
+
+    return atomic_write_bytes(path, encode(data))

@@ -1,0 +1,117 @@
+"""Text that came from outside, made safe once, at the edge where it leaves the program.
+
+Names inside ladders, traces, reports and test results (a ladder key, a kernel name, a GPU
+name, a test id) are hostile input. Each medium has one function here, and every renderer
+calls it on outside text and on nothing else:
+
+- ``clean``: a log line or a terminal (stderr, the console tables, annotations' text);
+- ``md``: Markdown prose and table cells (the job summary, the reports' .md files);
+- ``md_code``: an inline code span in Markdown;
+- ``label``: a matplotlib label in a PNG.
+
+``table`` is the one Markdown table builder; its cells are Markdown already, so a caller
+passes outside text through ``md`` or ``md_code`` first.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+# C0 and C1 controls, DEL, and the Unicode line and paragraph separators and bidi overrides
+# that can rewrite what a reader sees on a terminal or in a log viewer.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\x1b"}
+# what can start markup inside a line; "<", ">" and "&" go through _HTML
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|#~])")
+_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}
+
+
+def _escape_control(match: re.Match[str]) -> str:
+    char = match.group(0)
+    return _NAMED.get(char) or (
+        f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+    )
+
+
+def clean(text: object, *, limit: int | None = None) -> str:
+    """One line of outside text for a log or a terminal: controls shown as escapes.
+
+    A leading ``::`` is shown as ``\\x3a:`` so that the line can never be read as a GitHub
+    workflow command, wherever the caller puts it.
+
+    >>> clean("a100\\x1b[31m\\n::error::pwned")
+    'a100\\\\x1b[31m\\\\n::error::pwned'
+    >>> clean("::add-mask::x")
+    '\\\\x3a:add-mask::x'
+    >>> clean("x" * 10, limit=6)
+    'xxx...'
+    """
+    result = _CONTROL.sub(_escape_control, str(text))
+    stripped = result.lstrip()
+    if stripped.startswith("::"):
+        result = result[: len(result) - len(stripped)] + "\\x3a" + stripped[1:]
+    if limit is not None and len(result) > limit:
+        result = result[: max(limit - 3, 0)] + "..."
+    return result
+
+
+def md(text: object, *, limit: int | None = None) -> str:
+    """Outside text for Markdown prose or a table cell: no markup, no HTML, one line.
+
+    >>> md("| # <script>alert(1)</script> **x**")
+    '\\\\| \\\\# &lt;script&gt;alert(1)&lt;/script&gt; \\\\*\\\\*x\\\\*\\\\*'
+    """
+    escaped = _MD_SPECIAL.sub(r"\\\1", clean(text, limit=limit))
+    return "".join(_HTML.get(char, char) for char in escaped)
+
+
+def md_code(text: object, *, limit: int | None = None) -> str:
+    """Outside text as an inline code span: backticks cannot close it, pipes cannot split a row.
+
+    >>> md_code("aten::mm")
+    '`aten::mm`'
+    >>> md_code("a`b|c")
+    "`a'b\\\\|c`"
+    """
+    body = clean(text, limit=limit).replace("`", "'").replace("|", "\\|")
+    body = "".join(_HTML.get(char, char) for char in body)
+    return f"`{body}`"
+
+
+def label(text: object, *, limit: int | None = 60) -> str:
+    """Outside text for a matplotlib label: no mathtext (``$``), one line.
+
+    >>> label("cost $5 and \\n more")
+    'cost \\\\$5 and \\\\n more'
+    """
+    return clean(text, limit=limit).replace("$", r"\$")
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, align: str = "") -> list[str]:
+    """A Markdown table; ``align`` has one letter per column: l, r or c (default l).
+
+    Cells are Markdown already: pass outside text through ``md`` or ``md_code`` first.
+    A ``|`` that a caller left unescaped in a cell is escaped here, so a row keeps its columns.
+
+    >>> print("\\n".join(table(["check", "ms"], [["`zero-grad`", "1.5"]], align="lr")))
+    | check | ms |
+    |:---|---:|
+    | `zero-grad` | 1.5 |
+    """
+    marks = {"l": ":---", "r": "---:", "c": ":---:"}
+    rule = [marks[align[i]] if i < len(align) else "---" for i in range(len(headers))]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(rule) + "|"]
+    for row in rows:
+        cells = [re.sub(r"(?<!\\)\|", r"\\|", cell).replace("\n", " ") for cell in row]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def bullets(items: Iterable[str]) -> list[str]:
+    """A Markdown list; items are Markdown already.
+
+    >>> bullets(["one", "two"])
+    ['- one', '- two']
+    """
+    return [f"- {item}" for item in items]
