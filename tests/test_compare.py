@@ -1,4 +1,4 @@
-"""``dlci compare``: what changed between two runs, and a warning when it is more than one thing."""
+"""``dlci compare-runs`` (alias ``dlci compare``): what changed between two runs, and a warning when it is more than one thing."""
 
 from __future__ import annotations
 
@@ -68,3 +68,23 @@ def test_a_file_that_is_not_a_report_is_refused(tmp_path, capsys) -> None:
     bogus.write_text('{"kind": "utilization"}')
     assert main(["compare", str(bogus), str(bogus)]) == 1
     assert capsys.readouterr().err.startswith(f"error: {bogus}: not a memorization report")
+
+
+def test_the_new_name_and_the_old_one_give_the_same_output(runs, capsys) -> None:
+    assert main(["compare-runs", str(runs / "a"), str(runs / "two")]) == 0
+    new = capsys.readouterr()
+    assert main(["compare", str(runs / "a"), str(runs / "two")]) == 0
+    old = capsys.readouterr()
+    assert (old.out, old.err) == (new.out, new.err)
+    assert "what changed" in new.out and "results" in new.out
+
+
+def test_help_says_it_compares_memorization_runs(capsys) -> None:
+    for verb in ("compare-runs", "compare"):
+        with pytest.raises(SystemExit) as exit_:
+            main([verb, "--help"])
+        assert exit_.value.code == 0
+        out = " ".join(capsys.readouterr().out.split())
+        assert out.startswith("usage: dlci compare-runs ")
+        assert "Compare two MEMORIZATION runs" in out
+        assert "alias: dlci compare" in out and "dlci compare-profiles" in out

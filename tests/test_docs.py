@@ -23,7 +23,8 @@ def test_the_architecture_doc_names_every_verb_module() -> None:
     doc = (ROOT / "docs" / "architecture.md").read_text("utf-8")
     assert "commands/<verb>.py" in doc
     for verb in VERBS:
-        assert (ROOT / "src" / "dlci" / "commands" / f"{verb}.py").exists(), verb
+        module = verb.replace("-", "_")
+        assert (ROOT / "src" / "dlci" / "commands" / f"{module}.py").exists(), verb
 
 
 def test_ci_runs_the_readmes_test_command() -> None:

@@ -29,15 +29,19 @@ VERBS: dict[str, str] = {
     "doctor": "run the ordered debugging checks on a target",
     "profile": "record a torch.profiler trace of real training steps",
     "analyze": "compute GPU utilization and bottlenecks from a trace",
-    "diff": "compare two utilization reports",
-    "compare": "compare two memorization runs: what changed and what it did",
+    "compare-profiles": "compare two utilization reports (alias: diff)",
+    "compare-runs": "compare two memorization runs: what changed and what it did (alias: compare)",
     "run": "run the whole job: tests, memorization, doctor, profile, analyze",
     "summary": "write the GitHub job summary, step outputs and annotations",
 }
 
+# old name -> verb: each runs the verb's module, with the same output
+ALIASES: dict[str, str] = {"diff": "compare-profiles", "compare": "compare-runs"}
+
 
 def _parser() -> argparse.ArgumentParser:
-    verbs = "\n".join(f"  {name:<10} {text}" for name, text in VERBS.items())
+    width = max(map(len, VERBS))
+    verbs = "\n".join(f"  {name:<{width}} {text}" for name, text in VERBS.items())
     parser = argparse.ArgumentParser(
         prog="dlci",
         description="dl-ci: CI gates for deep-learning code.",
@@ -74,9 +78,18 @@ def _write_crash_log(argv: Sequence[str]) -> Path:
     raise OSError("no writable directory for the error log")  # pragma: no cover
 
 
+def module_name(verb: str) -> str:
+    """The module of a verb or an alias: ``-`` in a verb is ``_`` in its module.
+
+    >>> module_name("compare-profiles"), module_name("diff")
+    ('dlci.commands.compare_profiles', 'dlci.commands.compare_profiles')
+    """
+    return "dlci.commands." + ALIASES.get(verb, verb).replace("-", "_")
+
+
 def run_verb(verb: str, argv: Sequence[str]) -> int:
-    """Import ``dlci.commands.<verb>`` and call its ``main``."""
-    module = importlib.import_module(f"dlci.commands.{verb}")
+    """Import the verb's module (``dlci.commands.<verb>``) and call its ``main``."""
+    module = importlib.import_module(module_name(verb))
     return int(module.main(list(argv)))
 
 
@@ -88,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     verb = argv[0]
-    if verb.startswith("-") or verb not in VERBS:
+    if verb.startswith("-") or (verb not in VERBS and verb not in ALIASES):
         try:  # --help and --version exit 0; anything else is a usage error
             parser.parse_args(argv[:1])
         except SystemExit as exc:

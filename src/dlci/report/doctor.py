@@ -6,12 +6,16 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from dlci.report.text import clean, md, md_code, table
+
 SCHEMA_VERSION = 1
 REPORT_NAME = "doctor.json"
 ICONS = {"pass": "✅", "warn": "⚠️", "fail": "❌", "skip": "⏭️"}
+STYLES = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 
 
 def build(results: list[Any], *, target: str, tier: dict[str, Any], seed: int) -> dict[str, Any]:
+    """The doctor.json document for a list of check results."""
     counts = {status: sum(r.status == status for r in results) for status in ICONS}
     return {
         "schema_version": SCHEMA_VERSION,
@@ -26,54 +30,56 @@ def build(results: list[Any], *, target: str, tier: dict[str, Any], seed: int) -
     }
 
 
+def _tally(counts: dict[str, int]) -> str:
+    return (
+        f"{counts['fail']} failed, {counts['warn']} warnings, {counts['pass']} passed, "
+        f"{counts['skip']} skipped"
+    )
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     """The job-summary section: one row per check; cause and fix for anything but pass."""
-    counts = report["counts"]
     head = "✅" if report["verdict"] == "pass" else "❌"
-    lines = [
-        f"### {head} Debugging checks: {counts['fail']} failed, {counts['warn']} warnings, "
-        f"{counts['pass']} passed, {counts['skip']} skipped",
-        "",
-        "| check | status | measured | expected | cause and fix |",
-        "|---|---|---|---|---|",
-    ]
+    rows = []
     for check in report["checks"]:
-        advice = f"{check['cause']}; fix: {check['fix']}" if check["fix"] else check["cause"]
-        cells = [
-            f"`{check['id']}`",
-            f"{ICONS[check['status']]} {check['status']}",
-            check["measured"],
-            check["expected"],
-            advice if check["status"] != "pass" else "",
-        ]
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        advice = ""
+        if check["status"] != "pass":
+            advice = md(check["cause"]) + (f"; fix: {md(check['fix'])}" if check["fix"] else "")
+        rows.append(
+            [
+                md_code(check["id"]),
+                f"{ICONS.get(check['status'], '')} {md(check['status'])}",
+                md(check["measured"]),
+                md(check["expected"]),
+                advice,
+            ]
+        )
+    headers = ["check", "status", "measured", "expected", "cause and fix"]
+    lines = [f"### {head} Debugging checks: {_tally(report['counts'])}", "", *table(headers, rows)]
     return "\n".join(lines) + "\n"
 
 
 def print_table(report: dict[str, Any]) -> None:
-    from rich.console import Console
+    """The doctor's table on the terminal; outside text shown as plain text, never as markup."""
     from rich.table import Table
+    from rich.text import Text
 
-    styles = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
-    table = Table("check", "status", "measured", "expected", "cause / fix", title="dlci doctor")
+    from dlci.report.console import table_console
+
+    grid = Table("check", "status", "measured", "expected", "cause / fix", title="dlci doctor")
     for check in report["checks"]:
         advice = ""
         if check["status"] != "pass":
-            advice = check["cause"] + (f"\nfix: {check['fix']}" if check["fix"] else "")
-        table.add_row(
-            check["id"],
-            f"[{styles[check['status']]}]{check['status']}[/]",
-            check["measured"],
-            check["expected"],
-            advice,
+            advice = clean(check["cause"]) + (
+                f"\nfix: {clean(check['fix'])}" if check["fix"] else ""
+            )
+        grid.add_row(
+            Text(clean(check["id"])),
+            Text(clean(check["status"]), style=STYLES.get(check["status"], "")),
+            Text(clean(check["measured"])),
+            Text(clean(check["expected"])),
+            Text(advice),
         )
-    import sys
-
-    console = Console(width=None if sys.stdout.isatty() else 160)  # CI logs are wide
-    console.print(table)
-    counts = report["counts"]
-    console.print(
-        f"{counts['fail']} failed, {counts['warn']} warnings, {counts['pass']} passed, "
-        f"{counts['skip']} skipped",
-        highlight=False,
-    )
+    console = table_console()
+    console.print(grid)
+    console.print(_tally(report["counts"]), highlight=False)

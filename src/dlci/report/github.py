@@ -7,6 +7,8 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
+from dlci.report.text import clean
+
 
 def in_github_actions() -> bool:
     """True when running as a GitHub Actions (or act) step."""
@@ -36,18 +38,29 @@ def annotation(
 ) -> str:
     """Format an ``::error``/``::warning``/``::notice`` workflow command line.
 
+    Newlines stay line breaks of the annotation (``%0A``); other control characters, such
+    as a terminal escape, are shown as escapes.
+
     >>> annotation("error", "loss 2.1 > 1.0", title="dl-ci", file="ladder.yaml", line=3)
     '::error file=ladder.yaml,line=3,title=dl-ci::loss 2.1 > 1.0'
+    >>> annotation("warning", "gpu \\x1b[31mA100\\n::error::x")
+    '::warning::gpu \\\\x1b[31mA100%0A::error::x'
     """
     props = []
     if file:
-        props.append(f"file={escape_property(file)}")
+        props.append(f"file={_safe(escape_property(file))}")
     if file and line:
         props.append(f"line={line}")
     if title:
-        props.append(f"title={escape_property(title)}")
+        props.append(f"title={_safe(escape_property(title))}")
     head = f"::{level}" + (" " + ",".join(props) if props else "")
-    return f"{head}::{escape_data(message)}"
+    return f"{head}::{_safe(escape_data(message))}"
+
+
+def _safe(escaped: str) -> str:
+    # after escape_data no newline is left; clean() shows the other controls as escapes, and
+    # its guard against a leading "::" is not needed mid-line, so a leading ":" is kept as is
+    return ":" + clean(escaped[1:]) if escaped.startswith(":") else clean(escaped)
 
 
 def format_outputs(values: Mapping[str, object]) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\x1b"}
 # what can start markup inside a line; "<", ">" and "&" go through _HTML
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]|#~])")
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|#~$])")  # "$": GitHub renders $x$ as math
 _HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}
 
 

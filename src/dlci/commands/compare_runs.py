@@ -1,0 +1,47 @@
+"""``dlci compare-runs`` (alias ``dlci compare``): what differs between two memorization runs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from dlci.commands import _common
+
+VERB = "compare-runs"
+ALIAS = "compare"
+
+
+def main(argv: Sequence[str]) -> int:
+    p = _common.parser(
+        VERB,
+        f"Compare two MEMORIZATION runs written by dlci memorize (alias: dlci {ALIAS}; to "
+        "compare two utilization reports, use dlci compare-profiles): list the configuration "
+        "values that differ and the metrics side by side. Warns when more than one "
+        "configuration value changed: such a comparison cannot tell which change mattered.",
+    )
+    p.add_argument("run_a", metavar="RUN_A", help="a memorization.json, or a directory holding one")
+    p.add_argument("run_b", metavar="RUN_B", help="the run to compare against RUN_A")
+    _common.add_json(p, "the comparison")
+    args = p.parse_args(list(argv))
+
+    from dlci.report import runs
+
+    result = runs.compare(load_run(args.run_a), load_run(args.run_b))
+    if args.json:
+        _common.emit_json(result, args.json)
+    else:
+        runs.print_table(result, args.run_a, args.run_b)
+    if result["warning"]:
+        from dlci.report.console import print_warning
+
+        print_warning(result["warning"])
+    return 0
+
+
+def load_run(location: str) -> dict[str, Any]:
+    """Read a memorization report, or the one inside a directory."""
+    from dlci.report.memorization import REPORT_NAME
+
+    return _common.load_report(
+        location, kind="memorization", name=REPORT_NAME, writer="dlci memorize"
+    )

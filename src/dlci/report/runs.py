@@ -1,0 +1,73 @@
+"""Two memorization runs compared: the differing configuration, the metrics side by side."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dlci.report.text import clean
+
+METRICS = ("verdict", "best_loss", "best_step", "final_loss", "steps", "wall_time_s")
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """The differing configuration values, the metrics side by side, and a warning if due."""
+    from dlci.memorization.tracking import flatten
+
+    config_a, config_b = flatten(a["config"]), flatten(b["config"])
+    changed = {
+        key: {"a": config_a.get(key), "b": config_b.get(key)}
+        for key in sorted(set(config_a) | set(config_b))
+        if config_a.get(key) != config_b.get(key)
+    }
+    metrics = {key: {"a": a.get(key), "b": b.get(key)} for key in METRICS}
+    warning = ""
+    if len(changed) > 1:
+        warning = (
+            f"{len(changed)} configuration values differ ({', '.join(changed)}): this comparison "
+            "cannot tell which change mattered; change one thing at a time"
+        )
+    return {
+        "schema_version": 1,
+        "kind": "comparison",
+        "changed": changed,
+        "metrics": metrics,
+        "warning": warning,
+    }
+
+
+def print_table(result: dict[str, Any], name_a: str, name_b: str) -> None:
+    """The comparison as two tables on the terminal: what changed, and the results."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from dlci.report.console import table_console
+
+    def grid(first: str, title: str) -> Table:
+        table = Table(first, title=title)
+        table.add_column(Text(clean(name_a)))  # a Text, so that a name is never read as markup
+        table.add_column(Text(clean(name_b)))
+        return table
+
+    console = table_console()
+    if result["changed"]:
+        table = grid("configuration", "what changed")
+        for key, pair in result["changed"].items():
+            table.add_row(Text(clean(key)), Text(show(pair["a"])), Text(show(pair["b"])))
+        console.print(table)
+    else:
+        console.print("configurations are identical: metric differences come from nondeterminism")
+    table = grid("metric", "results")
+    for key, pair in result["metrics"].items():
+        table.add_row(key, Text(show(pair["a"])), Text(show(pair["b"])))
+    console.print(table)
+
+
+def show(value: Any) -> str:
+    """A value for a table cell, outside text made safe for the terminal.
+
+    >>> show(0.123456), show(None), show("a\\x1b[31m")
+    ('0.1235', '-', 'a\\\\x1b[31m')
+    """
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "-" if value is None else clean(value)
