@@ -9,13 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from dlci.action.container import ENV_ALLOWLIST, inputs_to_argv, run_command
+from dlci.action.image import input_hash
 from dlci.cli import main
-from dlci.commands.container import (
-    ENV_ALLOWLIST,
-    input_hash,
-    inputs_to_argv,
-    run_command,
-)
 from dlci.errors import DlciError
 
 
@@ -126,3 +122,47 @@ def test_unknown_subcommand(capsys) -> None:  # type: ignore[no-untyped-def]
     assert main(["container", "launch"]) == 1
     assert "unknown subcommand 'launch'" in capsys.readouterr().err
     assert main(["container"]) == 1
+
+
+@pytest.fixture
+def fake_docker(tmp_path: Path, monkeypatch):  # type: ignore[no-untyped-def]
+    """A stand-in `docker` first on PATH that runs the given Python body."""
+    import os
+    import stat
+    import sys
+
+    def install(body: str) -> None:
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir(exist_ok=True)
+        script = bin_dir / "docker"
+        script.write_text(f"#!{sys.executable}\nimport sys\n{body}\n")
+        script.chmod(script.stat().st_mode | stat.S_IEXEC)
+        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+    return install
+
+
+def test_the_run_shows_its_command_and_passes_the_exit_code(
+    tmp_path: Path, fake_docker, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    fake_docker("sys.stderr.write('inside: ' + sys.argv[-1] + '\\n'); sys.exit(0)")
+    args = ["container", "run", "--image", "img:1", "--workspace", str(tmp_path), "--job", "7"]
+    assert main([*args, "--", "--tests", "tests/a b.py"]) == 0
+    err = capsys.readouterr().err
+    assert "container: docker run --rm --init --name dlci-7 --label dlci.job=7" in err
+    assert "img:1 dlci run --tests 'tests/a b.py'" in err  # quoted: the line can be pasted
+    assert "inside: tests/a b.py" in err  # the container's stderr comes through
+    fake_docker("sys.exit(3)")
+    assert main([*args]) == 1
+
+
+def test_a_container_that_cannot_start_is_explained(tmp_path: Path, fake_docker, capsys) -> None:  # type: ignore[no-untyped-def]
+    fake_docker(
+        "sys.stderr.write('docker: Error response from daemon: could not select device driver "
+        '"" with capabilities: [[gpu]].\\n\'); sys.exit(125)'
+    )
+    args = ["container", "run", "--image", "img:1", "--workspace", str(tmp_path), "--gpus", "all"]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "the NVIDIA container runtime is missing" in err
+    assert "NVIDIA Container Toolkit" in err

@@ -125,14 +125,14 @@ def test_a_failed_install_blocks_the_steps_that_need_it(project: Path) -> None:
 
 
 def test_the_auto_install_command(project: Path) -> None:
-    from dlci.commands.run import _install_command
+    from dlci.action.job import install_command
 
-    cmd = _install_command("auto")
+    cmd = install_command("auto")
     assert cmd[-2:] == ["-e", "."] and "--no-build-isolation" in cmd  # type: ignore[index]
     (project / "requirements.txt").write_text("")
-    assert _install_command("auto")[-4:] == ["-r", "requirements.txt", "-e", "."]  # type: ignore[index]
-    assert _install_command("none") is None
-    assert _install_command("make deps") == "make deps"
+    assert install_command("auto")[-4:] == ["-r", "requirements.txt", "-e", "."]  # type: ignore[index]
+    assert install_command("none") is None
+    assert install_command("make deps") == "make deps"
 
 
 def test_a_stopped_job_records_the_interrupted_step(project: Path) -> None:

@@ -168,3 +168,97 @@ def test_a_cuda_out_of_memory_failure_is_called_that(tmp_path: Path, github, cap
         "::error title=test ran out of memory::tests.test_a::test_bad: torch.OutOfMemoryError"
         in out
     )
+
+
+# ---------------------------------------------------------------------------- hostile names
+
+HOSTILE = "\x1b[31m::error::x | # <b>bold</b>\n::warning::y"
+
+
+def markdown_problems(text: str) -> list[str]:
+    """What outside text must never do to the summary: each way it could, found in ``text``."""
+    import re
+
+    found = []
+    if "\x1b" in text:
+        found.append("raw ANSI escape")
+    if "<b>" in text:
+        found.append("raw HTML")
+    found += [f"workflow command: {line!r}" for line in text.splitlines() if line.startswith("::")]
+    columns = None  # the pipes of the current table's header row
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            columns = None
+            continue
+        pipes = len(re.findall(r"(?<!\\)\|", line))
+        if columns is None:
+            columns = pipes
+        elif pipes != columns:
+            found.append(f"a row split by a pipe: {line!r}")
+    return found
+
+
+def hostile_artifacts(art: Path) -> None:
+    hostile_tier = {**tier(), "budget": HOSTILE, "hardware_class": HOSTILE}
+    write(art, "preflight.json", {"passed": True, "gpu": True, "tier": hostile_tier})
+    steps = [step(HOSTILE, "failed", reason=HOSTILE), step("tests", "passed")]
+    write(art, "run.json", {"kind": "run", "steps": steps})
+    junit = JUNIT.replace(
+        'classname="tests.test_a" name="test_bad"',
+        'classname="x" name="::error::x | # &lt;b&gt;&#10;::y"',
+    )
+    write(
+        art,
+        "junit.xml",
+        junit.replace('message="assert 1 == 2"', 'message="| # &lt;b&gt;&#10;::error::z"'),
+    )
+
+
+def test_hostile_names_cannot_break_the_summary(tmp_path: Path, github) -> None:  # type: ignore[no-untyped-def]
+    summary, _ = github
+    art = tmp_path / "art"
+    hostile_artifacts(art)
+    assert main(["summary", "--artifacts", str(art), "--title", HOSTILE]) == 1
+    text = summary.read_text()
+    assert markdown_problems(text) == []
+    # the names are still there, shown as text
+    assert r"\\x1b\[31m::error::x \| \# &lt;b&gt;bold&lt;/b&gt;\\n::warning::y" in text
+    assert "| hardware | " in text and "(GPU) |" in text
+    assert "- `x::::error::x \\| # &lt;b&gt;\\n::y`: \\| \\# &lt;b&gt;\\\\n::error::z" in text
+
+
+def test_the_hostile_names_check_catches_a_raw_render(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The control case: the same artifacts rendered without escaping fail every check."""
+    import dlci.report.summary as renderer
+    from dlci.action.summary import collect
+
+    art = tmp_path / "art"
+    hostile_artifacts(art)
+    data = collect(art)
+    assert markdown_problems(renderer.render(data, title=HOSTILE)) == []
+    raw = lambda text, limit=None: str(text)  # noqa: E731
+    monkeypatch.setattr(renderer, "md", raw)
+    monkeypatch.setattr(renderer, "md_code", raw)
+    found = markdown_problems(renderer.render(data, title=HOSTILE))
+    assert "raw ANSI escape" in found and "raw HTML" in found
+    assert any(problem.startswith("workflow command") for problem in found)
+
+
+def test_the_table_check_catches_a_split_row() -> None:
+    assert markdown_problems("| a | b |\n|---|---|\n| x \\| y | z |") == []
+    assert markdown_problems("| a | b |\n|---|---|\n| x | y | z |") == [
+        "a row split by a pipe: '| x | y | z |'"
+    ]
+
+
+def test_annotations_outside_actions_are_clean_lines(
+    tmp_path: Path, github, monkeypatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("GITHUB_ACTIONS", "false")
+    art = tmp_path / "art"
+    hostile_artifacts(art)
+    assert main(["summary", "--artifacts", str(art)]) == 1
+    err = capsys.readouterr().err
+    assert "\x1b" not in err
+    assert not any(line.startswith("::") for line in err.splitlines())
+    assert "error: dl-ci: step \\x1b[31m::error::x | # <b>bold</b>\\n::warning::y failed" in err

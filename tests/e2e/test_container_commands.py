@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from dlci.action.cleanup import foreign_files
 from dlci.cli import main
-from dlci.commands.container import _foreign_files
 
 pytestmark = pytest.mark.e2e
 
@@ -124,11 +124,11 @@ def test_foreign_files_are_found_and_given_back(root: None, tmp_path: Path, monk
     (tmp_path / "ok.txt").write_text("x")
     (tmp_path / "root.txt").write_text("x")
     os.chown(tmp_path / "root.txt", 4321, 4321)
-    assert _foreign_files(tmp_path, 0) == [str(tmp_path / "root.txt")]
+    assert foreign_files(tmp_path, 0) == [str(tmp_path / "root.txt")]
     monkeypatch.setenv("DLCI_JOB_ID", "")
     assert (
         main(["container", "cleanup", "--workspace", str(tmp_path), "--out", str(tmp_path / "o")])
         == 0
     )
     assert (tmp_path / "root.txt").stat().st_uid == 0
-    assert _foreign_files(tmp_path, 0) == []
+    assert foreign_files(tmp_path, 0) == []

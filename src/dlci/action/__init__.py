@@ -1,1 +1,1 @@
-"""The action's host side (preflight, image, container, cleanup, summary) and the in-container job."""
+"""The action's rooms: the host side (preflight, image, container, cleanup, summary) and the job."""

@@ -1,27 +1,122 @@
 """What the runner host must have before a job starts: checks that never import torch.
 
+``preflight`` runs them all and writes ``preflight.json``, pass or fail:
+
 - the fork guard: a pull request from a fork on a self-hosted runner is refused unless the
   workflow allows it (docs/security.md);
 - the Docker engine, and the NVIDIA container runtime when a GPU is present, each with the
-  message users search for (``could not select device driver "" with capabilities: [[gpu]]``).
+  message users search for (``could not select device driver "" with capabilities: [[gpu]]``);
+- the tier, selected from a ladder the pull request cannot raise (``trusted_ladder``,
+  ``ceiling``).
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 import shutil
 import subprocess
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from dlci import jsonio
 from dlci.errors import DlciError
+
+if TYPE_CHECKING:
+    from dlci.ladder.model import Tier
 
 PR_EVENTS = frozenset(
     {"pull_request", "pull_request_target", "pull_request_review", "pull_request_review_comment"}
 )
 SECURITY_DOC = "docs/security.md"
 CDI_SPECS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+REPORT_NAME = "preflight.json"
+
+
+@dataclass(frozen=True)
+class PreflightRequest:
+    """What ``dlci preflight`` was asked to check."""
+
+    out: Path
+    budget: str = "auto"
+    hardware: str = "auto"
+    ladder: str | None = None
+    allow_fork_prs: bool = False
+    max_time_cap_minutes: float | None = None
+    docker: bool = True
+    timeout: float = 10.0
+    probes: tuple[str, ...] = ("nvml", "nvidia-smi")
+    copies: tuple[str, ...] = field(default=())  # more places for the report ('-': stdout)
+
+
+def preflight(request: PreflightRequest) -> dict[str, Any]:
+    """Every check before a job; the report, also written to OUT/preflight.json, pass or fail.
+
+    A refusal or a broken host is a DlciError, raised after the report (with the error) is
+    written, so the job summary can say what happened.
+    """
+    report: dict[str, Any] = {"schema_version": 1, "kind": "preflight", "passed": False}
+    start = time.perf_counter()
+    try:
+        report["fork_guard"] = fork_guard(allow=request.allow_fork_prs)
+        report.update(_tier_decision(request))
+        report["gpu"] = report["tier"]["hardware_class"] != "cpu"
+        if request.docker:
+            report["docker"] = check_docker(gpu=report["gpu"], timeout=max(request.timeout, 5.0))
+        report["passed"] = True
+    except DlciError as exc:
+        report["error"] = {"message": exc.message, "hint": exc.hint}
+        raise
+    finally:
+        report["wall_time_s"] = round(time.perf_counter() - start, 3)
+        for dest in (str(request.out / REPORT_NAME), *request.copies):
+            _emit(report, dest)
+    return report
+
+
+def _emit(report: dict[str, Any], dest: str) -> None:
+    if dest == "-":
+        print(jsonio.encode(report).decode(), end="", flush=True)
+    else:
+        jsonio.write(dest, report)
+
+
+def _tier_decision(request: PreflightRequest) -> dict[str, Any]:
+    """The ladder to trust, the tier it gives on this host, and the notes on both."""
+    from dlci.ladder.tiers import choose_tier
+
+    ladder, note, verified = trusted_ladder(request.ladder, request.out)
+    tier = choose_tier(
+        budget=request.budget,
+        hardware=request.hardware,
+        ladder=ladder,
+        timeout=request.timeout,
+        probes=request.probes,
+    )
+    notes = [note] if note else []
+    tier = ceiling(tier, request.max_time_cap_minutes, verified, notes)
+    return {
+        "ladder": {"used": ladder, "verified": verified, "notes": notes},
+        "tier": tier.to_dict(),
+        "warnings": list(tier.warnings) + notes,
+    }
+
+
+def ceiling(tier: Tier, limit: float | None, verified: bool, notes: list[str]) -> Tier:
+    """Cap the tier's time; an unverified pull-request ladder gets the default's nightly cap."""
+    if limit is None and not verified:
+        from dlci.ladder.load import load_ladder
+
+        row = load_ladder().budgets.get("nightly", {}).get(tier.hardware_class)
+        limit = row.time_cap_minutes if row is not None else None
+    if limit is not None and tier.time_cap_minutes > limit:
+        notes.append(
+            f"time cap {tier.time_cap_minutes:g} min lowered to the ceiling of {limit:g} min"
+        )
+        return dataclasses.replace(tier, time_cap_minutes=limit)
+    return tier
 
 
 def fork_guard(env: dict[str, str] | None = None, *, allow: bool = False) -> dict[str, Any]:
@@ -110,8 +205,8 @@ def _event_payload(path: str) -> dict[str, Any]:
     if not path:
         return {}
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = jsonio.decode(Path(path).read_bytes())
+    except (OSError, jsonio.DecodeError):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -145,8 +240,10 @@ def check_docker(*, gpu: bool, timeout: float = 20.0) -> dict[str, Any]:
             hint = "add the runner's user to the docker group and restart the runner service"
         raise DlciError(f"the Docker engine is not reachable: {detail}", hint=hint)
     try:
-        details = json.loads(info.stdout or "{}")
-    except ValueError:
+        details = jsonio.decode(info.stdout or "{}")
+    except jsonio.DecodeError:
+        details = {}
+    if not isinstance(details, dict):
         details = {}
     runtimes = sorted((details.get("Runtimes") or {}).keys())
     cdi = sorted(str(p) for d in CDI_SPECS if d.is_dir() for p in d.glob("*nvidia*") if p.is_file())

@@ -1,0 +1,248 @@
+"""The job's image: docker helpers, the build context's files, the input hash, pull or build.
+
+Host-side (the runner), never imports torch. A built image is tagged by a hash of its inputs
+(the Dockerfile, the build arguments and the files of the build context), so a rebuild is
+skipped when that tag already exists.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlci import jsonio
+from dlci.errors import DlciError
+from dlci.report.text import clean
+
+_NON_ASCII = re.compile("[^\x00-\x7e]")  # what json.dumps escaped (ensure_ascii)
+ALWAYS_IGNORED = (".git", ".venv", "dlci-artifacts", "__pycache__", ".pytest_cache", ".mypy_cache")
+
+
+def say(message: str) -> None:
+    """One progress line on stderr (stdout carries what a verb prints for the next step)."""
+    print(f"container: {clean(message)}", file=sys.stderr, flush=True)
+
+
+def docker(
+    args: list[str], *, timeout: float | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run ``docker ARGS``; with ``check``, a failure is a DlciError saying what went wrong."""
+    if shutil.which("docker") is None:
+        raise DlciError("the docker command is not installed", hint="run dlci preflight first")
+    try:
+        done = subprocess.run(
+            ["docker", *args], capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise DlciError(
+            f"docker {args[0]} did not finish within {timeout:g} s",
+            hint="check the Docker engine (systemctl status docker)",
+        ) from None
+    if check and done.returncode != 0:
+        from dlci.action.preflight import explain_docker_run_failure
+
+        known = explain_docker_run_failure(done.stderr)
+        if known is not None:
+            raise known
+        last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+        raise DlciError(f"docker {args[0]} failed: {last}")
+    return done
+
+
+def image_exists(image: str) -> bool:
+    """Whether the engine has ``image`` locally."""
+    return docker(["image", "inspect", image], timeout=60, check=False).returncode == 0
+
+
+# ---------------------------------------------------------------------------- the inputs
+
+
+def ignore_patterns(context: Path) -> list[str]:
+    """The build context's .dockerignore patterns (negations left out), plus ALWAYS_IGNORED."""
+    path = context / ".dockerignore"
+    patterns = list(ALWAYS_IGNORED)
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            line = line.strip()
+            if line and not line.startswith("#") and not line.startswith("!"):
+                patterns.append(line.lstrip("/").rstrip("/"))
+    return patterns
+
+
+def ignored(rel: str, patterns: list[str]) -> bool:
+    """Whether the context path ``rel`` (or a folder above it) matches a pattern.
+
+    >>> ignored("build/x.o", ["build"]), ignored("src/a.py", ["*.log"])
+    (True, False)
+    """
+    parts = rel.split("/")
+    for pattern in patterns:
+        for i in range(1, len(parts) + 1):
+            head = "/".join(parts[:i])
+            if fnmatch.fnmatch(head, pattern) or fnmatch.fnmatch(parts[i - 1], pattern):
+                return True
+    return False
+
+
+def context_files(context: Path) -> Iterator[Path]:
+    """The files of the build context that docker would send, in a stable order."""
+    patterns = ignore_patterns(context)
+    for root, dirs, files in os.walk(context):
+        rel_root = os.path.relpath(root, context)
+        rel_root = "" if rel_root == "." else rel_root + "/"
+        dirs[:] = sorted(d for d in dirs if not ignored(rel_root + d, patterns))
+        for name in sorted(files):
+            if not ignored(rel_root + name, patterns):
+                yield Path(root) / name
+
+
+def input_hash(dockerfile: Path, context: Path, build_args: dict[str, str]) -> str:
+    """A hash of what the image is built from: same inputs, same tag, no rebuild."""
+    digest = hashlib.sha256()
+    digest.update(dockerfile.read_bytes())
+    digest.update(_args_blob(build_args))
+    for path in context_files(context):
+        rel = path.relative_to(context).as_posix()
+        digest.update(rel.encode() + b"\0")
+        try:
+            with open(path, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+        except OSError:
+            continue
+    return digest.hexdigest()[:16]
+
+
+def _args_blob(build_args: dict[str, str]) -> bytes:
+    """The build arguments as ``json.dumps(sort_keys=True)`` spelled them, so tags stay stable.
+
+    >>> _args_blob({"B": "2", "A": "é"})
+    b'{"A": "\\\\u00e9", "B": "2"}'
+    """
+
+    def text(value: str) -> str:
+        return _NON_ASCII.sub(_ascii_escape, jsonio.encode(value, indent=False).decode())
+
+    pairs = (f"{text(name)}: {text(value)}" for name, value in sorted(build_args.items()))
+    return ("{" + ", ".join(pairs) + "}").encode()
+
+
+def _ascii_escape(match: re.Match[str]) -> str:
+    code = ord(match.group(0))
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # a surrogate pair, as json.dumps writes one
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def build_arguments(base_image: str, items: Sequence[str]) -> dict[str, str]:
+    """``--build-arg`` values from ``NAME=VALUE`` items, BASE_IMAGE first when given.
+
+    >>> build_arguments("python:3.12", ["A=1"])
+    {'BASE_IMAGE': 'python:3.12', 'A': '1'}
+    """
+    build_args: dict[str, str] = {}
+    if base_image:
+        build_args["BASE_IMAGE"] = base_image
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise DlciError(f"--build-arg {item!r}: expected NAME=VALUE")
+        build_args[name] = value
+    return build_args
+
+
+def build_sources(dockerfile: str, context: str, kit: str) -> tuple[Path, Path]:
+    """The Dockerfile and the build context from the options, checked to exist."""
+    if dockerfile:
+        file, folder = Path(dockerfile), Path(context or ".")
+    elif kit:
+        file, folder = Path(kit) / "docker" / "Dockerfile", Path(context or kit)
+    else:
+        raise DlciError("give --image, --dockerfile or --kit", hint="dlci container build --help")
+    if not file.is_file():
+        raise DlciError(f"{file}: no such Dockerfile", hint="check the dockerfile input")
+    if not folder.is_dir():
+        raise DlciError(f"{folder}: the build context is not a directory")
+    return file, folder
+
+
+# ---------------------------------------------------------------------------- provide
+
+
+@dataclass(frozen=True)
+class ImageRequest:
+    """What ``dlci container build`` was asked for."""
+
+    image: str = ""
+    dockerfile: str = ""
+    context: str = ""
+    kit: str = ""
+    base_image: str = ""
+    build_arg: Sequence[str] = ()  # NAME=VALUE items
+    repository: str = "dlci-local"
+    timeout: float = 3600.0
+
+
+@dataclass(frozen=True)
+class Image:
+    """The image the job runs in, and whether this call built it."""
+
+    tag: str
+    built: bool
+
+
+def provide(request: ImageRequest) -> Image:
+    """The job's image: ``request.image`` (pulled when missing), or a build skipped when the
+    tag of its input hash already exists."""
+    if request.image:
+        if not image_exists(request.image):
+            say(f"pulling {request.image}")
+            docker(["pull", request.image], timeout=request.timeout)
+        return Image(request.image, built=False)
+    dockerfile, context = build_sources(request.dockerfile, request.context, request.kit)
+    build_args = build_arguments(request.base_image, request.build_arg)
+    start = time.perf_counter()
+    tag = f"{request.repository}:{input_hash(dockerfile, context, build_args)}"
+    if image_exists(tag):
+        say(f"{tag} is up to date (inputs hashed in {time.perf_counter() - start:.1f} s)")
+        return Image(tag, built=False)
+    build(dockerfile, context, tag, build_args, timeout=request.timeout)
+    say(f"built {tag} in {time.perf_counter() - start:.1f} s")
+    return Image(tag, built=True)
+
+
+def build(
+    dockerfile: Path, context: Path, tag: str, build_args: dict[str, str], *, timeout: float
+) -> None:
+    """``docker build``, its progress streamed to stderr, stopped after ``timeout`` seconds."""
+    cmd = ["docker", "build", "-f", str(dockerfile), "-t", tag, "--label", "dlci.built=1"]
+    for name, value in build_args.items():
+        cmd += ["--build-arg", f"{name}={value}"]
+    cmd.append(str(context))
+    say(f"building {tag}: {' '.join(cmd)}")
+    child = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    )
+    assert child.stdout is not None
+    deadline = time.monotonic() + timeout
+    for line in child.stdout:  # docker's progress, to our stderr (stdout carries the tag)
+        sys.stderr.write(line)
+        if time.monotonic() > deadline:
+            child.kill()
+            raise DlciError(f"docker build did not finish within {timeout:g} s")
+    code = child.wait()
+    if code != 0:
+        raise DlciError(
+            f"docker build of {dockerfile} failed (exit code {code}); its output is above",
+            hint="fix the Dockerfile, or give a prebuilt image",
+        )

@@ -1,0 +1,332 @@
+"""The job inside the container (``dlci run``): its steps one after another, and ``run.json``.
+
+install -> tests (pytest with doctests, coverage, JUnit) -> memorize -> doctor -> profile
+(with analyze). Each step is its own process, so one that crashes or is killed leaves the
+others' results; ``OUT/run.json`` is rewritten after every step starts and ends, so a job
+killed in the middle still says which step was running.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dlci import jsonio
+
+REPORT_NAME = "run.json"
+STEPS = ("install", "tests", "memorize", "doctor", "profile")
+LOG_TAIL = 40
+BAD = ("failed", "error", "interrupted")
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """What ``dlci run`` was asked to do."""
+
+    out: Path
+    budget: str = "auto"
+    hardware: str = "auto"
+    ladder: str | None = None
+    target: str | None = None
+    install: str = "auto"
+    tests: str = ""
+    pytest_args: str = ""
+    doctest: bool = True
+    coverage: bool = True
+    memorize: bool = True
+    doctor: bool = True
+    profile: bool = True
+    min_gpu_util: float | None = None
+    tier_json: str | None = None
+
+
+def run_job(options: JobOptions) -> int:
+    """Run every step, record each in OUT/run.json; 1 when a step failed, else 0."""
+    options.out.mkdir(parents=True, exist_ok=True)
+    if options.tier_json:
+        from dlci.ladder.tiers import tier_from_file
+
+        tier_from_file(options.tier_json)  # a bad file is one clear error, before any step
+    runner = Runner(options.out)
+    if options.tier_json:
+        from dlci.ladder.tiers import TIER_JSON_VARIABLE
+
+        runner.env[TIER_JSON_VARIABLE] = str(Path(options.tier_json).resolve())
+    install = install_command(options.install)
+    runner.step("install", install, shell=options.install not in ("auto", "none"))
+    installed = runner.steps[-1]["status"] in ("passed", "skipped")
+    blocked = None if installed else "the install step failed"
+    _tests_step(runner, options, blocked)
+    for name, command in _dlci_steps(options).items():
+        if command is None:
+            runner.skip(name, f"switched off ({name}: false)")
+        else:
+            runner.step(name, command, blocked=blocked)
+    return runner.finish()
+
+
+def _tests_step(runner: Runner, options: JobOptions, blocked: str | None) -> None:
+    current = options.out / ".current-test"
+    current.unlink(missing_ok=True)
+    runner.step(
+        "tests",
+        pytest_command(options),
+        blocked=blocked,
+        env={"DLCI_CURRENT_TEST_FILE": str(current)},
+        current_test=current,
+    )
+    if runner.steps[-1]["status"] != "interrupted":
+        current.unlink(missing_ok=True)
+    relative_coverage(options.out / "coverage.xml", Path.cwd())
+
+
+def _dlci_steps(options: JobOptions) -> dict[str, list[str] | None]:
+    """The memorize, doctor and profile steps' commands; None for a step switched off."""
+    out = str(options.out)
+    tier = ["--budget", options.budget, "--hardware", options.hardware]
+    tier += ["--ladder", options.ladder] if options.ladder else []
+    tail = [*tier, *(["--target", options.target] if options.target else [])]
+    dlci = [sys.executable, "-m", "dlci"]
+    doctor = ["--json", str(options.out / "doctor.json")]
+    doctor += ["--markdown", str(options.out / "doctor.md")]
+    profile = [*dlci, "profile", "--out", out, *tail]
+    if options.min_gpu_util is not None:
+        profile += ["--min-gpu-util", f"{options.min_gpu_util:g}"]
+    return {
+        "memorize": [*dlci, "memorize", "--out", out, *tail] if options.memorize else None,
+        "doctor": [*dlci, "doctor", "--out", out, *doctor, *tail] if options.doctor else None,
+        "profile": profile if options.profile else None,
+    }
+
+
+def install_command(install: str) -> list[str] | str | None:
+    """The install step: pip for ``auto``, None for ``none``, else the user's shell command."""
+    if install == "none":
+        return None
+    if install != "auto":
+        return install
+    cmd: list[str] = []
+    for name in ("requirements.txt", "requirements-dev.txt", "requirements-test.txt"):
+        if Path(name).is_file():
+            cmd += ["-r", name]
+    if Path("pyproject.toml").is_file() or Path("setup.py").is_file():
+        cmd += ["-e", "."]
+    if not cmd:
+        return None
+    # No build isolation: the container may have no network, and the build backend
+    # (setuptools) is already in its environment.
+    return [sys.executable, "-m", "pip", "install", "--no-build-isolation", *cmd]
+
+
+def pytest_command(options: JobOptions) -> list[str]:
+    """The tests step: pytest with JUnit XML, doctests and coverage unless switched off."""
+    out = options.out
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
+    cmd.append(f"--junitxml={out / 'junit.xml'}")
+    if options.doctest:
+        cmd.append("--doctest-modules")
+    extra = shlex.split(options.pytest_args) if options.pytest_args else []
+    if options.coverage and not any(a.startswith("--cov") for a in extra):
+        cmd += ["--cov=.", f"--cov-report=xml:{out / 'coverage.xml'}", "--cov-report=term"]
+    cmd += extra
+    cmd += shlex.split(options.tests) if options.tests else []
+    return cmd
+
+
+def relative_coverage(path: Path, root: Path) -> None:
+    """Coverage XML with paths relative to the workspace (pytest-cov #329): Codecov needs them."""
+    if not path.is_file():
+        return
+    import xml.etree.ElementTree as ET
+
+    from dlci.fsutil import atomic_write_bytes
+
+    try:
+        tree = ET.parse(path)  # noqa: S314 - written by coverage.py in this job
+    except ET.ParseError:
+        return
+    changed = False
+    for source in tree.getroot().iter("source"):
+        text = (source.text or "").strip()
+        if text and os.path.isabs(text):
+            try:
+                rel = os.path.relpath(text, root)
+            except ValueError:
+                continue
+            if not rel.startswith(".."):
+                source.text = rel
+                changed = True
+    if changed:
+        atomic_write_bytes(
+            path, ET.tostring(tree.getroot(), xml_declaration=True, encoding="utf-8")
+        )
+
+
+def classify(name: str, code: int, stopping: bool, running_test: str) -> dict[str, Any]:
+    """A step's status (and reason) from its exit code.
+
+    >>> classify("tests", 5, False, "")
+    {'status': 'passed', 'reason': 'pytest collected no tests'}
+    >>> classify("memorize", -9, False, "")["killed"]
+    'oom-or-kill'
+    """
+    if stopping:
+        return {"status": "interrupted"}
+    if name == "tests" and code == 5:
+        return {"status": "passed", "reason": "pytest collected no tests"}
+    if code == 0:
+        return {"status": "passed"}
+    if code == 1 or (name == "tests" and code in (1, 2, 3, 4)):
+        return {"status": "failed"}
+    if not (code < 0 or code >= 128):
+        return {"status": "error"}
+    signum = abs(code) if code < 0 else code - 128
+    result: dict[str, Any] = {"status": "interrupted", "reason": f"killed by signal {signum}"}
+    if signum == signal.SIGKILL:
+        result["reason"] += " (most likely out of memory: the container's limit or the machine's)"
+        result["killed"] = "oom-or-kill"
+    if running_test:
+        result["reason"] += f" while running {running_test}"
+        result["test"] = running_test
+    return result
+
+
+class Runner:
+    """Runs the steps one process at a time; SIGTERM stops the running one and skips the rest."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.steps: list[dict[str, Any]] = []
+        self.started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.child: subprocess.Popen[str] | None = None
+        self.stopping = False
+        self.env: dict[str, str] = {}  # for every step's process
+        self._previous = signal.signal(signal.SIGTERM, self._terminate)
+
+    def _terminate(self, signum: int, frame: Any) -> None:
+        # docker stop / a cancelled job: stop the step, record it, exit.
+        self.stopping = True
+        if self.child is not None and self.child.poll() is None:
+            self.child.terminate()
+
+    def _save(self, verdict: str | None = None) -> None:
+        failed = [s["name"] for s in self.steps if s["status"] in BAD]
+        report = {
+            "schema_version": 1,
+            "kind": "run",
+            "started": self.started,
+            "cwd": str(Path.cwd()),
+            "steps": self.steps,
+            "failed_steps": failed,
+            "verdict": verdict or ("running" if not failed else "failing"),
+        }
+        jsonio.write(self.out / REPORT_NAME, report)
+
+    def skip(self, name: str, why: str) -> None:
+        self.steps.append({"name": name, "status": "skipped", "reason": why, "duration_s": 0.0})
+        self._save()
+
+    def step(
+        self,
+        name: str,
+        command: list[str] | str | None,
+        *,
+        shell: bool = False,
+        blocked: str | None = None,
+        env: dict[str, str] | None = None,
+        current_test: Path | None = None,
+    ) -> None:
+        """Run one step (or record why it is skipped), and save run.json before and after."""
+        why = _skip_reason(name, command, blocked, self.stopping)
+        if why or command is None:
+            self.skip(name, why)
+            return
+        shown = command if isinstance(command, str) else shlex.join(command)
+        record: dict[str, Any] = {"name": name, "command": shown, "status": "running"}
+        self.steps.append(record)
+        self._save()
+        start = time.perf_counter()
+        code, tail = self._execute(name, command, shell, {**self.env, **(env or {})})
+        record["exit_code"] = code
+        record["duration_s"] = round(time.perf_counter() - start, 3)
+        record["log_tail"] = tail
+        record.update(classify(name, code, self.stopping, _read(current_test)))
+        print(f"dlci run: {name} {record['status']} in {record['duration_s']:.1f} s", flush=True)
+        self._save()
+
+    def _execute(
+        self, name: str, command: list[str] | str, shell: bool, env: dict[str, str]
+    ) -> tuple[int, list[str]]:
+        """Run the step's process, its output streamed through; its exit code and last lines."""
+        shown = command if isinstance(command, str) else shlex.join(command)
+        print(
+            f"::group::dlci run: {name}" if _in_actions() else f"==> dlci run: {name}", flush=True
+        )
+        print(f"$ {shown}", flush=True)
+        tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL)
+        try:
+            self.child = subprocess.Popen(
+                command,
+                shell=shell,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+                env={**os.environ, **env},
+            )
+            assert self.child.stdout is not None
+            for line in self.child.stdout:
+                sys.stdout.write(line)
+                tail.append(line.rstrip("\n"))
+            code = self.child.wait()
+        except OSError as exc:
+            code = 127
+            tail.append(f"cannot start: {exc}")
+        finally:
+            self.child = None
+            if _in_actions():
+                print("::endgroup::", flush=True)
+        return code, list(tail)
+
+    def finish(self) -> int:
+        """Write the verdict; 1 when a step failed, was interrupted or errored."""
+        signal.signal(signal.SIGTERM, self._previous)
+        failed = [s for s in self.steps if s["status"] in BAD]
+        self._save("fail" if failed else "pass")
+        if failed:
+            names = ", ".join(f"{s['name']} ({s['status']})" for s in failed)
+            print(f"dlci run: FAILED: {names}", flush=True)
+            return 1
+        print("dlci run: all steps passed", flush=True)
+        return 0
+
+
+def _skip_reason(name: str, command: object, blocked: str | None, stopping: bool) -> str:
+    if blocked:
+        return f"not run: {blocked}"
+    if command is None:
+        return "nothing to install" if name == "install" else "nothing to run"
+    if stopping:
+        return "not run: the job was stopped"
+    return ""
+
+
+def _read(path: Path | None) -> str:
+    if path is None:
+        return ""
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""
+
+
+def _in_actions() -> bool:
+    return os.environ.get("GITHUB_ACTIONS") == "true"

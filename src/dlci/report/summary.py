@@ -1,0 +1,164 @@
+"""The job summary in Markdown (GITHUB_STEP_SUMMARY), from what dlci.action.summary collected.
+
+Every name and message in it came from a file the job wrote, that is from the pull request's
+code: each goes through ``dlci.report.text`` (``md``, ``md_code``) and every table through
+``table``, so no name can add a row, a heading, HTML or a workflow command.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dlci.report.text import bullets, md, md_code, table
+
+ICON = {
+    "passed": "✅",
+    "failed": "❌",
+    "error": "💥",
+    "interrupted": "⛔",
+    "skipped": "⏭️",
+    "running": "⛔",
+}
+MAX_FAILED_TESTS = 20
+
+
+def render(data: dict[str, Any], *, title: str = "dl-ci") -> str:
+    """The job summary in Markdown; the reports' own sections are reused as they are."""
+    passed = data["verdict"] == "pass"
+    lines = [f"## {'✅' if passed else '❌'} {md(title)}: {'passed' if passed else 'FAILED'}", ""]
+    if data["problems"]:
+        lines += [*bullets(md(problem) for problem in data["problems"]), ""]
+    lines += [*table(["", ""], facts(data)), ""]
+    if data["run"]:
+        lines += ["### Steps", "", *table(["step", "status", "time"], _step_rows(data["run"])), ""]
+    tests = data["tests"]
+    if tests and tests["failed_cases"]:
+        cases = tests["failed_cases"][:MAX_FAILED_TESTS]
+        items = (f"{md_code(c['name'])}: {md(c['message'], limit=200)}" for c in cases)
+        lines += ["### Failed tests", "", *bullets(items), ""]
+    lines += _report_sections(data)
+    lines.append(
+        "The loss curve, the trace (open it in Perfetto) and every report are in the job's "
+        "artifacts."
+    )
+    return "\n".join(lines)
+
+
+def facts(data: dict[str, Any]) -> list[list[str]]:
+    """The key-value rows at the top: tier, hardware, tests, coverage, the reports' verdicts."""
+    rows: list[list[str]] = []
+    pre = data["preflight"] or {}
+    tier = pre.get("tier") or {}
+    if tier:
+        rows.append(["tier", _tier_text(tier)])
+        where = " (GPU)" if pre.get("gpu") else " (CPU path)"
+        rows.append(["hardware", md(tier.get("hardware_class")) + where])
+    tests = data["tests"]
+    if tests:
+        rows.append(
+            [
+                "tests",
+                f"{tests['passed']} passed, {tests['failures']} failed, {tests['errors']} "
+                f"errors, {tests['skipped']} skipped",
+            ]
+        )
+    if data["coverage"] is not None:
+        rows.append(["coverage", f"{data['coverage']:.1f}% of lines"])
+    rows += _report_facts(data)
+    return rows
+
+
+def _tier_text(tier: dict[str, Any]) -> str:
+    return (
+        f"{md(tier.get('budget'))} on {md(tier.get('hardware_class'))}: up to "
+        f"{md(tier.get('max_epochs'))} "
+        f"epochs to loss < {md(tier.get('max_loss'))}, {md(tier.get('time_cap_minutes'))} min, "
+        f"{md(tier.get('profile_steps'))} profiled steps"
+    )
+
+
+def _number(value: object, spec: str) -> str:
+    """A number formatted by ``spec``; anything else (a hostile file) as escaped text."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return format(value, spec)
+    return md(value)
+
+
+def _report_facts(data: dict[str, Any]) -> list[list[str]]:
+    rows: list[list[str]] = []
+    mem = data["memorization"]
+    if mem:
+        loss = mem.get("best_loss")
+        best = "None" if loss is None else _number(loss, ".4g")
+        verdict = md(str(mem.get("verdict", "?")).upper())
+        rows.append(
+            ["memorization", f"{verdict}: best loss {best} (threshold {md(mem.get('threshold'))})"]
+        )
+    util = data["utilization"]
+    if util:
+        value = util.get("gpu_utilization_pct")
+        shown = "CPU-only trace" if value is None else _number(value, ".1f") + "%"
+        count = md((util.get("steps") or {}).get("count", 0))
+        rows.append(["GPU utilization", f"{shown} over {count} profiled steps"])
+    doctor = data["doctor"]
+    if doctor:
+        c = doctor.get("counts") or {}
+        rows.append(
+            [
+                "debugging checks",
+                f"{md(c.get('fail', 0))} failed, {md(c.get('warn', 0))} warnings, "
+                f"{md(c.get('pass', 0))} passed",
+            ]
+        )
+    cleanup = data["cleanup"]
+    if cleanup:
+        rows.append(
+            [
+                "cleanup",
+                f"{md(cleanup.get('containers_removed', 0))} container(s) removed, "
+                f"{md(cleanup.get('ownership_restored', 0))} file(s) given back, "
+                f"{len(cleanup.get('gpu_processes') or [])} GPU process(es) left",
+            ]
+        )
+    return rows
+
+
+def _step_rows(run: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for step in run.get("steps", []):
+        status = str(step.get("status", "?"))
+        if status == "running":
+            status = "interrupted"
+        note = f" ({md(step['reason'])})" if step.get("reason") else ""
+        seconds = _number(step.get("duration_s", 0), ".1f")
+        icon = ICON.get(status, "")
+        rows.append([md(step.get("name", "?")), f"{icon} {md(status)}{note}", f"{seconds} s"])
+    return rows
+
+
+def _report_sections(data: dict[str, Any]) -> list[str]:
+    """The memorization, doctor and utilization reports' own Markdown, when they are there."""
+    lines: list[str] = []
+    for key in ("memorization", "doctor", "utilization"):
+        report = data[key]
+        if report:
+            try:
+                lines.append(_section(key, report))
+            except (KeyError, TypeError):
+                lines.append(f"({key}.json is incomplete)")
+    return lines
+
+
+def _section(key: str, report: dict[str, Any]) -> str:
+    # imported only for a report that is there: each renderer is its own report's room
+    if key == "memorization":
+        from dlci.report.memorization import render_markdown as memorization_md
+
+        return memorization_md(report)
+    if key == "doctor":
+        from dlci.report.doctor import render_markdown as doctor_md
+
+        return doctor_md(report)
+    from dlci.report.utilization import render_markdown as utilization_md
+
+    return utilization_md(report, gate=report.get("gate"))
