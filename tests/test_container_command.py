@@ -118,10 +118,11 @@ def test_secret_looking_env_names_are_refused(tmp_path: Path, capsys) -> None:
     assert "looks like a secret" in capsys.readouterr().err
 
 
-def test_unknown_subcommand(capsys) -> None:  # type: ignore[no-untyped-def]
-    assert main(["container", "launch"]) == 1
+def test_a_missing_or_unknown_subcommand_is_a_malformed_command_line(capsys) -> None:
+    assert main(["container", "launch"]) == 2
     assert "unknown subcommand 'launch'" in capsys.readouterr().err
-    assert main(["container"]) == 1
+    assert main(["container"]) == 2
+    assert "usage: dlci container {build,run,cleanup}" in capsys.readouterr().err
 
 
 @pytest.fixture

@@ -13,25 +13,25 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dlci.commands import _common
-from dlci.errors import DlciError
+from dlci.errors import EXIT_USAGE, DlciError
+
+
+USAGE = (
+    "usage: dlci container {build,run,cleanup} ...\n\n"
+    "Build or pull the job's image, run `dlci run` in it, clean up (host side).\n"
+    "Run 'dlci container SUBCOMMAND --help' for its options."
+)
 
 
 def main(argv: Sequence[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
-        print(
-            "usage: dlci container {build,run,cleanup} ...\n\n"
-            "Build or pull the job's image, run `dlci run` in it, clean up (host side).\n"
-            "Run 'dlci container SUBCOMMAND --help' for its options."
-        )
-        return 0 if argv else 1
-    sub, rest = argv[0], list(argv[1:])
-    if sub == "build":
-        return _build(rest)
-    if sub == "run":
-        return _run(rest)
-    if sub == "cleanup":
-        return _cleanup(rest)
-    raise DlciError(f"dlci container: unknown subcommand {sub!r}", hint="use build, run or cleanup")
+    if argv and argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    subcommands = {"build": _build, "run": _run, "cleanup": _cleanup}
+    if not argv or argv[0] not in subcommands:
+        what = f"unknown subcommand {argv[0]!r}" if argv else "a subcommand is required"
+        raise DlciError(f"dlci container: {what}", hint=USAGE.splitlines()[0], exit_code=EXIT_USAGE)
+    return subcommands[argv[0]](list(argv[1:]))
 
 
 def _build(argv: list[str]) -> int:
@@ -42,12 +42,7 @@ def _build(argv: list[str]) -> int:
     )
     p.add_argument("--image", default="", help="a prebuilt image to use instead of building")
     p.add_argument("--dockerfile", default="", metavar="FILE", help="the Dockerfile to build")
-    p.add_argument(
-        "--context",
-        default="",
-        metavar="DIR",
-        help="the build context (default: . for --dockerfile)",
-    )
+    p.add_argument("--context", default="", metavar="DIR", help="default: . for --dockerfile")
     p.add_argument(
         "--kit",
         default="",
@@ -55,9 +50,7 @@ def _build(argv: list[str]) -> int:
         help="dl-ci's own folder: without --dockerfile, build its docker/Dockerfile there",
     )
     p.add_argument("--base-image", default="", metavar="IMAGE", help="--build-arg BASE_IMAGE")
-    p.add_argument(
-        "--build-arg", action="append", default=[], metavar="NAME=VALUE", help="more build args"
-    )
+    p.add_argument("--build-arg", action="append", default=[], metavar="NAME=VALUE")
     p.add_argument("--repository", default="dlci-local", help="the tag's repository name")
     p.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS")
     args = p.parse_args(argv)
