@@ -146,3 +146,43 @@ def test_doctor_fails_a_buggy_target_and_names_the_check(tmp_path, monkeypatch, 
     assert report["checks"][0]["cause"].startswith("gradients accumulate across train_step calls")
     out = capsys.readouterr().out
     assert "1 failed, 0 warnings, 1 passed, 0 skipped" in out
+
+
+def test_the_ids_in_help_and_only_are_the_registrys(capsys) -> None:
+    import re
+
+    from dlci import checks
+
+    registry = [c.id for c in checks._registry()]
+    assert list(CHECK_IDS) == registry
+    with pytest.raises(SystemExit):
+        main(["doctor", "--help"])
+    text = re.sub(r"\s+", " ", re.sub(r"-\n\s+", "-", capsys.readouterr().out))
+    listed = text.split("in ladder order: ")[1].split(" --stop-on-fail")[0]
+    assert listed.split(", ") == registry
+    for check_id in registry:
+        assert [c.id for c in select(check_id)] == [check_id]
+    with pytest.raises(DlciError):
+        select("not-a-check")
+
+
+def test_doctor_help_does_not_import_torch() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from dlci.cli import main\n"
+        "try:\n"
+        "    main(['doctor', '--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "ok"
+    assert "optimizer-coverage, initial-loss" in done.stdout

@@ -46,7 +46,14 @@ def test_it_passes_and_stops_as_soon_as_the_threshold_is_reached() -> None:
     assert result.stopped_by == "threshold"
     assert result.steps < PR.max_epochs
     assert result.losses[-1] < 0.5 <= min(result.losses[:-1])
-    assert result.reason.startswith(f"loss {result.losses[-1]:.4g} < 0.5 at step {result.steps} (")
+    assert result.reason.startswith(
+        f"loss {result.losses[-1]:.4g} < 0.5 at step {result.steps} in "
+    )
+    total = result.wall_time_s + result.setup_time_s
+    assert result.reason.endswith(
+        f"in {result.wall_time_s:.1f} s of training "
+        f"({total:.1f} s with the set-up of batch, model and optimizer)"
+    )
 
 
 def test_without_early_stop_it_runs_every_epoch_and_gives_the_same_verdict() -> None:

@@ -103,9 +103,9 @@ def test_a_detached_output_fails_with_a_message_that_names_the_bug(
     )
     assert code == 1
     err = capsys.readouterr().err
-    assert err.startswith(
-        "error: step 1: the loss has no gradient\n  hint: the loss does not depend"
-    )
+    changes, error = err.split("error: ", 1)  # what was changed before training, then the error
+    assert all(line.startswith("memorize: before training: ") for line in changes.splitlines())
+    assert error.startswith("step 1: the loss has no gradient\n  hint: the loss does not depend")
     assert "Traceback" not in err
 
 
@@ -209,11 +209,112 @@ def test_device_cuda_runs_on_a_gpu_and_is_a_clear_error_without_one(
 
 def test_the_markdown_summary_is_made_from_the_report(in_example, tmp_path) -> None:
     from dlci.report.memorization import render_markdown
+    from dlci.report.text import md
 
     assert main(["memorize", "--out", str(tmp_path), "--quiet", "--tracker", "none"]) == 0
     report = json.loads((tmp_path / "memorization.json").read_text())
     text = render_markdown(report)
-    assert text.startswith("### ✅ Memorization test: pass\n\n" + report["reason"] + "\n")
+    assert text.startswith("### ✅ Memorization test: pass\n\n" + md(report["reason"]) + "\n")
+    assert "&lt; 1 at step" in text  # the reason's "<" as Markdown text, not the start of a tag
+    assert "| target | `digits_example.target:make_target` |" in text
     assert "| tier | pr / cpu (budgets.pr.cpu) |" in text
+    assert "| training time | " in text
     assert f"| best loss | {report['best_loss']:.4g} at step {report['best_step']} |" in text
-    assert "| changed | weight decay off: param group 0 (0.01 -> 0) |" in text
+    assert "| changed | weight decay off: param group 0 (0.01 -&gt; 0) |" in text
+
+
+def test_the_markdown_escapes_the_outside_text_of_a_report() -> None:
+    from dlci.report.memorization import render_markdown
+
+    report = {
+        "verdict": "pass",
+        "reason": "loss 0.5 < 1 at step 3",
+        "threshold": 1.0,
+        "best_loss": 0.5,
+        "best_step": 3,
+        "final_loss": 0.5,
+        "steps": 3,
+        "wall_time_s": 0.1,
+        "setup_time_s": 0.2,
+        "device": "cpu",
+        "world_size": 1,
+        "tier": {
+            "budget": "pr|<img src=x>",
+            "hardware_class": "a100\n## owned",
+            "row": "budgets.pr.a100",
+            "max_epochs": 10,
+            "time_cap_minutes": 1.0,
+        },
+        "config": {"target": "pkg.mod:make`x", "seed": 0, "changes": ["dropout off: *bold*"]},
+    }
+    text = render_markdown(report)
+    assert "| tier | pr\\|&lt;img src=x&gt; / a100\\\\n\\#\\# owned (budgets.pr.a100) |" in text
+    assert "| target | `pkg.mod:make'x` |" in text
+    assert "| changed | dropout off: \\*bold\\* |" in text
+    assert "<img" not in text and "\n## owned" not in text
+
+
+def test_the_changes_are_printed_before_training_and_the_time_says_what_it_counts(
+    in_example, tmp_path, capsys
+) -> None:
+    assert main(["memorize", "--out", str(tmp_path), "--tracker", "none"]) == 0
+    captured = capsys.readouterr()
+    err = captured.err.splitlines()
+    changes = [i for i, line in enumerate(err) if line.startswith("memorize: before training: ")]
+    progress = [i for i, line in enumerate(err) if line.startswith("memorize pr/cpu: step ")]
+    assert [err[i] for i in changes] == [
+        "memorize: before training: dropout off: head.1 (Dropout, p=0.25 -> 0)",
+        "memorize: before training: dropout off: head.4 (Dropout, p=0.25 -> 0)",
+        "memorize: before training: weight decay off: param group 0 (0.01 -> 0)",
+    ]
+    assert progress and max(changes) < min(progress)  # before the first step, not after
+    report = json.loads((tmp_path / "memorization.json").read_text())
+    total = report["wall_time_s"] + report["setup_time_s"]
+    assert captured.out.splitlines()[0] == (
+        f"memorization PASS: loss {report['final_loss']:.4g} < 1 at step {report['steps']} "
+        f"in {report['wall_time_s']:.1f} s of training "
+        f"({total:.1f} s with the set-up of batch, model and optimizer)"
+    )
+    assert "before training" not in captured.out  # said once, on stderr, before training
+
+
+def test_a_failing_run_prints_the_same_changes_its_report_records(
+    in_example, tmp_path, capsys
+) -> None:
+    code = main(
+        [
+            "memorize",
+            "--target",
+            "digits_example.broken:make_tiny_lr_target",
+            "--out",
+            str(tmp_path),
+            "--tracker",
+            "none",
+        ]
+    )
+    assert code == 1
+    report = json.loads((tmp_path / "memorization.json").read_text())
+    printed = [
+        line.removeprefix("memorize: before training: ")
+        for line in capsys.readouterr().err.splitlines()
+        if line.startswith("memorize: before training: ")
+    ]
+    assert printed == report["config"]["changes"]
+
+
+def test_running_twice_into_one_folder_leaves_one_events_file(in_example, tmp_path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir = tmp_path / "tensorboard" / "memorize"
+    assert main(["memorize", "--out", str(tmp_path), "--quiet"]) == 0
+    first = sorted(run_dir.glob("events.out.tfevents.*"))
+    assert len(first) == 1
+    assert main(["memorize", "--out", str(tmp_path), "--quiet", "--seed", "1"]) in (0, 1)
+    second = sorted(run_dir.glob("events.out.tfevents.*"))
+    assert len(second) == 1
+    assert list(run_dir.rglob("events.out.tfevents.*")) == second  # none in subfolders either
+    report = json.loads((tmp_path / "memorization.json").read_text())
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    losses = [round(e.value, 4) for e in events.Scalars("memorize/loss")]
+    assert losses == [round(v, 4) for v in report["losses"]]  # the second run's curve only

@@ -22,60 +22,44 @@ class Check:
     run: Callable[[Context], CheckResult] | None  # None: planned, not built yet
 
 
+# The ladder, in order: (ID, what it catches, module under dlci.checks, function). Plain
+# strings, so the IDs are known without importing torch (``dlci doctor --help``, ``--only``);
+# the functions are imported only when the checks run.
+LADDER: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "optimizer-coverage",
+        "an optimizer not given all the trainable parameters",
+        "setup",
+        "optimizer_coverage",
+    ),
+    ("initial-loss", "outputs, targets or loss not what you think", "loss", "initial_loss"),
+    ("loss-broadcast", "shapes that broadcast into a meaningless loss", "loss", "loss_broadcast"),
+    ("train-eval-mode", "BatchNorm/Dropout in the wrong mode", "modes", "train_eval_mode"),
+    ("zero-grad", "gradients accumulating across steps", "gradients", "zero_grad"),
+    ("grad-flow", "gradients that never reach some parameters", "gradients", "grad_flow"),
+    ("shuffle", "training data not shuffled", "data", "shuffle"),
+    ("batch-independence", "per-batch normalization at inference", "data", "batch_independence"),
+    ("activations", "dead or saturated units", "activations", "activations"),
+    ("weight-norms", "weights growing without bound", "gradients", "weight_norms"),
+    ("update-ratio", "updates that do nothing or blow up", "gradients", "update_ratio"),
+    ("memorize", "a training loop that cannot learn at all", "training", "memorize_check"),
+    ("lr-range", "a learning rate orders of magnitude off", "lr", "lr_range"),
+    ("label-alignment", "labels misaligned with inputs", "labels", "label_alignment"),
+    ("leakage", "a score too good to be true", "labels", "leakage"),
+    ("reproducibility", "runs that cannot be compared", "repro", "reproducibility"),
+)
+
+CHECK_IDS = tuple(entry[0] for entry in LADDER)
+
+
 def _registry() -> list[Check]:
-    from dlci.checks.activations import activations
-    from dlci.checks.data import batch_independence, shuffle
-    from dlci.checks.gradients import grad_flow, update_ratio, weight_norms, zero_grad
-    from dlci.checks.labels import label_alignment, leakage
-    from dlci.checks.loss import initial_loss, loss_broadcast
-    from dlci.checks.lr import lr_range
-    from dlci.checks.modes import train_eval_mode
-    from dlci.checks.repro import reproducibility
-    from dlci.checks.setup import optimizer_coverage
-    from dlci.checks.training import memorize_check
+    """The checks of the ladder, their functions imported."""
+    import importlib
 
     return [
-        Check(
-            "optimizer-coverage",
-            "an optimizer not given all the trainable parameters",
-            optimizer_coverage,
-        ),
-        Check("initial-loss", "outputs, targets or loss not what you think", initial_loss),
-        Check("loss-broadcast", "shapes that broadcast into a meaningless loss", loss_broadcast),
-        Check("train-eval-mode", "BatchNorm/Dropout in the wrong mode", train_eval_mode),
-        Check("zero-grad", "gradients accumulating across steps", zero_grad),
-        Check("grad-flow", "gradients that never reach some parameters", grad_flow),
-        Check("shuffle", "training data not shuffled", shuffle),
-        Check("batch-independence", "per-batch normalization at inference", batch_independence),
-        Check("activations", "dead or saturated units", activations),
-        Check("weight-norms", "weights growing without bound", weight_norms),
-        Check("update-ratio", "updates that do nothing or blow up", update_ratio),
-        Check("memorize", "a training loop that cannot learn at all", memorize_check),
-        Check("lr-range", "a learning rate orders of magnitude off", lr_range),
-        Check("label-alignment", "labels misaligned with inputs", label_alignment),
-        Check("leakage", "a score too good to be true", leakage),
-        Check("reproducibility", "runs that cannot be compared", reproducibility),
+        Check(check_id, catches, getattr(importlib.import_module(f"dlci.checks.{module}"), name))
+        for check_id, catches, module, name in LADDER
     ]
-
-
-CHECK_IDS = (
-    "optimizer-coverage",
-    "initial-loss",
-    "loss-broadcast",
-    "train-eval-mode",
-    "zero-grad",
-    "grad-flow",
-    "shuffle",
-    "batch-independence",
-    "activations",
-    "weight-norms",
-    "update-ratio",
-    "memorize",
-    "lr-range",
-    "label-alignment",
-    "leakage",
-    "reproducibility",
-)
 
 
 def select(only: str | None) -> list[Check]:

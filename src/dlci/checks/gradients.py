@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, fmt, layer_name
@@ -19,20 +20,21 @@ def zero_grad(ctx: Context) -> CheckResult:
     params = [(n, p) for n, p in ctx.model.named_parameters() if p.requires_grad]
     incoming: dict[str, Any] = {}
     leftover: dict[str, float] = {}
-    state = {"call": 0, "seen": set()}
+    state = {"call": 0}
+    seen: set[tuple[int, str]] = set()
 
-    def on_grad(name: str):  # type: ignore[no-untyped-def]
-        def hook(grad):  # type: ignore[no-untyped-def]
+    def on_grad(name: str) -> Callable[[Any], None]:
+        def hook(grad: Any) -> None:
             incoming[name] = grad.detach().clone()
 
         return hook
 
-    def after_accumulate(name: str):  # type: ignore[no-untyped-def]
-        def hook(param):  # type: ignore[no-untyped-def]
+    def after_accumulate(name: str) -> Callable[[Any], None]:
+        def hook(param: Any) -> None:
             key = (state["call"], name)
-            if key in state["seen"] or name not in incoming:
+            if key in seen or name not in incoming:
                 return  # only the first backward of each call: micro-batching is fine
-            state["seen"].add(key)
+            seen.add(key)
             rest = (param.grad - incoming[name]).norm().item()
             if state["call"] == 2 and rest > 1e-6 * (1 + incoming[name].norm().item()):
                 leftover[name] = rest
@@ -142,7 +144,7 @@ def grad_flow(ctx: Context) -> CheckResult:
 
 def _trajectory(ctx: Context) -> dict[str, Any]:
     """Weight norms and update ratios over the first steps; shared by two checks."""
-    cached = getattr(ctx, "_trajectory", None)
+    cached: dict[str, Any] | None = getattr(ctx, "_trajectory", None)
     if cached is not None:
         return cached
     ctx.model.train()

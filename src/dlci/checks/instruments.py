@@ -15,6 +15,7 @@ hooks only test a flag, so the overhead is low (benchmarks/instruments_overhead.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,14 +82,14 @@ class Instruments:
                 if p.requires_grad and p.ndim > 1
             }
 
-    def _hook(self, name: str, module: Any):  # type: ignore[no-untyped-def]
+    def _hook(self, name: str, module: Any) -> Callable[[Any, Any, Any], None]:
         from torch import nn
 
         dead_kind = isinstance(module, nn.ReLU | nn.ReLU6)
         sigmoid = isinstance(module, nn.Sigmoid)
         tanh = isinstance(module, nn.Tanh)
 
-        def record(mod, inputs, output):  # type: ignore[no-untyped-def]
+        def record(mod: Any, inputs: Any, output: Any) -> None:
             if not self._armed:
                 return
             out = output.detach()

@@ -122,7 +122,9 @@ def loss_broadcast(ctx: Context) -> CheckResult:
     after_forward = {"on": False}
 
     class Watch(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        def __torch_function__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
             kwargs = kwargs or {}
             if after_forward["on"]:
                 name = getattr(func, "__name__", "")
@@ -130,7 +132,7 @@ def loss_broadcast(ctx: Context) -> CheckResult:
                     _record(name, [*args, *kwargs.values()], found)
             return func(*args, **kwargs)
 
-    def mark(module, inputs, output):  # type: ignore[no-untyped-def]
+    def mark(module: Any, inputs: Any, output: Any) -> None:
         after_forward["on"] = True
 
     handle = ctx.model.register_forward_hook(mark)
@@ -168,7 +170,7 @@ def _record(name: str, operands: list[Any], found: list[str]) -> None:
         return
     shapes = [tuple(t.shape) for t in tensors[:2]]
     try:
-        result = torch.broadcast_shapes(*shapes)
+        result = torch.broadcast_shapes(*shapes)  # type: ignore[no-untyped-call]
     except RuntimeError:
         return
     largest = max(math.prod(s) for s in shapes)

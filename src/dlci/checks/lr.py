@@ -34,18 +34,7 @@ def lr_range(ctx: Context) -> CheckResult:
             cause="training diverges at every rate tried",
             fix="check the loss and the data for inf/NaN; try a smaller model scale",
         )
-    logs = [math.log10(lr) for lr in lrs]
-    # the slope over half a decade each side: single-batch noise would otherwise pick the
-    # steepest point at random (the complaint about Lightning's suggestion)
-    w = WINDOW
-    points = range(max(SKIP_FIRST, w), len(losses) - w)
-    if not points:
-        points = range(1, len(losses) - 1)
-        w = 1
-    slope = {i: (losses[i + w] - losses[i - w]) / (logs[i + w] - logs[i - w]) for i in points}
-    steep_i = min(slope, key=lambda i: slope[i])
-    best_i = min(range(SKIP_FIRST, len(losses)), key=lambda i: losses[i])
-    steepest, lowest = lrs[steep_i], lrs[best_i]
+    steepest, lowest = _steepest_and_lowest(lrs, losses)
     low, high = steepest / 100, lowest
     details = {
         "configured": configured,
@@ -58,6 +47,34 @@ def lr_range(ctx: Context) -> CheckResult:
         f"configured {configured:.1e}; steepest descent at {steepest:.1e}, "
         f"lowest loss at {lowest:.1e}"
     )
+    return _verdict(configured, steepest, (low, high), measured, details)
+
+
+def _steepest_and_lowest(lrs: list[float], losses: list[float]) -> tuple[float, float]:
+    """The rate where the smoothed loss falls fastest against log10(lr), and where it is lowest."""
+    logs = [math.log10(lr) for lr in lrs]
+    # the slope over half a decade each side: single-batch noise would otherwise pick the
+    # steepest point at random (the complaint about Lightning's suggestion)
+    w = WINDOW
+    points = range(max(SKIP_FIRST, w), len(losses) - w)
+    if not points:
+        points = range(1, len(losses) - 1)
+        w = 1
+    slope = {i: (losses[i + w] - losses[i - w]) / (logs[i + w] - logs[i - w]) for i in points}
+    steep_i = min(slope, key=lambda i: slope[i])
+    best_i = min(range(SKIP_FIRST, len(losses)), key=lambda i: losses[i])
+    return lrs[steep_i], lrs[best_i]
+
+
+def _verdict(
+    configured: float,
+    steepest: float,
+    bounds: tuple[float, float],
+    measured: str,
+    details: dict[str, Any],
+) -> CheckResult:
+    """Fail two orders of magnitude outside ``bounds`` (one above), warn just outside."""
+    low, high = bounds
     expected = f"between {low:.1e} and {high:.1e}"
     if configured > 10 * high or configured < low / 100:
         too = "high" if configured > high else "low"

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context
 
+EXPECTED = "eval mode in eval_step, train mode in train_step"
 
-def _mode_sensitive(model):  # type: ignore[no-untyped-def]
+
+def _mode_sensitive(model: Any) -> list[tuple[str, Any]]:
     from torch.nn.modules.batchnorm import _BatchNorm
     from torch.nn.modules.dropout import _DropoutNd
 
@@ -13,8 +17,6 @@ def _mode_sensitive(model):  # type: ignore[no-untyped-def]
 
 
 def train_eval_mode(ctx: Context) -> CheckResult:
-    import torch
-
     target = ctx.target
     if target.train_step is None and target.eval_step is None:
         return CheckResult(
@@ -29,9 +31,18 @@ def train_eval_mode(ctx: Context) -> CheckResult:
             SKIP,
             cause="no BatchNorm or Dropout layer, so the mode changes nothing",
         )
+    wrong_eval, wrong_train = _wrong_modes(ctx, layers)
+    return _verdict(wrong_eval, wrong_train)
+
+
+def _wrong_modes(ctx: Context, layers: list[tuple[str, Any]]) -> tuple[list[str], list[str]]:
+    """The layers eval_step ran in train mode, and those train_step ran in eval mode."""
+    import torch
+
+    target = ctx.target
     seen: dict[str, list[bool]] = {}
 
-    def watch(name: str):  # type: ignore[no-untyped-def]
+    def watch(name: str) -> Any:
         return lambda module, inputs: seen.setdefault(name, []).append(module.training)
 
     handles = [m.register_forward_pre_hook(watch(n)) for n, m in layers]
@@ -51,13 +62,16 @@ def train_eval_mode(ctx: Context) -> CheckResult:
     finally:
         for handle in handles:
             handle.remove()
-    expected = "eval mode in eval_step, train mode in train_step"
+    return wrong_eval, wrong_train
+
+
+def _verdict(wrong_eval: list[str], wrong_train: list[str]) -> CheckResult:
     if wrong_eval:
         return CheckResult(
             "train-eval-mode",
             FAIL,
             f"eval_step ran {len(wrong_eval)} layer(s) in train mode",
-            expected,
+            EXPECTED,
             cause="evaluation uses batch statistics and dropout: scores are noisy and BatchNorm's "
             "running statistics change during evaluation",
             fix="call model.eval() at the start of eval_step (and model.train() before training)",
@@ -68,10 +82,10 @@ def train_eval_mode(ctx: Context) -> CheckResult:
             "train-eval-mode",
             WARN,
             f"train_step ran {len(wrong_train)} layer(s) in eval mode",
-            expected,
+            EXPECTED,
             cause="after an evaluation the model stays in eval mode: dropout off and BatchNorm "
             "frozen while training",
             fix="call model.train() at the start of train_step (or of every epoch)",
             details={"layers": wrong_train},
         )
-    return CheckResult("train-eval-mode", PASS, "modes right in the user's steps", expected)
+    return CheckResult("train-eval-mode", PASS, "modes right in the user's steps", EXPECTED)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
+from dlci.checks import CHECK_IDS
+from dlci.checks.base import CheckResult
 from dlci.commands import _common
+from dlci.report.text import clean
 
 
 def main(argv: Sequence[str]) -> int:
@@ -25,50 +27,42 @@ def main(argv: Sequence[str]) -> int:
         metavar="DIR",
         help="directory for doctor.json (default: dlci-artifacts)",
     )
-    p.add_argument("--only", metavar="IDS", help="comma-separated check IDs to run")
+    p.add_argument(
+        "--only",
+        metavar="IDS",
+        help="comma-separated check IDs to run, in ladder order: " + ", ".join(CHECK_IDS),
+    )
     p.add_argument("--stop-on-fail", action="store_true", help="skip the rest after a failure")
     p.add_argument("--seed", type=int, default=0, help="seed for every generator (default: 0)")
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: the GPU if any)")
     _common.add_detection(p)
     args = p.parse_args(list(argv))
 
-    from dlci import checks
-    from dlci.ladder.tiers import choose_tier
-    from dlci.memorization.engine import seed_everything
-    from dlci.memorization.target import load_target, resolve_spec
+    from dlci.checks.doctor import DoctorRequest, run_doctor
     from dlci.report import doctor as report
 
-    selected = checks.select(args.only)
-    spec = resolve_spec(args.target)
-    tier = choose_tier(
+    request = DoctorRequest(
+        target=args.target,
         budget=args.budget,
         hardware=args.hardware,
         ladder=args.ladder,
-        **_common.detection_options(args),
-    )
-    seed_everything(args.seed)
-    target = load_target(spec)
-
-    def progress(result) -> None:  # type: ignore[no-untyped-def]
-        print(f"doctor: {result.id:<20} {result.status}", file=sys.stderr, flush=True)
-
-    results = checks.run_checks(
-        target,
-        checks=selected,
-        tier=tier,
-        device=args.device,
+        detection=_common.detection_options(args),
+        only=args.only,
         stop_on_fail=args.stop_on_fail,
-        on_result=progress,
-        factory=lambda: load_target(spec),
+        seed=args.seed,
+        device=args.device,
+        out=args.out,
+        json=args.json,
+        markdown=args.markdown,
     )
-    data = report.build(results, target=spec, tier=tier.to_dict(), seed=args.seed)
-    json_path = args.json or str(Path(args.out) / report.REPORT_NAME)
-    _common.emit_json(data, json_path)
-    if args.markdown:
-        from dlci.fsutil import atomic_write_text
+    outcome = run_doctor(request, on_result=_progress)
+    if outcome.json_path == "-":
+        _common.emit_json(outcome.report, "-")
+    else:
+        report.print_table(outcome.report)
+        print(f"report {clean(outcome.json_path)}")
+    return outcome.exit_code
 
-        atomic_write_text(args.markdown, report.render_markdown(data))
-    if json_path != "-":
-        report.print_table(data)
-        print(f"report {json_path}")
-    return 1 if data["verdict"] == "fail" else 0
+
+def _progress(result: CheckResult) -> None:
+    print(f"doctor: {result.id:<20} {result.status}", file=sys.stderr, flush=True)

@@ -69,7 +69,8 @@ def as_pair(batch: Any, index: int) -> tuple[Any, Any]:
             "and keep the loader's items as (inputs, targets)",
         )
     where = f"train_loader item {index}"
-    return tree_map(lambda leaf: _as_tensor(leaf, where), tuple(batch))  # type: ignore[return-value]
+    pair: tuple[Any, Any] = tree_map(lambda leaf: _as_tensor(leaf, where), tuple(batch))
+    return pair
 
 
 def take_batch(loader: Iterable[Any], size: int) -> tuple[tuple[Any, Any], int]:
@@ -119,7 +120,8 @@ def tree_map_many(fn: Callable[..., Any], trees: list[Any]) -> Any:
 
 def shard(batch: tuple[Any, Any], rank: int, world: int) -> tuple[Any, Any]:
     """This rank's share of a batch (examples rank, rank + world, ...), for DDP."""
-    return tree_map(lambda leaf: leaf[rank::world], batch)  # type: ignore[return-value]
+    share: tuple[Any, Any] = tree_map(lambda leaf: leaf[rank::world], batch)
+    return share
 
 
 def to_device(batch: Any, device: Any) -> Any:

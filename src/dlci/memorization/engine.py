@@ -18,10 +18,21 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dlci.errors import DlciError
-from dlci.memorization.batching import call_model, shard, take_batch, to_device
+from dlci.memorization.batching import shard, take_batch, to_device
+from dlci.memorization.stepping import (
+    DETACHED_HINT,
+    Stepper,
+    loss_value,
+    optimizer_hparams,
+    switch_off_regularization,
+    user_error,
+)
 from dlci.memorization.target import Target
 
 StepCallback = Callable[[int, float, float], None]  # (step, loss, best loss)
+StartCallback = Callable[[list[str]], None]  # the changes made before the first step
+
+_user_error = user_error  # its old name here, which dlci.profiling.capture still imports
 
 
 @dataclass(frozen=True)
@@ -118,43 +129,6 @@ def deterministic() -> Any:
         torch.backends.cudnn.benchmark = previous[2]
 
 
-def switch_off_regularization(model: Any, optimizer: Any) -> list[str]:
-    """Set dropout to 0 and weight decay to 0, returning one line per change made."""
-    from torch.nn.modules.dropout import _DropoutNd
-
-    changes = []
-    for name, module in model.named_modules():
-        if isinstance(module, _DropoutNd) and module.p > 0:
-            changes.append(
-                f"dropout off: {name or 'model'} ({type(module).__name__}, p={module.p:g} -> 0)"
-            )
-            module.p = 0.0
-    for index, group in enumerate(optimizer.param_groups):
-        decay = group.get("weight_decay", 0) or 0
-        if decay > 0:
-            changes.append(f"weight decay off: param group {index} ({decay:g} -> 0)")
-            group["weight_decay"] = 0.0
-    return changes
-
-
-# param-group keys that choose a kernel, not a hyperparameter
-_IMPLEMENTATION_FLAGS = {"params", "capturable", "differentiable", "foreach", "fused", "maximize"}
-
-
-def optimizer_hparams(optimizer: Any) -> dict[str, Any]:
-    """The optimizer's class and the scalar settings of its first param group."""
-    group = optimizer.param_groups[0]
-    values: dict[str, Any] = {"optimizer": type(optimizer).__name__}
-    for key, value in group.items():
-        if key in _IMPLEMENTATION_FLAGS:
-            continue
-        if isinstance(value, bool | int | float | str):
-            values[key] = value
-        elif isinstance(value, tuple) and all(isinstance(v, int | float) for v in value):
-            values[key] = list(value)
-    return values
-
-
 def pick_device(requested: str | None, local_rank: int = 0) -> Any:
     import torch
 
@@ -174,75 +148,6 @@ def pick_device(requested: str | None, local_rank: int = 0) -> Any:
     if torch.cuda.is_available():
         return torch.device("cuda", local_rank % torch.cuda.device_count())
     return torch.device("cpu")
-
-
-DETACHED_HINT = (
-    "the loss does not depend on any trainable parameter, so nothing can learn: the model's "
-    "output is detached from its parameters (look for .detach(), .item(), .data, .numpy() or "
-    "torch.no_grad() in forward, or parameters with requires_grad=False)"
-)
-
-
-def _loss_value(loss: Any, step: int) -> float:
-    import torch
-
-    if isinstance(loss, int | float) and not isinstance(loss, bool):
-        return float(loss)
-    if not isinstance(loss, torch.Tensor):
-        raise DlciError(
-            f"step {step}: the loss is a {type(loss).__name__}, not a tensor or a number",
-            hint="return the loss tensor from loss_fn (or from your train_step)",
-        )
-    if loss.numel() != 1:
-        raise DlciError(
-            f"step {step}: the loss has shape {tuple(loss.shape)}, not a single value",
-            hint="reduce it, for example loss_fn = nn.CrossEntropyLoss() (reduction='mean')",
-        )
-    return float(loss.detach())
-
-
-class _Stepper:
-    """Runs one training step: the user's own ``train_step``, or the standard one."""
-
-    def __init__(self, target: Target, model: Any, optimizer: Any, batch: Any) -> None:
-        self.target, self.model, self.optimizer, self.batch = target, model, optimizer, batch
-
-    def __call__(self, step: int) -> Any:
-        try:
-            if self.target.train_step is not None:
-                return self.target.train_step(self.model, self.batch, self.optimizer)
-            return self._standard(step)
-        except DlciError:
-            raise
-        except RuntimeError as exc:
-            if "does not require grad" in str(exc):
-                raise DlciError(f"step {step}: {exc}", hint=DETACHED_HINT) from None
-            raise _user_error(step, exc) from None
-        except (TypeError, ValueError, IndexError, KeyError, AttributeError) as exc:
-            raise _user_error(step, exc) from None
-
-    def _standard(self, step: int) -> Any:
-        inputs, targets = self.batch
-        self.optimizer.zero_grad(set_to_none=True)
-        outputs = call_model(self.model, inputs)
-        loss = self.target.loss_fn(outputs, targets)  # type: ignore[misc]
-        _loss_value(loss, step)  # shape and type checks before backward
-        if not loss.requires_grad:
-            raise DlciError(f"step {step}: the loss has no gradient", hint=DETACHED_HINT)
-        loss.backward()
-        self.optimizer.step()
-        return loss
-
-
-def _user_error(step: int, exc: BaseException) -> DlciError:
-    import traceback
-
-    frames = traceback.extract_tb(exc.__traceback__)[-3:]
-    where = "".join(traceback.format_list(frames)).rstrip()
-    return DlciError(
-        f"step {step}: training raised {type(exc).__name__}: {exc}",
-        hint=f"the error is in the model, loss or train_step:\n{where}",
-    )
 
 
 @dataclass
@@ -266,97 +171,150 @@ class Distributed:
         return self.world_size > 1
 
 
+@dataclass
+class _Prepared:
+    """What one run trains: the batch and model on the device, and the stepper that trains them."""
+
+    device: Any
+    examples: int
+    stepper: Stepper
+    changes: list[str]
+    hparams: dict[str, Any]
+    setup_s: float
+
+
+@dataclass
+class _Trained:
+    losses: list[float]
+    best: float
+    best_step: int
+    stopped_by: str
+    wall_s: float
+
+
 def memorize(
     target: Target,
     config: MemorizeConfig,
     *,
     on_step: StepCallback | None = None,
+    on_start: StartCallback | None = None,
     dist: Distributed | None = None,
 ) -> MemorizeResult:
-    """Overfit one batch of ``target`` under ``config``; never raises for a failed test."""
-    import torch
+    """Overfit one batch of ``target`` under ``config``; never raises for a failed test.
 
+    ``on_start`` receives the changes made to the target (dropout, weight decay) before the
+    first step; ``on_step`` receives each step's loss.
+    """
     dist = dist or Distributed()
-    setup_start = time.perf_counter()
     with deterministic():
-        seed_everything(config.seed + dist.rank)
-        device = pick_device(config.device, dist.local_rank)
-        batch, examples = take_batch(target.train_loader, config.batch_size)
-        if dist.active:
-            if examples < dist.world_size:
-                raise DlciError(
-                    f"the batch has {examples} examples, fewer than the "
-                    f"{dist.world_size} processes",
-                    hint="raise batch_size in the ladder, or lower nproc",
-                )
-            batch = shard(batch, dist.rank, dist.world_size)
-        batch = to_device(batch, device)
-        model = target.model.to(device)
-        model.train()
-        if dist.active:
-            from torch.nn.parallel import DistributedDataParallel
-
-            ids = [device.index] if device.type == "cuda" else None
-            model = DistributedDataParallel(model, device_ids=ids)
-        trainable = [p for p in model.parameters() if p.requires_grad]
-        if not trainable:
-            raise DlciError("the model has no trainable parameters", hint=DETACHED_HINT)
-        optimizer = target.optimizer(trainable)
-        hparams = optimizer_hparams(optimizer)  # as the user configured it, before changes
-        changes = switch_off_regularization(model, optimizer)
-        stepper = _Stepper(target, model, optimizer, batch)
-        setup_time = time.perf_counter() - setup_start
-
-        losses: list[float] = []
-        best, best_step = math.inf, 0
-        stopped_by = "epochs"
-        start = time.perf_counter()
-        for step in range(1, config.max_epochs + 1):
-            value = _loss_value(stepper(step), step)
-            timed_out = time.perf_counter() - start > config.time_cap_s
-            if dist.active:
-                value, timed_out = _all_reduce(torch, value, timed_out, device, dist.world_size)
-            losses.append(value)
-            if not math.isfinite(value):
-                stopped_by = "nonfinite"
-                break
-            if value < best:
-                best, best_step = value, step
-            if on_step is not None:
-                on_step(step, value, best)
-            if config.early_stop and value < config.max_loss:
-                stopped_by = "threshold"
-                break
-            if timed_out:
-                stopped_by = "time"
-                break
-        wall = time.perf_counter() - start
-
+        prepared = _prepare(target, config, dist)
+        if on_start is not None:
+            on_start(list(prepared.changes))
+        trained = _train(prepared, config, dist, on_step)
+    losses, best = trained.losses, trained.best
     return _result(
         config,
         losses=losses,
         best=best if losses and math.isfinite(best) else None,
-        best_step=best_step or None,
-        stopped_by=stopped_by,
-        wall=wall,
-        setup=setup_time,
-        device=str(device),
+        best_step=trained.best_step or None,
+        stopped_by=trained.stopped_by,
+        wall=trained.wall_s,
+        setup=prepared.setup_s,
+        device=str(prepared.device),
         dist=dist,
-        examples=examples,
-        changes=changes,
-        hparams=hparams,
+        examples=prepared.examples,
+        changes=prepared.changes,
+        hparams=prepared.hparams,
     )
 
 
-def _all_reduce(
-    torch: Any, value: float, timed_out: bool, device: Any, world: int
-) -> tuple[float, bool]:
+def _prepare(target: Target, config: MemorizeConfig, dist: Distributed) -> _Prepared:
+    """Seed, take the batch, move it and the model to the device, build the optimizer."""
+    setup_start = time.perf_counter()
+    seed_everything(config.seed + dist.rank)
+    device = pick_device(config.device, dist.local_rank)
+    batch, examples = take_batch(target.train_loader, config.batch_size)
+    if dist.active:
+        if examples < dist.world_size:
+            raise DlciError(
+                f"the batch has {examples} examples, fewer than the {dist.world_size} processes",
+                hint="raise batch_size in the ladder, or lower nproc",
+            )
+        batch = shard(batch, dist.rank, dist.world_size)
+    batch = to_device(batch, device)
+    model = target.model.to(device)
+    model.train()
+    if dist.active:
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [device.index] if device.type == "cuda" else None
+        model = DistributedDataParallel(model, device_ids=ids)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    if not trainable:
+        raise DlciError("the model has no trainable parameters", hint=DETACHED_HINT)
+    optimizer = target.optimizer(trainable)
+    hparams = optimizer_hparams(optimizer)  # as the user configured it, before changes
+    changes = switch_off_regularization(model, optimizer)
+    return _Prepared(
+        device=device,
+        examples=examples,
+        stepper=Stepper(target, model, optimizer, batch),
+        changes=changes,
+        hparams=hparams,
+        setup_s=time.perf_counter() - setup_start,
+    )
+
+
+def _train(
+    prepared: _Prepared, config: MemorizeConfig, dist: Distributed, on_step: StepCallback | None
+) -> _Trained:
+    """The training loop: one step per epoch until the threshold, the epochs or the time cap."""
+    losses: list[float] = []
+    best, best_step = math.inf, 0
+    stopped_by = "epochs"
+    start = time.perf_counter()
+    for step in range(1, config.max_epochs + 1):
+        value = loss_value(prepared.stepper(step), step)
+        timed_out = time.perf_counter() - start > config.time_cap_s
+        if dist.active:
+            value, timed_out = _all_reduce(value, timed_out, prepared.device, dist.world_size)
+        losses.append(value)
+        if not math.isfinite(value):
+            stopped_by = "nonfinite"
+            break
+        if value < best:
+            best, best_step = value, step
+        if on_step is not None:
+            on_step(step, value, best)
+        if config.early_stop and value < config.max_loss:
+            stopped_by = "threshold"
+            break
+        if timed_out:
+            stopped_by = "time"
+            break
+    return _Trained(losses, best, best_step, stopped_by, time.perf_counter() - start)
+
+
+def _all_reduce(value: float, timed_out: bool, device: Any, world: int) -> tuple[float, bool]:
     """Average the loss and OR the time-out over ranks, so every rank takes the same decision."""
+    import torch
     import torch.distributed as torch_dist
 
     packed = torch.tensor([value, 1.0 if timed_out else 0.0], dtype=torch.float64, device=device)
     torch_dist.all_reduce(packed)
     return float(packed[0]) / world, bool(packed[1] > 0)
+
+
+def training_time(wall: float, setup: float) -> str:
+    """What the verdict's time counts: the training steps, then with dl-ci's set-up before them.
+
+    >>> training_time(3.21, 0.3)
+    'in 3.2 s of training (3.5 s with the set-up of batch, model and optimizer)'
+    """
+    total = wall + setup
+    return (
+        f"in {wall:.1f} s of training ({total:.1f} s with the set-up of batch, model and optimizer)"
+    )
 
 
 def _result(
@@ -379,13 +337,14 @@ def _result(
     threshold = f"{config.max_loss:g}"
     best_text = f"best {best:.4g} at step {best_step}" if best is not None else "no finite loss"
     reached = best is not None and best < config.max_loss
+    timing = training_time(wall, setup)
     if stopped_by == "threshold":
-        verdict, reason = "pass", f"loss {final:.4g} < {threshold} at step {steps} ({wall:.1f} s)"
+        verdict, reason = "pass", f"loss {final:.4g} < {threshold} at step {steps} {timing}"
     elif stopped_by == "nonfinite":
         verdict = "fail"
         reason = f"the loss is {final} at step {steps} ({best_text}); stopped at once"
     elif reached:  # early stop switched off: the same criterion, judged after all epochs
-        verdict, reason = "pass", f"loss reached {threshold}: {best_text} of {steps} ({wall:.1f} s)"
+        verdict, reason = "pass", f"loss reached {threshold}: {best_text} of {steps} {timing}"
     elif stopped_by == "time":
         verdict = "fail"
         reason = (

@@ -43,16 +43,17 @@ class Target:
         import torch
 
         problems = []
+        optimizer: object = self.optimizer  # a user may pass anything, whatever the annotation
         if not isinstance(self.model, torch.nn.Module):
             problems.append(f"model must be a torch.nn.Module, got {type(self.model).__name__}")
-        if isinstance(self.optimizer, torch.optim.Optimizer):
+        if isinstance(optimizer, torch.optim.Optimizer):
             problems.append(
                 "optimizer must be a factory such as "
                 "lambda params: torch.optim.Adam(params, lr=1e-3), not an Optimizer instance "
                 "(dl-ci builds a fresh optimizer for each run)"
             )
-        elif not callable(self.optimizer):
-            problems.append(f"optimizer must be callable, got {type(self.optimizer).__name__}")
+        elif not callable(optimizer):
+            problems.append(f"optimizer must be callable, got {type(optimizer).__name__}")
         if self.train_step is None and self.loss_fn is None:
             problems.append("give loss_fn (or your own train_step)")
         for name in ("loss_fn", "train_step", "eval_step"):
@@ -83,7 +84,7 @@ def target_from_pyproject(directory: Path | None = None) -> str | None:
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover
-        import tomli as tomllib
+        import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

@@ -6,11 +6,11 @@ beside its metrics, so two runs can be compared later (``dlci compare``).
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Protocol
 
+from dlci import jsonio
 from dlci.errors import DlciError
 
 TRACKERS = ("tensorboard", "wandb", "none")
@@ -42,7 +42,8 @@ class NullTracker:
 
 
 class TensorBoardTracker:
-    """Event files under ``directory``; the configuration as a text summary and hparams."""
+    """One event file under ``directory``, replacing the previous run's: the configuration as a
+    text summary and hparams, the metrics as scalars."""
 
     def __init__(self, directory: Path) -> None:
         try:
@@ -53,12 +54,13 @@ class TensorBoardTracker:
                 hint="pip install 'dl-ci[train]', or pass --tracker none",
             ) from None
         self.location = str(directory)
+        clear_events(directory)
         self._writer = SummaryWriter(log_dir=str(directory))
         self._config: dict[str, Any] = {}
 
     def log_config(self, config: dict[str, Any]) -> None:
         self._config = config
-        text = "```json\n" + json.dumps(config, indent=2, default=str) + "\n```"
+        text = "```json\n" + jsonio.encode(config).decode().rstrip() + "\n```"
         self._writer.add_text("dlci/config", text, global_step=0)
 
     def log_metric(self, name: str, value: float, step: int) -> None:
@@ -73,7 +75,15 @@ class TensorBoardTracker:
         metrics = {
             f"summary/{k}": float(v) for k, v in summary.items() if isinstance(v, int | float)
         }
-        self._writer.add_hparams(hparams, metrics, run_name=".")
+        # what add_hparams writes, but through this writer: add_hparams opens a second event
+        # file in the same folder, and TensorBoard then shows two runs for one
+        from torch.utils.tensorboard.summary import hparams as hparams_summary
+
+        writer = self._writer._get_file_writer()  # type: ignore[no-untyped-call]
+        for part in hparams_summary(hparams, metrics):  # type: ignore[no-untyped-call]
+            writer.add_summary(part)
+        for name, value in metrics.items():
+            self._writer.add_scalar(name, value)
 
     def close(self) -> None:
         self._writer.close()
@@ -101,7 +111,7 @@ class WandbTracker:
         self.location = str(directory / "wandb") + (" (offline)" if offline else "")
 
     def log_config(self, config: dict[str, Any]) -> None:
-        self._run.config.update(config, allow_val_change=True)
+        self._run.config.update(config, allow_val_change=True)  # type: ignore[no-untyped-call]
 
     def log_metric(self, name: str, value: float, step: int) -> None:
         self._run.log({name: value}, step=step)
@@ -111,6 +121,17 @@ class WandbTracker:
 
     def close(self) -> None:
         self._run.finish()
+
+
+def clear_events(directory: Path) -> list[Path]:
+    """Delete the TensorBoard event files a previous run left in ``directory``; return them.
+
+    Two runs' events in one folder show as one run with two curves on top of each other.
+    """
+    removed = sorted(directory.glob("events.out.tfevents.*")) if directory.is_dir() else []
+    for path in removed:
+        path.unlink()
+    return removed
 
 
 def make_tracker(kind: str, directory: Path, name: str) -> Tracker:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from dlci import __version__
+from dlci.report.text import label, md, md_code, table
 
 SCHEMA_VERSION = 1
 REPORT_NAME = "memorization.json"
@@ -23,9 +24,7 @@ def library_versions() -> dict[str, str | None]:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
-        "cudnn": str(torch.backends.cudnn.version())
-        if torch.backends.cudnn.is_available()
-        else None,
+        "cudnn": _cudnn_version(torch),
     }
     try:
         import numpy
@@ -34,6 +33,11 @@ def library_versions() -> dict[str, str | None]:
     except ImportError:  # pragma: no cover
         versions["numpy"] = None
     return versions
+
+
+def _cudnn_version(torch: Any) -> str | None:
+    cudnn = torch.backends.cudnn
+    return str(cudnn.version()) if cudnn.is_available() else None
 
 
 def run_config(*, tier: dict[str, Any], seed: int, target: str, result: Any) -> dict[str, Any]:
@@ -87,28 +91,29 @@ def build_report(
 
 
 def render_markdown(report: dict[str, Any]) -> str:
-    """The job-summary section of a memorization report."""
+    """The job-summary section of a memorization report; its outside text escaped."""
     icon = "✅" if report["verdict"] == "pass" else "❌"
     tier = report["tier"]
-    lines = [
-        f"### {icon} Memorization test: {report['verdict']}",
-        "",
-        report["reason"],
-        "",
-        "| | |",
-        "|---|---|",
-        f"| tier | {tier['budget']} / {tier['hardware_class']} ({tier['row']}) |",
-        f"| threshold | loss < {report['threshold']:g} within {tier['max_epochs']} epochs, "
-        f"{tier['time_cap_minutes']:g} min |",
-        f"| best loss | {_fmt(report['best_loss'])} at step {report['best_step']} |",
-        f"| final loss | {_fmt(report['final_loss'])} after {report['steps']} steps |",
-        f"| wall time | {report['wall_time_s']:.2f} s (setup {report['setup_time_s']:.2f} s) |",
-        f"| device | {report['device']} x {report['world_size']} |",
-        f"| seed | {report['config']['seed']} |",
+    rows = [
+        ["target", md_code(report["config"]["target"])],
+        ["tier", f"{md(tier['budget'])} / {md(tier['hardware_class'])} ({md(tier['row'])})"],
+        [
+            "threshold",
+            f"loss < {report['threshold']:g} within {tier['max_epochs']} epochs, "
+            f"{tier['time_cap_minutes']:g} min",
+        ],
+        ["best loss", f"{_fmt(report['best_loss'])} at step {report['best_step']}"],
+        ["final loss", f"{_fmt(report['final_loss'])} after {report['steps']} steps"],
+        [
+            "training time",
+            f"{report['wall_time_s']:.2f} s (set-up before it {report['setup_time_s']:.2f} s)",
+        ],
+        ["device", f"{md(report['device'])} x {report['world_size']}"],
+        ["seed", md(report["config"]["seed"])],
     ]
-    for change in report["config"]["changes"]:
-        lines.append(f"| changed | {change} |")
-    return "\n".join(lines) + "\n"
+    rows += [["changed", md(change)] for change in report["config"]["changes"]]
+    lines = [f"### {icon} Memorization test: {md(report['verdict'])}", "", md(report["reason"]), ""]
+    return "\n".join(lines + table(["", ""], rows)) + "\n"
 
 
 def _fmt(value: Any) -> str:
@@ -146,7 +151,7 @@ def plot_curve(report: dict[str, Any], path: Path) -> Path:
             ax.set_yscale("log")
         tier = report["tier"]
         ax.set_title(
-            f"memorization {report['verdict']}: {tier['budget']} / {tier['hardware_class']}"
+            label(f"memorization {report['verdict']}: {tier['budget']} / {tier['hardware_class']}")
         )
         ax.set_xlabel("step (epoch over the memorized batch)")
         ax.set_ylabel("loss")

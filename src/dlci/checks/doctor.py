@@ -1,0 +1,78 @@
+"""A whole ``dlci doctor`` run: select the checks and the tier, load the target, run the
+ladder, and write the report (JSON, and Markdown on request)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dlci import jsonio
+from dlci.checks import run_checks, select
+from dlci.checks.base import CheckResult
+
+
+@dataclass(frozen=True)
+class DoctorRequest:
+    """What ``dlci doctor`` was asked for, its options as parsed."""
+
+    target: str | None = None
+    budget: str = "auto"
+    hardware: str = "auto"
+    ladder: str | None = None
+    detection: dict[str, Any] = field(default_factory=dict)  # hardware.detect's options
+    only: str | None = None  # comma-separated check IDs
+    stop_on_fail: bool = False
+    seed: int = 0
+    device: str | None = None
+    out: str = "dlci-artifacts"
+    json: str | None = None  # None: OUT/doctor.json; "-": standard output
+    markdown: str | None = None
+
+
+@dataclass
+class DoctorOutcome:
+    """The report, where its JSON went ("-": the caller prints it) and the exit code."""
+
+    report: dict[str, Any]
+    json_path: str
+    exit_code: int
+
+
+def run_doctor(
+    request: DoctorRequest, on_result: Callable[[CheckResult], None] | None = None
+) -> DoctorOutcome:
+    """Run the ladder on the request's target; ``on_result`` hears each check as it ends."""
+    from dlci.ladder.tiers import choose_tier
+    from dlci.memorization.engine import seed_everything
+    from dlci.memorization.target import load_target, resolve_spec
+    from dlci.report import doctor as report
+
+    selected = select(request.only)  # a typo in --only fails before anything is loaded
+    spec = resolve_spec(request.target)
+    tier = choose_tier(
+        budget=request.budget,
+        hardware=request.hardware,
+        ladder=request.ladder,
+        **request.detection,
+    )
+    seed_everything(request.seed)
+    results = run_checks(
+        load_target(spec),
+        checks=selected,
+        tier=tier,
+        device=request.device,
+        stop_on_fail=request.stop_on_fail,
+        on_result=on_result,
+        factory=lambda: load_target(spec),
+    )
+    data = report.build(results, target=spec, tier=tier.to_dict(), seed=request.seed)
+    json_path = request.json or str(Path(request.out) / report.REPORT_NAME)
+    if json_path != "-":
+        jsonio.write(json_path, data)
+    if request.markdown:
+        from dlci.fsutil import atomic_write_text
+
+        atomic_write_text(request.markdown, report.render_markdown(data))
+    return DoctorOutcome(data, json_path, 1 if data["verdict"] == "fail" else 0)

@@ -1,0 +1,79 @@
+"""DDP for the memorization test: run the same command in N processes under torchrun."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from dlci import jsonio
+from dlci.errors import DlciError
+from dlci.memorization.run import ARGV_VARIABLE, DISTRIBUTED_FLAG, VERDICT_VARIABLE
+
+
+def launch(argv: Sequence[str], nproc: int, say: Callable[[str], None], *, quiet: bool) -> int:
+    """Run ``dlci memorize argv`` in ``nproc`` processes under torchrun; the exit code.
+
+    Workers exit 0 once a verdict exists, whatever it is, and rank 0 writes the verdict to a
+    file: a worker that exits early with a failing code would make torchrun kill rank 0
+    before it writes the report.
+    """
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
+    check_gpu_count(nproc)
+    if not quiet:
+        say(f"starting {nproc} processes under torchrun (DDP)")
+    with tempfile.TemporaryDirectory(prefix="dlci-ddp-") as scratch:
+        verdict_file = Path(scratch) / "verdict"
+        saved = {k: os.environ.get(k) for k in (DISTRIBUTED_FLAG, ARGV_VARIABLE, VERDICT_VARIABLE)}
+        os.environ.update(
+            {
+                DISTRIBUTED_FLAG: "1",
+                ARGV_VARIABLE: jsonio.encode(list(argv), indent=False).decode(),
+                VERDICT_VARIABLE: str(verdict_file),
+            }
+        )
+        command = ["--standalone", f"--nproc-per-node={nproc}", "-m", "dlci", "memorize"]
+        try:
+            run(parse_args(command))  # type: ignore[no-untyped-call]
+        except ChildFailedError as exc:
+            say(f"{len(exc.failures)} of {nproc} DDP processes failed (their messages are above)")
+            return 1
+        finally:
+            _restore(saved)
+        verdict = verdict_file.read_text().strip() if verdict_file.exists() else ""
+    return 0 if verdict == "pass" else 1
+
+
+def _restore(saved: dict[str, str | None]) -> None:
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def check_gpu_count(nproc: int) -> None:
+    """Refuse more processes than GPUs, on a machine with GPUs."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() < nproc:
+        raise DlciError(
+            f"the tier runs {nproc} processes, one per GPU, but this machine has "
+            f"{torch.cuda.device_count()} GPU(s)",
+            hint="pass --nproc with the number of GPUs, or set nproc in your ladder",
+        )
+
+
+def init_process_group(dist: Any) -> None:
+    """Join the DDP process group: NCCL on GPUs (one per local rank), gloo on the CPU."""
+    import torch
+    import torch.distributed
+
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if torch.cuda.is_available():
+        torch.cuda.set_device(dist.local_rank)
+    torch.distributed.init_process_group(backend=backend)

@@ -1,0 +1,116 @@
+"""The memorization test's optimizer and step: what it switches off, how one step runs, and
+the user mistakes a step turns into DlciErrors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dlci.errors import DlciError
+from dlci.memorization.batching import call_model
+from dlci.memorization.target import Target
+
+
+def switch_off_regularization(model: Any, optimizer: Any) -> list[str]:
+    """Set dropout to 0 and weight decay to 0, returning one line per change made."""
+    from torch.nn.modules.dropout import _DropoutNd
+
+    changes = []
+    for name, module in model.named_modules():
+        if isinstance(module, _DropoutNd) and module.p > 0:
+            changes.append(
+                f"dropout off: {name or 'model'} ({type(module).__name__}, p={module.p:g} -> 0)"
+            )
+            module.p = 0.0
+    for index, group in enumerate(optimizer.param_groups):
+        decay = group.get("weight_decay", 0) or 0
+        if decay > 0:
+            changes.append(f"weight decay off: param group {index} ({decay:g} -> 0)")
+            group["weight_decay"] = 0.0
+    return changes
+
+
+# param-group keys that choose a kernel, not a hyperparameter
+_IMPLEMENTATION_FLAGS = {"params", "capturable", "differentiable", "foreach", "fused", "maximize"}
+
+
+def optimizer_hparams(optimizer: Any) -> dict[str, Any]:
+    """The optimizer's class and the scalar settings of its first param group."""
+    group = optimizer.param_groups[0]
+    values: dict[str, Any] = {"optimizer": type(optimizer).__name__}
+    for key, value in group.items():
+        if key in _IMPLEMENTATION_FLAGS:
+            continue
+        if isinstance(value, bool | int | float | str):
+            values[key] = value
+        elif isinstance(value, tuple) and all(isinstance(v, int | float) for v in value):
+            values[key] = list(value)
+    return values
+
+
+DETACHED_HINT = (
+    "the loss does not depend on any trainable parameter, so nothing can learn: the model's "
+    "output is detached from its parameters (look for .detach(), .item(), .data, .numpy() or "
+    "torch.no_grad() in forward, or parameters with requires_grad=False)"
+)
+
+
+def loss_value(loss: Any, step: int) -> float:
+    import torch
+
+    if isinstance(loss, int | float) and not isinstance(loss, bool):
+        return float(loss)
+    if not isinstance(loss, torch.Tensor):
+        raise DlciError(
+            f"step {step}: the loss is a {type(loss).__name__}, not a tensor or a number",
+            hint="return the loss tensor from loss_fn (or from your train_step)",
+        )
+    if loss.numel() != 1:
+        raise DlciError(
+            f"step {step}: the loss has shape {tuple(loss.shape)}, not a single value",
+            hint="reduce it, for example loss_fn = nn.CrossEntropyLoss() (reduction='mean')",
+        )
+    return float(loss.detach())
+
+
+class Stepper:
+    """Runs one training step: the user's own ``train_step``, or the standard one."""
+
+    def __init__(self, target: Target, model: Any, optimizer: Any, batch: Any) -> None:
+        self.target, self.model, self.optimizer, self.batch = target, model, optimizer, batch
+
+    def __call__(self, step: int) -> Any:
+        try:
+            if self.target.train_step is not None:
+                return self.target.train_step(self.model, self.batch, self.optimizer)
+            return self._standard(step)
+        except DlciError:
+            raise
+        except RuntimeError as exc:
+            if "does not require grad" in str(exc):
+                raise DlciError(f"step {step}: {exc}", hint=DETACHED_HINT) from None
+            raise user_error(step, exc) from None
+        except (TypeError, ValueError, IndexError, KeyError, AttributeError) as exc:
+            raise user_error(step, exc) from None
+
+    def _standard(self, step: int) -> Any:
+        inputs, targets = self.batch
+        self.optimizer.zero_grad(set_to_none=True)
+        outputs = call_model(self.model, inputs)
+        loss = self.target.loss_fn(outputs, targets)  # type: ignore[misc]
+        loss_value(loss, step)  # shape and type checks before backward
+        if not loss.requires_grad:
+            raise DlciError(f"step {step}: the loss has no gradient", hint=DETACHED_HINT)
+        loss.backward()
+        self.optimizer.step()
+        return loss
+
+
+def user_error(step: int, exc: BaseException) -> DlciError:
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)[-3:]
+    where = "".join(traceback.format_list(frames)).rstrip()
+    return DlciError(
+        f"step {step}: training raised {type(exc).__name__}: {exc}",
+        hint=f"the error is in the model, loss or train_step:\n{where}",
+    )
