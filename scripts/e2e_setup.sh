@@ -44,6 +44,31 @@ die() {
 }
 seconds_since() { echo "$((SECONDS - $1))s"; }
 
+# As in scripts/_venv.sh (sourced only for the parts that need the venv): run a command and say
+# every DLCI_HEARTBEAT_S seconds that it is still running, on fd 9 (the output the user reads)
+# even when the command's own output goes to a log file. A step that fails stops its heartbeat.
+exec 9>&1
+heartbeat_pid=
+with_heartbeat() {
+  local what=$1 start=$SECONDS rc=0
+  shift
+  (while sleep "${DLCI_HEARTBEAT_S:-30}" >/dev/null 2>&1; do
+    echo "    ... still $what ($((SECONDS - start))s)" >&9
+  done) &
+  heartbeat_pid=$!
+  "$@" || rc=$?
+  stop_heartbeat
+  return "$rc"
+}
+stop_heartbeat() {
+  if [ -n "$heartbeat_pid" ]; then
+    kill "$heartbeat_pid" 2>/dev/null || true
+    wait "$heartbeat_pid" 2>/dev/null || true
+    heartbeat_pid=
+  fi
+}
+trap stop_heartbeat EXIT
+
 mkdir -p "$cache"
 
 # Run a command as root: directly, or with sudo when it needs no password.
@@ -59,12 +84,12 @@ as_root() {
 
 apt_updated=0
 apt_install() {
-  say "installing $* with apt"
+  say "installing $* with apt (can take a few minutes)"
   if [ "$apt_updated" = 0 ]; then
-    as_root apt-get update -qq || die "apt-get update failed"
+    with_heartbeat "running apt-get update" as_root apt-get update -qq || die "apt-get update failed"
     apt_updated=1
   fi
-  as_root env DEBIAN_FRONTEND=noninteractive \
+  with_heartbeat "installing $* with apt" as_root env DEBIAN_FRONTEND=noninteractive \
     apt-get install -y -qq --no-install-recommends "$@" >"$cache/apt.log" 2>&1 \
     || {
       tail -n 20 "$cache/apt.log" >&2
@@ -177,8 +202,9 @@ ensure_base() {
     mirror=$(debian_mirror | head -n 1)
     [ -n "$mirror" ] || die "no Debian mirror for $suite in apt's sources; set DLCI_E2E_MIRROR"
     root=$(mktemp -d "$cache/rootfs.XXXXXX")
-    say "base: debootstrap --variant=minbase $suite from the mirror apt uses (log: $log)"
-    if ! as_root debootstrap --variant=minbase --include="$base_packages" \
+    say "base: debootstrap --variant=minbase $suite from the mirror apt uses (log: $log;" \
+      "can take 5 to 10 minutes)"
+    if ! with_heartbeat "running debootstrap of $suite" as_root debootstrap --variant=minbase --include="$base_packages" \
       "$suite" "$root" "$mirror" >"$log" 2>&1; then
       tail -n 20 "$log" >&2
       as_root rm -rf "$root"
@@ -193,7 +219,8 @@ ensure_base() {
   else
     say "base: root file system from the cache ($tarball)"
   fi
-  docker import \
+  say "base: importing the root file system into docker as $base_image"
+  with_heartbeat "importing $base_image" docker import \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'ENV LANG=C.UTF-8' \
     --change 'LABEL dlci.e2e=base' \
@@ -238,8 +265,9 @@ EOF
   for minor in $(seq 17 36); do
     platforms+=(--platform "manylinux_2_${minor}_$arch")
   done
-  say "wheels: downloading ${reqs[*]} for CPython $wheel_python into $wheelhouse"
-  "$venv/bin/python" -m pip download --quiet --disable-pip-version-check \
+  say "wheels: downloading ${reqs[*]} for CPython $wheel_python into $wheelhouse" \
+    "(can take several minutes: torch alone is hundreds of MB)"
+  with_heartbeat "downloading the wheels" "$venv/bin/python" -m pip download --quiet --disable-pip-version-check \
     --dest "$wheelhouse" --only-binary=:all: --python-version "$wheel_python" \
     --implementation cp --abi "$abi" "${platforms[@]}" "${reqs[@]}" \
     || die "pip download of the wheels failed"
@@ -251,8 +279,9 @@ ensure_image() {
   ensure_base
   ensure_wheels
   local start=$SECONDS log=$cache/image-build.log
-  say "image: building $kit_image on $base_image with no network (log: $log)"
-  if ! docker build --network none --file docker/Dockerfile \
+  say "image: building $kit_image on $base_image with no network (log: $log; the first" \
+    "build can take 5 minutes, a cached one seconds)"
+  if ! with_heartbeat "building $kit_image" docker build --network none --file docker/Dockerfile \
     --build-arg "BASE_IMAGE=$base_image" --build-arg PIP_OFFLINE=1 \
     --build-arg "TORCH_SPEC=$torch_spec" --build-arg "EXTRA_PIP=$extra_pip" \
     --label dlci.e2e=kit \

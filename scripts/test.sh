@@ -9,19 +9,24 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/_venv.sh
 . scripts/_venv.sh
+# the total time, whatever happens; a heartbeat still running when a step fails is stopped
+trap 'rc=$?; stop_heartbeat; echo "==> scripts/test.sh: exit $rc after $(elapsed "$SECONDS")"' EXIT
 
-echo "==> installing dl-ci[dev]"
-pip_install -e ".[dev]"
+echo "==> installing dl-ci[dev] (the first time can take a few minutes)"
+with_heartbeat "installing dl-ci[dev]" pip_install -e ".[dev]"
 
-echo "==> the real parts of the end-to-end tests"
+echo "==> the real parts of the end-to-end tests (the first time can take 10 to 20 minutes:"
+echo "    debootstrap, the wheels, the kit image; later runs take seconds)"
 bash scripts/e2e_setup.sh
 # the kit image was just built from this tree: the tests need not run the (cached) build again
 export DLCI_E2E_SKIP_BUILD=1
 
 export PATH="$PWD/$venv/bin:$PATH"
 if [ "${SKIP_PRE_COMMIT:-0}" != 1 ]; then
-  echo "==> quality gates (pre-commit on the whole tree)"
-  pre-commit run --all-files --show-diff-on-failure --color never
+  echo "==> quality gates (pre-commit on the whole tree; the first time installs each hook's"
+  echo "    environment, which can take several minutes)"
+  with_heartbeat "running the quality gates" \
+    pre-commit run --all-files --show-diff-on-failure --color never
 fi
 echo "==> tests (doctests, unit, e2e) with coverage"
 python -m pytest --cov --cov-report=term --cov-report=xml --junitxml=junit.xml "$@"

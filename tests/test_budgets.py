@@ -135,9 +135,19 @@ def test_a_null_row_forbids_a_budget_on_that_class() -> None:
 def test_an_unknown_budget_suggests_the_closest() -> None:
     with pytest.raises(DlciError) as info:
         select_tier(load_ladder(), budget="nighty", hardware_class="t4")
-    assert info.value.message == "unknown budget 'nighty'"
-    assert info.value.hint == (
-        "did you mean 'nightly'? budgets in this ladder: pr, merge, nightly, or auto"
+    assert str(info.value) == (
+        "ladder 'default': unknown budget 'nighty'; choose from pr, merge, nightly\n"
+        "  hint: did you mean 'nightly'? or pass auto, which follows GITHUB_EVENT_NAME"
+    )
+
+
+def test_an_unknown_budget_names_the_ladder_file(write_ladder, small_ladder_text) -> None:
+    path = write_ladder(small_ladder_text, "mine.yaml")
+    with pytest.raises(DlciError) as info:
+        select_tier(load_ladder(path), budget="weekly", hardware_class="t4")
+    assert str(info.value) == (
+        f"ladder '{path}': unknown budget 'weekly'; choose from pr, merge, nightly\n"
+        "  hint: or pass auto, which follows GITHUB_EVENT_NAME"
     )
 
 

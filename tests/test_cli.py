@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from dlci import cli
 from dlci.errors import DlciError
 
@@ -30,17 +32,51 @@ def test_no_arguments_prints_usage_and_exits_2(capsys) -> None:
 def test_an_unknown_verb_exits_2_and_lists_the_verbs(capsys) -> None:
     assert cli.main(["memorise"]) == 2
     assert capsys.readouterr().err == (
-        "dlci: unknown command 'memorise'; choose from: preflight, container, hardware, tier, "
-        "memorize, doctor, profile, analyze, diff, compare, run, summary\n"
+        f"dlci: unknown command 'memorise'; choose from: {', '.join(cli.VERBS)}\n"
     )
 
 
-def test_a_bad_option_is_a_user_error_with_a_hint(capsys) -> None:
-    assert cli.main(["tier", "--budgett", "pr"]) == 1
-    assert capsys.readouterr().err == (
+def test_a_bad_option_exits_2_with_the_usage_and_a_hint(capsys) -> None:
+    assert cli.main(["tier", "--budgett", "pr"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: dlci tier [-h] ")
+    assert err.endswith(
         "error: dlci tier: unrecognized arguments: --budgett pr\n"
         "  hint: run 'dlci tier --help' for usage\n"
     )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[verb] for verb in cli.VERBS]
+    + [["container", "build"], ["container", "run"], ["container", "cleanup"]],
+    ids=lambda argv: " ".join(argv),
+)
+def test_every_verb_exits_2_on_an_unknown_flag(argv: list[str], capsys) -> None:
+    prog = "dlci " + " ".join(argv)
+    assert cli.main([*argv, "--no-such-flag"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: {prog} "), err
+    # argparse names a missing positional argument first, else the unknown flag
+    assert err.splitlines()[-2].startswith(f"error: {prog}: "), err
+    assert err.splitlines()[-1] == f"  hint: run '{prog} --help' for usage"
+
+
+def test_a_value_that_does_not_parse_exits_2(capsys) -> None:
+    assert cli.main(["memorize", "--seed", "notanint"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: dlci memorize ")
+    assert "error: dlci memorize: argument --seed: invalid int value: 'notanint'\n" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["tier", "--timeout", "-1"], ["hardware", "--timeout", "0"], ["tier", "--budget", "nosuch"]],
+)
+def test_a_value_that_parses_but_is_wrong_exits_1_without_usage(argv: list[str], capsys) -> None:
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "usage:" not in err
 
 
 def test_an_unexpected_error_exits_3_with_a_pointer_to_the_log(

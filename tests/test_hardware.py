@@ -117,7 +117,8 @@ def test_the_cpu_path_runs_for_real_when_no_gpu_is_visible(ladder, monkeypatch) 
     assert info.cpu_count >= 1 and info.memory_mib and info.memory_mib > 0
     match = classify(info, ladder)
     assert match.name == "cpu"
-    assert match.reason.startswith("no GPU found (nvml: ")
+    assert match.reason == "no GPU found"
+    assert match.probes == info.probes  # said once, next to the class, not inside its reason
 
 
 def test_probes_that_are_left_out_are_reported_as_not_tried(monkeypatch) -> None:

@@ -75,7 +75,8 @@ def test_tier_auto_on_this_machine_selects_the_cpu_row(monkeypatch, capsys) -> N
     data = json.loads(capsys.readouterr().out)
     assert (data["budget"], data["hardware_class"], data["row"]) == ("pr", "cpu", "budgets.pr.cpu")
     assert data["reasons"][0] == "budget auto: GITHUB_EVENT_NAME=pull_request selects pr"
-    assert data["reasons"][1].startswith("hardware auto: cpu, no GPU found (nvml: ")
+    assert data["reasons"][1] == "hardware auto: cpu, no GPU found"
+    assert data["reasons"][2].startswith("probe nvml: ")
 
 
 def test_an_unknown_hardware_class_is_refused_with_a_suggestion(capsys) -> None:
@@ -123,3 +124,110 @@ def test_hardware_json_to_a_file(monkeypatch, tmp_path, capsys) -> None:
     data = json.loads(target.read_text())
     assert (data["hardware_class"], data["gpu_count"], data["source"]) == ("cpu", 0, "none")
     assert data["probes"][-1] == "torch: not tried"
+
+
+# --------------------------------------------------------------------------- the console a CI log shows
+
+LONG_NAME = "NVIDIA H100 80GB HBM3 Engineering Sample with a Very Long Marketing Name"
+GPU_PROBES = ("nvml: 1 GPU(s)", "nvidia-smi: not tried", "torch: not tried")
+NO_GPU_PROBES = (
+    "nvml: NVML Shared Library Not Found on this runner (a long reason, kept on one line)",
+    "nvidia-smi: nvidia-smi is not installed",
+    "torch: not tried",
+)
+
+
+def fake_machine(monkeypatch, *, gpu: bool) -> None:  # type: ignore[no-untyped-def]
+    """Detection answers at once, as on a GPU runner (or a runner without one); a 40-column log."""
+    from dlci import hardware
+    from dlci.hardware import GpuInfo, HardwareInfo
+
+    gpus = (GpuInfo(0, LONG_NAME, 81559, "9.0", "GPU-0123"),) if gpu else ()
+    info = HardwareInfo(
+        gpus=gpus,
+        source="nvml" if gpu else "none",
+        driver_version="570.86.15" if gpu else None,
+        cuda_version="12.8" if gpu else None,
+        cpu_count=8,
+        cpu_model="AMD EPYC 7R13 Processor",
+        memory_mib=65536,
+        probes=GPU_PROBES if gpu else NO_GPU_PROBES,
+    )
+    monkeypatch.setattr(hardware, "detect", lambda **_: info)
+    monkeypatch.setenv("COLUMNS", "40")
+
+
+def test_hardware_on_a_narrow_log_keeps_each_line_whole(monkeypatch, capsys) -> None:
+    fake_machine(monkeypatch, gpu=True)
+    assert main(["hardware"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0] == f"hardware class: h100 (GPU 0 '{LONG_NAME}' (via nvml))"
+    assert sum(LONG_NAME in line for line in lines) == 2  # the class line and the table row
+    assert any(LONG_NAME in line and "79.6 GiB" in line and "9.0" in line for line in lines)
+    assert "driver 570.86.15, CUDA 12.8, found through nvml" in lines
+    assert "CPU: 8 cores, AMD EPYC 7R13 Processor, 64.0 GiB" in lines
+    for note in GPU_PROBES:
+        assert lines.count(f"  probe {note}") == 1
+        assert out.count(note) == 1
+
+
+def test_hardware_without_a_gpu_says_each_probe_once(monkeypatch, capsys) -> None:
+    fake_machine(monkeypatch, gpu=False)
+    assert main(["hardware"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "hardware class: cpu (no GPU found)"
+    for note in NO_GPU_PROBES:
+        assert out.splitlines().count(f"  probe {note}") == 1
+        assert out.count(note) == 1
+    assert main(["hardware", "--json"]) == 0
+    text = capsys.readouterr().out
+    data = json.loads(text)
+    assert (data["class_reason"], data["probes"]) == ("no GPU found", list(NO_GPU_PROBES))
+    for note in NO_GPU_PROBES:
+        assert text.count(note) == 1
+
+
+def test_tier_on_a_narrow_log_keeps_each_reason_whole_and_says_each_probe_once(
+    monkeypatch, capsys
+) -> None:
+    fake_machine(monkeypatch, gpu=False)
+    monkeypatch.delenv("GITHUB_EVENT_NAME", raising=False)
+    assert main(["tier"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "tier pr / cpu" in lines[0]
+    assert any("default (version 1, revision 2026.11)" in line for line in lines)
+    assert "  budget auto: not a GitHub event; pr is the default" in lines
+    assert "  hardware auto: cpu, no GPU found" in lines
+    for note in NO_GPU_PROBES:
+        assert lines.count(f"  probe {note}") == 1
+        assert out.count(note) == 1
+    assert main(["tier", "--json"]) == 0
+    text = capsys.readouterr().out
+    for note in NO_GPU_PROBES:
+        assert text.count(note) == 1
+
+
+def test_a_long_gpu_name_in_a_tier_reason_stays_on_one_line(monkeypatch, capsys) -> None:
+    fake_machine(monkeypatch, gpu=True)
+    assert main(["tier", "--budget", "pr"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"  hardware auto: h100, GPU 0 '{LONG_NAME}' (via nvml)" in lines
+
+
+def test_an_unknown_budget_is_refused_before_the_gpus_are_probed(monkeypatch, capsys) -> None:
+    from dlci import hardware
+
+    def no_probe(**_: object) -> None:
+        raise AssertionError("detect ran")
+
+    monkeypatch.setattr(hardware, "detect", no_probe)
+    assert main(["tier", "--budget", "nosuch"]) == 1
+    assert capsys.readouterr().err == (
+        "error: ladder 'default': unknown budget 'nosuch'; choose from pr, merge, nightly\n"
+        "  hint: or pass auto, which follows GITHUB_EVENT_NAME\n"
+    )
+    # the control case: a known budget does probe, so the patch above is in the path
+    assert main(["tier", "--budget", "pr"]) == 3
+    assert "AssertionError: detect ran" in capsys.readouterr().err

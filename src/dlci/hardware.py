@@ -163,7 +163,8 @@ def parse_smi_csv(text: str, fields: list[str]) -> tuple[list[GpuInfo], str | No
     >>> gpus[0].name, gpus[0].memory_mib, gpus[0].compute_capability, driver
     ('NVIDIA A100-SXM4-80GB', 81920, '8.0', '550.54.15')
     """
-    gpus, driver = [], None
+    gpus: list[GpuInfo] = []
+    driver: str | None = None
     for line in text.strip().splitlines():
         cells = [cell.strip() for cell in line.split(",")]
         if len(cells) != len(fields):
@@ -305,7 +306,7 @@ def detect(*, timeout: float = DEFAULT_TIMEOUT_S, probes: tuple[str, ...] = PROB
     }
     notes: list[str] = []
     skipped = [f"{name}: not tried" for name in PROBES if name not in probes]
-    common = {"cpu_count": _cpu_count(), "cpu_model": _cpu_model(), "memory_mib": _memory_mib()}
+    cpu_count, cpu_model, memory_mib = _cpu_count(), _cpu_model(), _memory_mib()
     for name in probes:
         try:
             gpus, driver, cuda = runners[name]()
@@ -322,10 +323,19 @@ def detect(*, timeout: float = DEFAULT_TIMEOUT_S, probes: tuple[str, ...] = PROB
             source=name,
             driver_version=driver,
             cuda_version=cuda,
+            cpu_count=cpu_count,
+            cpu_model=cpu_model,
+            memory_mib=memory_mib,
             probes=(*notes, *skipped),
-            **common,
         )
-    return HardwareInfo(gpus=(), source="none", probes=(*notes, *skipped), **common)
+    return HardwareInfo(
+        gpus=(),
+        source="none",
+        cpu_count=cpu_count,
+        cpu_model=cpu_model,
+        memory_mib=memory_mib,
+        probes=(*notes, *skipped),
+    )
 
 
 def to_dict(info: HardwareInfo) -> dict[str, Any]:

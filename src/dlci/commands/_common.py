@@ -5,16 +5,25 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
-from dlci.errors import DlciError
+from dlci.errors import EXIT_USAGE, DlciError
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse, but a usage error is a DlciError (exit 1 through the CLI's one handler)."""
+    """argparse whose usage errors exit 2, as argparse's do, through the CLI's one handler.
 
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise DlciError(f"{self.prog}: {message}", hint=f"run '{self.prog} --help' for usage")
+    The usage goes to stderr first, as argparse prints it; raising rather than exiting keeps
+    ``dlci.cli.main`` a function that returns its exit code (and annotates inside Actions).
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        raise DlciError(
+            f"{self.prog}: {message}",
+            hint=f"run '{self.prog} --help' for usage",
+            exit_code=EXIT_USAGE,
+        )
 
 
 def parser(verb: str, description: str) -> ArgumentParser:

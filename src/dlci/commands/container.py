@@ -30,7 +30,9 @@ def main(argv: Sequence[str]) -> int:
     subcommands = {"build": _build, "run": _run, "cleanup": _cleanup}
     if not argv or argv[0] not in subcommands:
         what = f"unknown subcommand {argv[0]!r}" if argv else "a subcommand is required"
-        raise DlciError(f"dlci container: {what}", hint=USAGE.splitlines()[0], exit_code=EXIT_USAGE)
+        print(USAGE.splitlines()[0], file=sys.stderr)  # as argparse does for every other verb
+        hint = "run 'dlci container --help' for usage"
+        raise DlciError(f"dlci container: {what}", hint=hint, exit_code=EXIT_USAGE)
     return subcommands[argv[0]](list(argv[1:]))
 
 

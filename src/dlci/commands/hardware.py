@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from dlci.commands import _common
+
+if TYPE_CHECKING:
+    from dlci.hardware import HardwareInfo
+    from dlci.ladder.classes import ClassMatch
 
 
 def main(argv: Sequence[str]) -> int:
@@ -17,16 +22,14 @@ def main(argv: Sequence[str]) -> int:
     _common.add_ladder(p)
     _common.add_detection(p)
     args = p.parse_args(list(argv))
+    options = _common.detection_options(args)
 
-    from dlci import hardware
-    from dlci.ladder.classes import classify, hardware_report
-    from dlci.ladder.load import load_ladder
+    from dlci.ladder.classes import detect_class
     from dlci.report.console import print_warning
     from dlci.report.github import write_outputs
+    from dlci.report.text import clean
 
-    ladder = load_ladder(args.ladder)
-    info = hardware.detect(**_common.detection_options(args))
-    match = classify(info, ladder)
+    info, match = detect_class(args.ladder, **options)
     for warning in match.warnings:
         print_warning(warning)
     write_outputs(
@@ -37,33 +40,38 @@ def main(argv: Sequence[str]) -> int:
         }
     )
     if args.json:
+        from dlci.ladder.classes import hardware_report
+
         _common.emit_json(hardware_report(info, match), args.json)
         if args.json != "-":
-            print(f"hardware class: {match.name} ({match.reason}); report in {args.json}")
+            print(f"hardware class: {match.name} ({clean(match.reason)}); report in {args.json}")
         return 0
-    _print_table(info, match)
+    _print(info, match)
     return 0
 
 
-def _print_table(info, match) -> None:  # type: ignore[no-untyped-def]
-    from rich.console import Console
+def _print(info: HardwareInfo, match: ClassMatch) -> None:
+    """Plain lines, and a table of the GPUs; each probe's answer is printed once."""
     from rich.table import Table
 
-    console = Console()
-    console.print(f"hardware class: [bold]{match.name}[/bold]  ({match.reason})")
+    from dlci.report.console import table_console
+    from dlci.report.text import clean
+
+    print(f"hardware class: {match.name} ({clean(match.reason)})")
     if info.gpus:
         table = Table("GPU", "name", "memory", "compute capability", "uuid")
         for gpu in info.gpus:
             memory = f"{gpu.memory_mib / 1024:.1f} GiB" if gpu.memory_mib else "?"
+            capability = gpu.compute_capability or "?"
             table.add_row(
-                str(gpu.index), gpu.name, memory, gpu.compute_capability or "?", gpu.uuid or ""
+                str(gpu.index), clean(gpu.name), memory, capability, clean(gpu.uuid or "")
             )
-        console.print(table)
-        console.print(
-            f"driver {info.driver_version or '?'}, CUDA {info.cuda_version or '?'}, "
+        table_console().print(table)
+        print(
+            f"driver {clean(info.driver_version or '?')}, CUDA {clean(info.cuda_version or '?')}, "
             f"found through {info.source}"
         )
     memory = f"{info.memory_mib / 1024:.1f} GiB" if info.memory_mib else "?"
-    console.print(f"CPU: {info.cpu_count} cores, {info.cpu_model or 'unknown model'}, {memory}")
-    for line in info.probes:
-        console.print(f"  probe {line}", style="dim", highlight=False)
+    print(f"CPU: {info.cpu_count} cores, {clean(info.cpu_model or 'unknown model')}, {memory}")
+    for note in info.probes:
+        print(f"  probe {clean(note)}")

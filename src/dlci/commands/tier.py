@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from dlci.commands import _common
+
+if TYPE_CHECKING:
+    from dlci.ladder.model import Tier
 
 
 def main(argv: Sequence[str]) -> int:
@@ -25,6 +29,7 @@ def main(argv: Sequence[str]) -> int:
     args = p.parse_args(list(argv))
     if args.validate:
         return _validate(args.validate)
+    options = _common.detection_options(args)
 
     from dlci.ladder.tiers import choose_tier
     from dlci.report.console import print_warning
@@ -34,7 +39,7 @@ def main(argv: Sequence[str]) -> int:
         budget=args.budget,
         hardware=args.hardware,
         ladder=args.ladder,
-        **_common.detection_options(args),
+        **options,
     )
     for warning in tier.warnings:
         print_warning(warning)
@@ -83,17 +88,19 @@ def _validate(files: list[str]) -> int:
     return 1 if failed else 0
 
 
-def _compact(data: dict) -> str:  # type: ignore[type-arg]
-    import orjson
+def _compact(data: dict[str, Any]) -> str:
+    from dlci import jsonio
 
-    return orjson.dumps(data).decode()
+    return jsonio.encode(data, indent=False).decode()
 
 
-def _print(tier) -> None:  # type: ignore[no-untyped-def]
-    from rich.console import Console
+def _print(tier: Tier) -> None:
+    """The tier as a table, then each reason once, on its own unwrapped line."""
     from rich.table import Table
 
-    console = Console()
+    from dlci.report.console import table_console
+    from dlci.report.text import clean
+
     table = Table(title=f"tier {tier.budget} / {tier.hardware_class}", show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value")
@@ -103,10 +110,9 @@ def _print(tier) -> None:  # type: ignore[no-untyped-def]
     table.add_row("profile steps", str(tier.profile_steps))
     table.add_row("processes", str(tier.nproc))
     table.add_row("batch size", str(tier.batch_size))
-    table.add_row(
-        "ladder", f"{tier.ladder} (version {tier.ladder_version}, revision {tier.ladder_revision})"
-    )
+    ladder = f"{tier.ladder} (version {tier.ladder_version}, revision {tier.ladder_revision})"
+    table.add_row("ladder", clean(ladder))
     table.add_row("row", tier.row)
-    console.print(table)
+    table_console().print(table)
     for reason in tier.reasons:
-        console.print(f"  {reason}", style="dim", highlight=False)
+        print(f"  {clean(reason)}")

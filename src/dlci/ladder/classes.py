@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlci.hardware import GpuInfo, HardwareInfo, to_dict
-from dlci.ladder.load import CPU_CLASS, Ladder
+from dlci import hardware
+from dlci.hardware import DEFAULT_TIMEOUT_S, PROBES, GpuInfo, HardwareInfo, to_dict
+from dlci.ladder.model import CPU_CLASS, Ladder
 
 # Relative training speed (T4 = 1.0, the default ladder's unit) by CUDA compute capability,
 # used only for a GPU whose name no class pattern matches.
@@ -32,9 +33,12 @@ UNKNOWN_GPU_SPEED = 1.0
 
 @dataclass(frozen=True)
 class ClassMatch:
+    """The class of a machine, why, and (when detected) each probe's answer, said once."""
+
     name: str
     reason: str
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    probes: tuple[str, ...] = field(default_factory=tuple)
 
 
 def estimate_speed(gpu: GpuInfo) -> float:
@@ -57,7 +61,7 @@ def estimate_speed(gpu: GpuInfo) -> float:
 def classify(info: HardwareInfo, ladder: Ladder) -> ClassMatch:
     """Name the hardware class of the machine; mixed GPUs take the slowest GPU's class."""
     if not info.gpus:
-        return ClassMatch(CPU_CLASS, "no GPU found (" + "; ".join(info.probes) + ")")
+        return ClassMatch(CPU_CLASS, "no GPU found", probes=info.probes)
     warnings: list[str] = []
     per_gpu: list[tuple[str, GpuInfo]] = []
     for gpu in info.gpus:
@@ -78,7 +82,22 @@ def classify(info: HardwareInfo, ladder: Ladder) -> ClassMatch:
         warnings.append(
             f"mixed GPUs ({', '.join(sorted(names))}): budgets follow the slowest, '{chosen}'"
         )
-    return ClassMatch(chosen, f"GPU {gpu.index} '{gpu.name}' (via {info.source})", tuple(warnings))
+    reason = f"GPU {gpu.index} '{gpu.name}' (via {info.source})"
+    return ClassMatch(chosen, reason, tuple(warnings), info.probes)
+
+
+def detect_class(
+    ladder: str | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    probes: tuple[str, ...] = PROBES,
+) -> tuple[HardwareInfo, ClassMatch]:
+    """Load the ladder (its mistakes first), then detect the machine and name its class."""
+    from dlci.ladder.load import load_ladder
+
+    loaded = load_ladder(ladder)
+    info = hardware.detect(timeout=timeout, probes=probes)
+    return info, classify(info, loaded)
 
 
 def hardware_report(info: HardwareInfo, match: ClassMatch) -> dict[str, Any]:

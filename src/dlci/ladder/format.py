@@ -191,11 +191,21 @@ def mapping(source: YamlSource, path: KeyPath, value: Any) -> dict[str, Any]:
     return value
 
 
+def closest(word: str, choices: Mapping[str, Any] | list[str]) -> str | None:
+    """The choice nearest to a misspelt ``word``, or None.
+
+    >>> closest("nighty", ["pr", "merge", "nightly"])
+    'nightly'
+    """
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
+    return close[0] if close else None
+
+
 def suggest(word: str, choices: Mapping[str, Any] | list[str], what: str) -> str:
-    names = list(choices)
-    close = difflib.get_close_matches(word, names, n=1, cutoff=0.5)
-    listing = f"{what}: {', '.join(names)}"
-    return f"did you mean '{close[0]}'? {listing}" if close else listing
+    """A hint naming the nearest choice, then every choice."""
+    close = closest(word, choices)
+    listing = f"{what}: {', '.join(choices)}"
+    return f"did you mean '{close}'? {listing}" if close else listing
 
 
 def kind(value: Any) -> str:
@@ -264,7 +274,7 @@ def json_schema(*, complete: bool = True) -> dict[str, Any]:
     cls = _object(CLASS_FIELDS, "hardware class")
     if not complete:
         tier["required"] = cls["required"] = []
-    top = {spec: {"description": text} for spec, text in TOP_KEYS.items()}
+    top: dict[str, dict[str, Any]] = {key: {"description": text} for key, text in TOP_KEYS.items()}
     top["version"].update({"const": 1})
     top["revision"].update({"type": ["string", "number"]})
     top["extends"].update({"type": "string", "minLength": 1})
@@ -303,9 +313,9 @@ SCHEMA_FILES = {"ladder.schema.json": True, "ladder-extends.schema.json": False}
 
 def render_schema(complete: bool) -> str:
     """The schema file's exact text (sorted keys are not used: the order reads like the docs)."""
-    import json
+    from dlci import jsonio
 
-    return json.dumps(json_schema(complete=complete), indent=2) + "\n"
+    return jsonio.encode(json_schema(complete=complete)).decode()
 
 
 if __name__ == "__main__":  # python -m dlci.ladder.format DIR: regenerate the schema files

@@ -8,11 +8,10 @@ function from a ladder, a budget and a hardware class to a ``Tier``.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -27,12 +26,29 @@ from dlci.ladder.format import (
     TOP_KEYS,
     FieldSpec,
 )
+from dlci.ladder.model import CPU_CLASS, HardwareClass, Ladder, Tier, TierRow
 from dlci.ladder.yamlsource import KeyPath, YamlSource, load_yaml, parse_yaml
+
+# the data classes live in dlci.ladder.model; their old import path here keeps working
+__all__ = [
+    "CPU_CLASS",
+    "DEFAULT_LADDER",
+    "EVENT_BUDGETS",
+    "HardwareClass",
+    "Ladder",
+    "Tier",
+    "TierRow",
+    "check_budget",
+    "default_ladder_path",
+    "load_ladder",
+    "load_ladder_text",
+    "resolve_budget",
+    "select_tier",
+]
 
 SUPPORTED_VERSION = 1
 DEFAULT_LADDER = "default"
 DEFAULT_DISPLAY = "default:budgets/ladder.yaml"  # how messages name the shipped ladder
-CPU_CLASS = "cpu"
 
 # GITHUB_EVENT_NAME -> budget, for --budget auto. Anything else runs the PR budget.
 EVENT_BUDGETS: dict[str, str] = {
@@ -43,98 +59,6 @@ EVENT_BUDGETS: dict[str, str] = {
     "schedule": "nightly",
     "workflow_dispatch": "nightly",
 }
-
-
-@dataclass(frozen=True)
-class HardwareClass:
-    name: str
-    match: tuple[str, ...]
-    speed: float
-    fallback: str | None = None
-    description: str = ""
-
-
-@dataclass(frozen=True)
-class TierRow:
-    max_epochs: int
-    max_loss: float
-    time_cap_minutes: float
-    profile_steps: int
-    nproc: int
-    batch_size: int = 16
-
-
-@dataclass(frozen=True)
-class Ladder:
-    source: str  # the file a user named, or "default"
-    files: tuple[str, ...]  # every file read, the extended ones first
-    version: int
-    revision: str
-    classes: Mapping[str, HardwareClass]
-    budgets: Mapping[str, Mapping[str, TierRow | None]]
-    lines: Mapping[KeyPath, tuple[str, int]] = field(
-        default_factory=dict, compare=False, repr=False
-    )
-
-    def where(self, *path: str) -> tuple[str | None, int | None]:
-        """The file and line that defined ``path``, for messages about a selected row."""
-        found = self.lines.get(tuple(path))
-        return found if found else (self.source, None)
-
-    def classify(self, gpu_name: str) -> str | None:
-        """The class whose pattern has the longest match in ``gpu_name``, or None.
-
-        >>> load_ladder().classify("NVIDIA A100-SXM4-80GB")
-        'a100'
-        >>> load_ladder().classify("NVIDIA A10G")
-        'a10'
-        >>> load_ladder().classify("Matrox G200eW") is None
-        True
-        """
-        best: tuple[int, str] | None = None
-        for cls in self.classes.values():
-            for pattern in cls.match:
-                found = re.search(pattern, gpu_name, flags=re.IGNORECASE)
-                if found and (best is None or len(found.group(0)) > best[0]):
-                    best = (len(found.group(0)), cls.name)
-        return best[1] if best else None
-
-    def nearest_gpu_class(self, speed: float) -> str:
-        """The GPU class nearest to ``speed`` on a log scale; ties go to the slower class."""
-        gpus = [c for c in self.classes.values() if c.name != CPU_CLASS]
-        if not gpus:
-            raise DlciError(
-                "the ladder declares no GPU class",
-                hint="add GPU classes under 'classes'",
-                file=self.source,
-            )
-        return min(gpus, key=lambda c: (abs(math.log(c.speed / speed)), c.speed)).name
-
-
-@dataclass(frozen=True)
-class Tier:
-    """The selected memorization budget: what ``dlci tier`` prints and ``dlci run`` reads."""
-
-    budget: str
-    hardware_class: str
-    max_epochs: int
-    max_loss: float
-    time_cap_minutes: float
-    profile_steps: int
-    nproc: int
-    batch_size: int
-    ladder: str
-    ladder_version: int
-    ladder_revision: str
-    row: str  # the key path of the row used, e.g. budgets.pr.t4
-    reasons: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["reasons"] = list(self.reasons)
-        data["warnings"] = list(self.warnings)
-        return {"schema_version": 1, **data}
 
 
 # --------------------------------------------------------------------------- loading
@@ -400,6 +324,25 @@ def resolve_budget(requested: str, *, event_name: str | None) -> tuple[str, str]
     return budget, f"budget auto: GITHUB_EVENT_NAME={event_name} {why} {budget}"
 
 
+def check_budget(ladder: Ladder, budget: str) -> None:
+    """Refuse a budget the ladder lacks, before anything slow (GPU detection) runs.
+
+    >>> check_budget(load_ladder(), "nosuch")
+    Traceback (most recent call last):
+    dlci.errors.DlciError: ladder 'default': unknown budget 'nosuch'; choose from pr, merge, nightly
+      hint: or pass auto, which follows GITHUB_EVENT_NAME
+    """
+    if budget in ladder.budgets:
+        return
+    names = list(ladder.budgets)
+    close = fmt.closest(budget, names)
+    raise DlciError(
+        f"ladder {ladder.source!r}: unknown budget {budget!r}; choose from {', '.join(names)}",
+        hint=(f"did you mean '{close}'? " if close else "")
+        + "or pass auto, which follows GITHUB_EVENT_NAME",
+    )
+
+
 def select_tier(
     ladder: Ladder,
     *,
@@ -409,17 +352,11 @@ def select_tier(
     warnings: tuple[str, ...] = (),
 ) -> Tier:
     """Pick the tier of ``budget`` for ``hardware_class`` (a class the ladder declares)."""
-    if budget not in ladder.budgets:
-        raise DlciError(
-            f"unknown budget {budget!r}",
-            hint=fmt.suggest(budget, list(ladder.budgets), "budgets in this ladder") + ", or auto",
-            file=ladder.source,
-        )
+    check_budget(ladder, budget)
     if hardware_class not in ladder.classes:
         raise DlciError(
-            f"unknown hardware class {hardware_class!r}",
+            f"ladder {ladder.source!r}: unknown hardware class {hardware_class!r}",
             hint=fmt.suggest(hardware_class, ladder.classes, "classes in this ladder"),
-            file=ladder.source,
         )
     found = _resolve_row(ladder.budgets[budget], ladder.classes, hardware_class)
     assert isinstance(found, tuple), "load_ladder guarantees every class resolves"

@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from dlci import hardware as _hardware
 from dlci.errors import DlciError
-from dlci.hardware import DEFAULT_TIMEOUT_S, PROBES, detect
+from dlci.hardware import DEFAULT_TIMEOUT_S, PROBES
 from dlci.ladder.classes import ClassMatch, classify
 from dlci.ladder.format import suggest
-from dlci.ladder.load import Ladder, Tier, load_ladder, resolve_budget, select_tier
+from dlci.ladder.load import check_budget, load_ladder, resolve_budget, select_tier
+from dlci.ladder.model import Ladder, Tier
 
 
 def resolve_class(
@@ -29,9 +31,9 @@ def resolve_class(
     """
     value = requested.strip()
     if value == "auto":
-        match = classify(detect(timeout=timeout, probes=probes), ladder)
+        match = classify(_hardware.detect(timeout=timeout, probes=probes), ladder)
         return ClassMatch(
-            match.name, f"hardware auto: {match.name}, {match.reason}", match.warnings
+            match.name, f"hardware auto: {match.name}, {match.reason}", match.warnings, match.probes
         )
     if value in ladder.classes:
         return ClassMatch(value, f"hardware {value}: given")
@@ -55,14 +57,15 @@ def tier_from_file(path: str) -> Tier:
     container uses exactly the tier the trusted host selected (ladder from the base branch,
     ceilings applied) instead of selecting again from the pull request's files.
     """
-    import json
     from dataclasses import fields
 
+    from dlci import jsonio
+
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = jsonio.decode(Path(path).read_bytes())
     except OSError as exc:
         raise DlciError(f"{path}: cannot read the tier ({exc.strerror})") from None
-    except ValueError as exc:
+    except jsonio.DecodeError as exc:
         raise DlciError(f"{path}: not valid JSON ({exc})") from None
     if isinstance(data, dict) and isinstance(data.get("tier"), dict):
         data = data["tier"]
@@ -92,6 +95,7 @@ def choose_tier(
     """Load the ladder, resolve budget and hardware, and select the tier.
 
     With DLCI_TIER_JSON set (by ``dlci run``), the tier recorded there is used as it is.
+    A budget the ladder lacks is refused before the GPUs are probed.
     """
     recorded = os.environ.get(TIER_JSON_VARIABLE)
     if recorded:
@@ -100,11 +104,12 @@ def choose_tier(
     if event_name is None:
         event_name = os.environ.get("GITHUB_EVENT_NAME")
     chosen_budget, budget_reason = resolve_budget(budget, event_name=event_name)
+    check_budget(loaded, chosen_budget)
     match = resolve_class(hardware, loaded, timeout=timeout, probes=probes)
     return select_tier(
         loaded,
         budget=chosen_budget,
         hardware_class=match.name,
-        reasons=(budget_reason, match.reason),
+        reasons=(budget_reason, match.reason, *(f"probe {note}" for note in match.probes)),
         warnings=match.warnings,
     )

@@ -127,9 +127,11 @@ def _walk(node: yaml.Node, path: KeyPath, file: str, lines: dict[KeyPath, tuple[
                     line=line,
                 )
             seen[key] = line
-            lines[(*path, key)] = (file, line)
-            _walk(value_node, (*path, key), file, lines)
+            child: KeyPath = (*path, key)
+            lines[child] = (file, line)
+            _walk(value_node, child, file, lines)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            lines[(*path, index)] = (file, item.start_mark.line + 1)
-            _walk(item, (*path, index), file, lines)
+            child = (*path, index)
+            lines[child] = (file, item.start_mark.line + 1)
+            _walk(item, child, file, lines)
