@@ -61,3 +61,21 @@ def item_every_step() -> dlci.Target:
 
     target.train_step = train_step
     return target
+
+
+def fails_at_step_three() -> dlci.Target:
+    """A train_step that raises on its third call, after the profiler has started."""
+    target = healthy()
+    calls: list[int] = []
+
+    def train_step(model, batch, optimizer):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 3:
+            raise ValueError("shapes do not match")
+        inputs, targets = batch
+        loss = nn.functional.cross_entropy(model(inputs), targets)
+        loss.backward()
+        return loss
+
+    target.train_step = train_step
+    return target

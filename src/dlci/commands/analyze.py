@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from dlci.commands import _common
 from dlci.errors import DlciError
+from dlci.profiling.analysis import Analysis, Destinations, analyze_trace, summary_lines
+from dlci.report.console import print_error
+from dlci.report.text import clean
 
 
 def main(argv: Sequence[str]) -> int:
@@ -29,12 +31,7 @@ def main(argv: Sequence[str]) -> int:
         metavar="DIR",
         help="write utilization.json, utilization.md and utilization.png into DIR",
     )
-    p.add_argument(
-        "--min-gpu-util",
-        type=float,
-        metavar="PCT",
-        help="fail (exit 1) when GPU utilization is below PCT percent (0-100)",
-    )
+    add_gate(p)
     p.add_argument(
         "--max-size",
         type=float,
@@ -44,117 +41,47 @@ def main(argv: Sequence[str]) -> int:
     )
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
     args = p.parse_args(list(argv))
-    if args.min_gpu_util is not None and not 0 <= args.min_gpu_util <= 100:
-        raise DlciError(
-            f"--min-gpu-util must be a percentage from 0 to 100, got {args.min_gpu_util:g}",
-            hint="for 40% write --min-gpu-util 40",
-        )
     if not args.max_size > 0:
         raise DlciError(f"--max-size must be positive, got {args.max_size:g}")
 
-    report = analyze_file(args.trace, max_size=int(args.max_size * 2**30))
-    gate = evaluate_gate(report, args.min_gpu_util)
-    if gate is not None:
-        report["gate"] = gate
-    write_outputs(
-        report,
-        json_dest=args.json or (str(Path(args.out) / "utilization.json") if args.out else None),
-        markdown=args.markdown or (str(Path(args.out) / "utilization.md") if args.out else None),
-        plot=args.plot or (str(Path(args.out) / "utilization.png") if args.out else None),
+    say = speaker("analyze", quiet=args.quiet)
+    result = analyze_trace(
+        args.trace,
+        Destinations.choose(args.out, json=args.json, markdown=args.markdown, plot=args.plot),
+        min_gpu_util=args.min_gpu_util,
+        max_size=int(args.max_size * 2**30),
+        on_written=lambda path: say(f"wrote {path}"),
     )
-    if not args.quiet and args.json != "-":
-        print_summary(report)
-    if gate is not None and not gate["passed"]:
-        from dlci.report.console import print_error
+    if args.json == "-":
+        _common.emit_json(result.report, "-")
+    return show(result, say if args.json != "-" else speaker("analyze", quiet=True))
 
-        print_error(DlciError(gate["message"], hint=gate.get("hint")))
+
+def add_gate(p: argparse.ArgumentParser) -> None:
+    """--min-gpu-util, which ``dlci profile`` takes too."""
+    p.add_argument(
+        "--min-gpu-util",
+        type=float,
+        metavar="PCT",
+        help="fail (exit 1) when GPU utilization is below PCT percent (0-100)",
+    )
+
+
+def speaker(verb: str, *, quiet: bool) -> Callable[[str], None]:
+    """One line of the verb's console output on stderr, outside text made safe."""
+
+    def say(line: str) -> None:
+        if not quiet:
+            print(f"{verb}: {clean(line)}", file=sys.stderr, flush=True)
+
+    return say
+
+
+def show(result: Analysis, say: Callable[[str], None]) -> int:
+    """Print the report's summary and the gate's verdict; return the exit code."""
+    for line in summary_lines(result.report):
+        say(line)
+    if result.gate is not None and not result.passed:
+        print_error(DlciError(result.gate["message"], hint=result.gate.get("hint")))
         return 1
     return 0
-
-
-def analyze_file(trace: str, *, max_size: int | None = None) -> dict[str, Any]:
-    from dlci.profiling.metrics import analyze
-    from dlci.profiling.reader import DEFAULT_MAX_SIZE, read_trace
-
-    columns = read_trace(trace, max_size=max_size or DEFAULT_MAX_SIZE)
-    return analyze(columns, source=str(trace))
-
-
-def evaluate_gate(report: dict[str, Any], minimum: float | None) -> dict[str, Any] | None:
-    """The --min-gpu-util verdict, with the reasons when it fails."""
-    if minimum is None:
-        return None
-    value = report["gpu_utilization_pct"]
-    if value is None:
-        return {
-            "minimum": minimum,
-            "value": None,
-            "passed": False,
-            "message": "the GPU utilization gate cannot be evaluated: the trace has no GPU work",
-            "hint": "profile on a GPU runner, or leave out --min-gpu-util on the CPU path",
-        }
-    passed = value >= minimum
-    reasons = [r["finding"] for r in report["recommendations"]]
-    message = f"GPU utilization {value:.1f}% is below the minimum of {minimum:g}%"
-    if reasons:
-        message += ": " + "; ".join(reasons)
-    return {
-        "minimum": minimum,
-        "value": value,
-        "passed": passed,
-        "message": message if not passed else f"GPU utilization {value:.1f}% >= {minimum:g}%",
-        "hint": "see the recommendations in utilization.md" if reasons else None,
-    }
-
-
-def write_outputs(
-    report: dict[str, Any],
-    *,
-    json_dest: str | None,
-    markdown: str | None,
-    plot: str | None,
-) -> None:
-    from dlci.fsutil import atomic_write_text
-    from dlci.report import utilization
-
-    if json_dest:
-        _common.emit_json(report, json_dest)
-    if markdown:
-        atomic_write_text(markdown, utilization.render_markdown(report, gate=report.get("gate")))
-    if plot:
-        try:
-            utilization.plot(report, Path(plot))
-        except ImportError:
-            raise DlciError(
-                "--plot needs matplotlib, which is not installed",
-                hint="pip install 'dl-ci[train]', or leave out --plot",
-            ) from None
-
-
-def print_summary(report: dict[str, Any]) -> None:
-    out = sys.stderr
-    steps = report["steps"]
-    trace = report["trace"]
-    print(
-        f"analyze: {trace['events']:,} events, {steps['count']} profiled steps "
-        f"(mean {steps['mean_step_us'] / 1e3:.2f} ms)",
-        file=out,
-    )
-    if report["gpu_utilization_pct"] is None:
-        print("analyze: CPU-only trace, no GPU utilization", file=out)
-    for device in report["devices"]:
-        tb = device["temporal_breakdown"]
-        print(
-            f"analyze: GPU {device['device']}: utilization {device['gpu_utilization_pct']:.1f}%, "
-            f"busy {device['busy']['busy_pct']:.1f}%, idle {tb['idle_pct']:.1f}% / compute "
-            f"{tb['compute_pct']:.1f}% / non-compute {tb['non_compute_pct']:.1f}%",
-            file=out,
-        )
-    phases = report.get("phases", {}).get("pct")
-    if phases:
-        split = ", ".join(f"{k.replace('_', ' ')} {v:.1f}%" for k, v in phases.items())
-        print(f"analyze: host step time: {split}", file=out)
-    for rec in report["recommendations"]:
-        print(f"analyze: recommendation: {rec['finding']}: {rec['advice']}", file=out)
-    for warning in report["warnings"]:
-        print(f"analyze: warning: {warning}", file=out)

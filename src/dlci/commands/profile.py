@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-import sys
+import argparse
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from dlci.commands import _common
+from dlci.commands import _common, analyze
+from dlci.errors import DlciError
+
+if TYPE_CHECKING:
+    from dlci.profiling.capture import Schedule
 
 
-def main(argv: Sequence[str]) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = _common.parser(
         "profile",
         "Train the target for a few real steps under torch.profiler (a wait/warmup/active "
@@ -47,73 +52,68 @@ def main(argv: Sequence[str]) -> int:
         action="store_false",
         help="write the trace only, without the utilization report",
     )
-    p.add_argument(
-        "--min-gpu-util",
-        type=float,
-        metavar="PCT",
-        help="fail (exit 1) when GPU utilization is below PCT percent",
-    )
+    analyze.add_gate(p)
     p.add_argument("--quiet", action="store_true", help="no progress output")
     _common.add_detection(p)
-    args = p.parse_args(list(argv))
+    return p
 
-    from dlci.commands import analyze as analyze_command
-    from dlci.errors import DlciError
+
+def main(argv: Sequence[str]) -> int:
+    args = _parser().parse_args(list(argv))
+
     from dlci.memorization.target import load_target, resolve_spec
-    from dlci.profiling.capture import Schedule, profile_target
+    from dlci.profiling.analysis import Destinations, analyze_trace, check_gate
+    from dlci.profiling.capture import profile_target
 
     if args.min_gpu_util is not None and not args.analyze:
         raise DlciError("--min-gpu-util needs the analysis", hint="leave out --no-analyze")
-    steps = args.steps
-    tier_info = ""
-    if steps is None:
-        from dlci.ladder.tiers import choose_tier
-
-        tier = choose_tier(
-            budget=args.budget,
-            hardware=args.hardware,
-            ladder=args.ladder,
-            **_common.detection_options(args),
-        )
-        steps = tier.profile_steps
-        tier_info = f" ({tier.budget} tier on {tier.hardware_class})"
-    schedule = Schedule(wait=args.wait, warmup=args.warmup, active=steps)
+    check_gate(args.min_gpu_util)
+    schedule, tier_info = _schedule(args)
     spec = resolve_spec(args.target)
     target = load_target(spec)
-    out = Path(args.out)
+    say = analyze.speaker("profile", quiet=args.quiet)
+    say(
+        f"{spec}, {schedule.active} recorded steps{tier_info} "
+        f"after {schedule.wait} wait and {schedule.warmup} warmup"
+    )
 
     def progress(step: int, total: int) -> None:
-        if not args.quiet:
-            phase = (
-                "wait"
-                if step <= schedule.wait
-                else "warmup"
-                if step <= schedule.wait + schedule.warmup
-                else "record"
-            )
-            print(f"profile: step {step}/{total} ({phase})", file=sys.stderr, flush=True)
+        say(f"step {step}/{total} ({schedule.phase_of(step)})")
 
-    if not args.quiet:
-        print(
-            f"profile: {spec}, {schedule.active} recorded steps{tier_info} "
-            f"after {schedule.wait} wait and {schedule.warmup} warmup",
-            file=sys.stderr,
-        )
+    out = Path(args.out)
     result = profile_target(
-        target,
-        out=out,
-        schedule=schedule,
-        device=args.device,
-        seed=args.seed,
-        on_step=progress,
+        target, out=out, schedule=schedule, device=args.device, seed=args.seed, on_step=progress
     )
-    if not args.quiet:
-        kind = "CPU-only trace (no GPU here)" if result.cpu_only else f"trace on {result.device}"
-        print(f"profile: wrote {result.trace}: {kind}, {result.wall_time_s:.1f} s", file=sys.stderr)
+    kind = "CPU-only trace (no GPU here)" if result.cpu_only else f"trace on {result.device}"
+    say(f"wrote {result.trace}: {kind}, {result.wall_time_s:.1f} s")
+    if result.log is not None:
+        say(f"wrote {result.log}: what torch.profiler printed")
     if not args.analyze:
         return 0
-    return analyze_command.main(
-        [str(result.trace), "--out", str(out)]
-        + (["--min-gpu-util", str(args.min_gpu_util)] if args.min_gpu_util is not None else [])
-        + (["--quiet"] if args.quiet else [])
+    analysis = analyze_trace(
+        result.trace,
+        Destinations.choose(out),
+        min_gpu_util=args.min_gpu_util,
+        on_written=lambda path: say(f"wrote {path}"),
     )
+    return analyze.show(analysis, say)
+
+
+def _schedule(args: argparse.Namespace) -> tuple[Schedule, str]:
+    """The wait/warmup/active schedule (active steps from the tier unless --steps), and
+    the tier it came from."""
+    from dlci.profiling.capture import Schedule
+
+    if args.steps is not None:
+        return Schedule(wait=args.wait, warmup=args.warmup, active=args.steps), ""
+    from dlci.ladder.tiers import choose_tier
+
+    tier = choose_tier(
+        budget=args.budget,
+        hardware=args.hardware,
+        ladder=args.ladder,
+        **_common.detection_options(args),
+    )
+    active = tier.profile_steps
+    info = f" ({tier.budget} tier on {tier.hardware_class})"
+    return Schedule(wait=args.wait, warmup=args.warmup, active=active), info

@@ -35,8 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from dlci.errors import DlciError
+from dlci.profiling.native_stderr import NativeStderr
 
 TRACE_NAME = "trace.json.gz"
+LOG_NAME = "profiler.log"  # what torch.profiler printed on fd 2 (native_stderr.py)
 PHASES = ("data", "forward", "backward", "optimizer", "train_step")
 
 
@@ -57,6 +59,16 @@ class Schedule:
     @property
     def total(self) -> int:
         return self.wait + self.warmup + self.active
+
+    def phase_of(self, step: int) -> str:
+        """What the profiler does at step ``step`` (from 1): wait, warmup or record.
+
+        >>> [Schedule(wait=1, warmup=1, active=2).phase_of(s) for s in range(1, 5)]
+        ['wait', 'warmup', 'record', 'record']
+        """
+        if step <= self.wait:
+            return "wait"
+        return "warmup" if step <= self.wait + self.warmup else "record"
 
 
 def _activities(device: Any) -> list[Any]:
@@ -96,6 +108,20 @@ def _torch_profile(schedule: Schedule, device: Any, on_ready: Callable[[Any], No
     return torch.profiler.profile(**kwargs)
 
 
+class _TraceWriter:
+    """torch.profiler's ``on_trace_ready``: the trace goes to a temporary name, then into place."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.written = False
+
+    def __call__(self, prof: Any) -> None:
+        tmp = self.path.with_name(".partial." + self.path.name)
+        prof.export_chrome_trace(str(tmp))
+        tmp.replace(self.path)
+        self.written = True
+
+
 class Profiler:
     """A schedule-driven torch.profiler for a user's own loop; see the module docstring."""
 
@@ -116,8 +142,10 @@ class Profiler:
         self.device = device
         self.steps_taken = 0
         self.report: dict[str, Any] | None = None
+        self.log: Path | None = None  # torch.profiler's own messages, when it printed any
         self._prof: Any = None
-        self._written = False
+        self._writer = _TraceWriter(self.trace_path)
+        self._stderr = NativeStderr(self.out / LOG_NAME)
 
     def __enter__(self) -> Profiler:
         import torch
@@ -126,19 +154,16 @@ class Profiler:
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.out.mkdir(parents=True, exist_ok=True)
-        self._prof = _torch_profile(self.schedule, torch.device(device), self._export)
-        self._prof.__enter__()
+        self._prof = _torch_profile(self.schedule, torch.device(device), self._writer)
+        self._stderr.__enter__()
+        with self._stderr.held():
+            self._prof.__enter__()
         return self
-
-    def _export(self, prof: Any) -> None:
-        tmp = self.trace_path.with_name(".partial." + TRACE_NAME)
-        prof.export_chrome_trace(str(tmp))
-        tmp.replace(self.trace_path)
-        self._written = True
 
     def step(self) -> bool:
         """Mark the end of a training step. False once every active step is recorded."""
-        self._prof.step()
+        with self._stderr.held():
+            self._prof.step()
         self.steps_taken += 1
         return self.steps_taken < self.schedule.total
 
@@ -153,10 +178,17 @@ class Profiler:
             yield
 
     def __exit__(self, *exc: Any) -> None:
-        self._prof.__exit__(*exc)
+        with self._stderr.held():
+            self._prof.__exit__(*exc)
+        if exc[0] is not None:
+            self._stderr.replay()
+            self._stderr.discard()
+        else:
+            self.log = self._stderr.keep_if_any()
+        self._stderr.__exit__()
         if exc[0] is not None:
             return
-        if not self._written:
+        if not self._writer.written:
             raise DlciError(
                 f"no trace was recorded: the loop ran {self.steps_taken} steps, and the "
                 f"schedule waits {self.schedule.wait} and warms up {self.schedule.warmup} "
@@ -182,6 +214,7 @@ class ProfileResult:
     device: str
     cpu_only: bool
     wall_time_s: float
+    log: Path | None = None  # torch.profiler's own messages, when it printed any
 
 
 def _batches(loader: Any, needed: int) -> Iterator[Any]:
@@ -201,6 +234,55 @@ def _batches(loader: Any, needed: int) -> Iterator[Any]:
             )
 
 
+# What a user's training step raises for a mistake in the target (shown without a traceback).
+_USER_ERRORS = (RuntimeError, TypeError, ValueError, IndexError, KeyError, AttributeError)
+
+
+class _Trainer:
+    """The target's model and optimizer on the device, and one annotated training step."""
+
+    def __init__(self, target: Any, device: str | None, seed: int) -> None:
+        from dlci.memorization.engine import pick_device, seed_everything
+
+        seed_everything(seed)
+        self.target = target
+        self.device = pick_device(device)
+        self.model = target.model.to(self.device)
+        self.model.train()
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        if not trainable:
+            raise DlciError("the model has no trainable parameters")
+        self.optimizer = target.optimizer(trainable)
+
+    def step(self, batches: Iterator[Any], step: int) -> None:
+        """Step ``step`` (from 1), each part in its ``dlci/...`` annotation."""
+        from torch.profiler import record_function as record
+
+        from dlci.memorization.batching import as_pair, call_model, to_device
+        from dlci.memorization.stepping import user_error
+
+        target, dev = self.target, self.device
+        try:
+            with record("dlci/data"):
+                inputs, targets = as_pair(next(batches), step - 1)
+                inputs, targets = to_device(inputs, dev), to_device(targets, dev)
+            if target.train_step is not None:
+                with record("dlci/train_step"):
+                    target.train_step(self.model, (inputs, targets), self.optimizer)
+                return
+            with record("dlci/forward"):
+                loss = target.loss_fn(call_model(self.model, inputs), targets)
+            with record("dlci/backward"):
+                loss.backward()
+            with record("dlci/optimizer"):
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+        except DlciError:
+            raise
+        except _USER_ERRORS as exc:
+            raise user_error(step, exc) from None
+
+
 def profile_target(
     target: Any,
     *,
@@ -210,74 +292,48 @@ def profile_target(
     seed: int = 0,
     on_step: Callable[[int, int], None] | None = None,
 ) -> ProfileResult:
-    """Train ``target`` for ``schedule.total`` steps under torch.profiler; write the trace."""
+    """Train ``target`` for ``schedule.total`` steps under torch.profiler; write the trace.
+
+    What torch.profiler prints on fd 2 goes to OUT/profiler.log (kept when not empty), or
+    to the console instead when a step fails.
+    """
     import torch
 
-    from dlci.memorization.batching import as_pair, call_model, to_device
-    from dlci.memorization.engine import _user_error, pick_device, seed_everything
-
-    seed_everything(seed)
-    dev = pick_device(device)
-    model = target.model.to(dev)
-    model.train()
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    if not trainable:
-        raise DlciError("the model has no trainable parameters")
-    optimizer = target.optimizer(trainable)
+    trainer = _Trainer(target, device, seed)
+    dev = trainer.device
     out.mkdir(parents=True, exist_ok=True)
-    trace = out / TRACE_NAME
-    written: list[bool] = []
-
-    def export(prof: Any) -> None:
-        tmp = out / (".partial." + TRACE_NAME)
-        prof.export_chrome_trace(str(tmp))
-        tmp.replace(trace)
-        written.append(True)
-
-    record = torch.profiler.record_function
+    writer = _TraceWriter(out / TRACE_NAME)
     start = time.perf_counter()
-    with _torch_profile(schedule, dev, export) as prof:
-        batches = _batches(target.train_loader, schedule.total)
-        for step in range(1, schedule.total + 1):
+    with NativeStderr(out / LOG_NAME) as native:
+        try:
+            prof = _torch_profile(schedule, dev, writer)
+            with native.held():
+                prof.__enter__()
             try:
-                with record("dlci/data"):
-                    raw = next(batches)
-                    inputs, targets = as_pair(raw, step - 1)
-                    inputs, targets = to_device(inputs, dev), to_device(targets, dev)
-                if target.train_step is not None:
-                    with record("dlci/train_step"):
-                        target.train_step(model, (inputs, targets), optimizer)
-                else:
-                    with record("dlci/forward"):
-                        outputs = call_model(model, inputs)
-                        loss = target.loss_fn(outputs, targets)
-                    with record("dlci/backward"):
-                        loss.backward()
-                    with record("dlci/optimizer"):
-                        optimizer.step()
-                        optimizer.zero_grad(set_to_none=True)
-            except DlciError:
-                raise
-            except (
-                RuntimeError,
-                TypeError,
-                ValueError,
-                IndexError,
-                KeyError,
-                AttributeError,
-            ) as exc:
-                raise _user_error(step, exc) from None
-            prof.step()
-            if on_step is not None:
-                on_step(step, schedule.total)
+                batches = _batches(target.train_loader, schedule.total)
+                for step in range(1, schedule.total + 1):
+                    trainer.step(batches, step)
+                    with native.held():
+                        prof.step()
+                    if on_step is not None:
+                        on_step(step, schedule.total)
+            finally:
+                with native.held():
+                    prof.__exit__(None, None, None)
+        except BaseException:
+            native.replay()  # what the profiler said may explain the failure
+            native.discard()
+            raise
+        log = native.keep_if_any()
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
-    if not written:
+    if not writer.written:
         raise DlciError("torch.profiler wrote no trace", hint="report this with the log")
     return ProfileResult(
-        trace=trace,
+        trace=writer.path,
         steps=schedule.active,
         device=str(dev),
         cpu_only=dev.type != "cuda",
         wall_time_s=time.perf_counter() - start,
+        log=log,
     )

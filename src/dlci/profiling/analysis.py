@@ -1,0 +1,183 @@
+"""Analyse a trace file, apply the GPU utilization gate, and write the report's files.
+
+The one path behind ``dlci analyze`` and ``dlci profile``: :func:`analyze_trace` reads the
+trace, builds the report (:mod:`dlci.profiling.metrics`), adds the ``--min-gpu-util`` verdict,
+and writes utilization.json, .md and .png where :class:`Destinations` says, telling the caller
+each file as it is written. Nothing here imports torch or matplotlib, except the PNG writer.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dlci.errors import DlciError
+
+REPORT_NAME = "utilization.json"
+MARKDOWN_NAME = "utilization.md"
+PLOT_NAME = "utilization.png"
+STDOUT = "-"  # the JSON destination that means standard output (written by the verb)
+
+
+@dataclass(frozen=True)
+class Destinations:
+    """Where the report's JSON, Markdown and PNG go; None writes nothing of that kind."""
+
+    json: str | None = None
+    markdown: str | None = None
+    plot: str | None = None
+
+    @classmethod
+    def choose(
+        cls,
+        out: str | os.PathLike[str] | None,
+        *,
+        json: str | None = None,
+        markdown: str | None = None,
+        plot: str | None = None,
+    ) -> Destinations:
+        """Paths given one by one win; ``out`` fills in the rest with the usual names.
+
+        >>> Destinations.choose("art", markdown="u.md")
+        Destinations(json='art/utilization.json', markdown='u.md', plot='art/utilization.png')
+        >>> Destinations.choose(None, json="-")
+        Destinations(json='-', markdown=None, plot=None)
+        """
+
+        def pick(given: str | None, name: str) -> str | None:
+            return given or (str(Path(out) / name) if out is not None else None)
+
+        return cls(pick(json, REPORT_NAME), pick(markdown, MARKDOWN_NAME), pick(plot, PLOT_NAME))
+
+
+@dataclass
+class Analysis:
+    """A trace's report, its gate verdict, and the files written from it."""
+
+    report: dict[str, Any]
+    gate: dict[str, Any] | None = None
+    written: list[Path] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        """False only when the gate was asked for and failed."""
+        return self.gate is None or bool(self.gate["passed"])
+
+
+def check_gate(minimum: float | None) -> None:
+    """Refuse a ``--min-gpu-util`` that is not a percentage."""
+    if minimum is not None and not 0 <= minimum <= 100:
+        raise DlciError(
+            f"--min-gpu-util must be a percentage from 0 to 100, got {minimum:g}",
+            hint="for 40% write --min-gpu-util 40",
+        )
+
+
+def analyze_trace(
+    trace: str | os.PathLike[str],
+    destinations: Destinations,
+    *,
+    min_gpu_util: float | None = None,
+    max_size: int | None = None,
+    on_written: Callable[[Path], None] | None = None,
+) -> Analysis:
+    """Read ``trace``, build its report with the gate's verdict, and write its files."""
+    from dlci.profiling.metrics import analyze
+    from dlci.profiling.reader import DEFAULT_MAX_SIZE, read_trace
+
+    check_gate(min_gpu_util)
+    report = analyze(read_trace(trace, max_size=max_size or DEFAULT_MAX_SIZE), source=str(trace))
+    gate = evaluate_gate(report, min_gpu_util)
+    if gate is not None:
+        report["gate"] = gate
+    analysis = Analysis(report, gate)
+
+    def wrote(path: Path) -> None:
+        analysis.written.append(path)
+        if on_written is not None:
+            on_written(path)
+
+    write_reports(report, destinations, on_written=wrote)
+    return analysis
+
+
+def evaluate_gate(report: dict[str, Any], minimum: float | None) -> dict[str, Any] | None:
+    """The --min-gpu-util verdict, with the reasons when it fails."""
+    if minimum is None:
+        return None
+    value = report["gpu_utilization_pct"]
+    if value is None:
+        return {
+            "minimum": minimum,
+            "value": None,
+            "passed": False,
+            "message": "the GPU utilization gate cannot be evaluated: the trace has no GPU work",
+            "hint": "profile on a GPU runner, or leave out --min-gpu-util on the CPU path",
+        }
+    passed = value >= minimum
+    reasons = [r["finding"] for r in report["recommendations"]]
+    message = f"GPU utilization {value:.1f}% is below the minimum of {minimum:g}%"
+    if reasons:
+        message += ": " + "; ".join(reasons)
+    return {
+        "minimum": minimum,
+        "value": value,
+        "passed": passed,
+        "message": message if not passed else f"GPU utilization {value:.1f}% >= {minimum:g}%",
+        "hint": "see the recommendations in utilization.md" if reasons else None,
+    }
+
+
+def write_reports(
+    report: dict[str, Any],
+    destinations: Destinations,
+    *,
+    on_written: Callable[[Path], None] | None = None,
+) -> None:
+    """Write the JSON, Markdown and PNG in that order; a failure keeps the earlier files."""
+    from dlci import jsonio
+    from dlci.fsutil import atomic_write_text
+    from dlci.report import utilization
+
+    done = on_written or (lambda path: None)
+    if destinations.json and destinations.json != STDOUT:
+        done(jsonio.write(destinations.json, report))
+    if destinations.markdown:
+        markdown = utilization.render_markdown(report, gate=report.get("gate"))
+        done(atomic_write_text(destinations.markdown, markdown))
+    if destinations.plot:
+        try:
+            done(utilization.plot(report, Path(destinations.plot)))
+        except ImportError:
+            raise DlciError(
+                "the PNG (--plot, --out) needs matplotlib, which is not installed",
+                hint="pip install 'dl-ci[train]', or leave out --plot",
+            ) from None
+
+
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    """The report in a few console lines (not escaped: the caller prints them through clean)."""
+    steps = report["steps"]
+    lines = [
+        f"{report['trace']['events']:,} events, {steps['count']} profiled steps "
+        f"(mean {steps['mean_step_us'] / 1e3:.2f} ms)"
+    ]
+    if report["gpu_utilization_pct"] is None:
+        lines.append("CPU-only trace, no GPU utilization")
+    for device in report["devices"]:
+        tb = device["temporal_breakdown"]
+        lines.append(
+            f"GPU {device['device']}: utilization {device['gpu_utilization_pct']:.1f}%, "
+            f"busy {device['busy']['busy_pct']:.1f}%, idle {tb['idle_pct']:.1f}% / compute "
+            f"{tb['compute_pct']:.1f}% / non-compute {tb['non_compute_pct']:.1f}%"
+        )
+    phases = report.get("phases", {}).get("pct")
+    if phases:
+        split = ", ".join(f"{k.replace('_', ' ')} {v:.1f}%" for k, v in phases.items())
+        lines.append(f"host step time: {split}")
+    lines += [f"recommendation: {r['finding']}: {r['advice']}" for r in report["recommendations"]]
+    lines += [f"warning: {w}" for w in report["warnings"]]
+    return lines
