@@ -32,7 +32,7 @@ def small_ladder_text() -> str:
 
 
 @pytest.fixture
-def write_ladder(tmp_path: Path):  # type: ignore[no-untyped-def]
+def write_ladder(tmp_path: Path):
     """Write ladder text to ``tmp_path/name`` and return the path."""
 
     def write(text: str, name: str = "ladder.yaml") -> Path:

@@ -21,7 +21,7 @@ class _SlowDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.x)
 
-    def __getitem__(self, i: int):  # type: ignore[no-untyped-def]
+    def __getitem__(self, i: int):
         time.sleep(0.005)
         return self.x[i], self.y[i]
 
@@ -50,7 +50,7 @@ def item_every_step() -> dlci.Target:
     target = healthy()
     losses: list[float] = []
 
-    def train_step(model, batch, optimizer):  # type: ignore[no-untyped-def]
+    def train_step(model, batch, optimizer):
         inputs, targets = batch
         optimizer.zero_grad()
         loss = nn.functional.cross_entropy(model(inputs), targets)
@@ -68,7 +68,7 @@ def fails_at_step_three() -> dlci.Target:
     target = healthy()
     calls: list[int] = []
 
-    def train_step(model, batch, optimizer):  # type: ignore[no-untyped-def]
+    def train_step(model, batch, optimizer):
         calls.append(1)
         if len(calls) == 3:
             raise ValueError("shapes do not match")

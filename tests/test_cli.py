@@ -82,7 +82,7 @@ def test_a_value_that_parses_but_is_wrong_exits_1_without_usage(argv: list[str],
 def test_an_unexpected_error_exits_3_with_a_pointer_to_the_log(
     monkeypatch, tmp_path, capsys
 ) -> None:
-    def boom(verb, argv):  # type: ignore[no-untyped-def]
+    def boom(verb, argv):
         raise ZeroDivisionError("division by zero")
 
     monkeypatch.setattr(cli, "run_verb", boom)
@@ -100,7 +100,7 @@ def test_an_unexpected_error_exits_3_with_a_pointer_to_the_log(
 
 
 def test_ctrl_c_exits_130(monkeypatch, capsys) -> None:
-    def interrupted(verb, argv):  # type: ignore[no-untyped-def]
+    def interrupted(verb, argv):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli, "run_verb", interrupted)
@@ -113,7 +113,7 @@ def test_a_user_error_inside_github_actions_is_also_an_error_annotation(
 ) -> None:
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
 
-    def mistake(verb, argv):  # type: ignore[no-untyped-def]
+    def mistake(verb, argv):
         raise DlciError("bad value\n::set-output name=x::1", hint="fix it", file="a,b.yaml", line=3)
 
     monkeypatch.setattr(cli, "run_verb", mistake)

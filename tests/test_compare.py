@@ -13,7 +13,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits"
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):  # type: ignore[no-untyped-def]
+def runs(tmp_path_factory):
     """Three real runs of the example: a baseline, another seed, and another seed and budget."""
     mp = pytest.MonkeyPatch()
     mp.chdir(EXAMPLE)

@@ -15,7 +15,7 @@ from dlci.cli import main
 from dlci.errors import DlciError
 
 
-def command(tmp_path: Path, **overrides) -> list[str]:  # type: ignore[no-untyped-def]
+def command(tmp_path: Path, **overrides) -> list[str]:
     kwargs = {
         "image": "dl-ci:e2e",
         "name": "dlci-1",
@@ -126,7 +126,7 @@ def test_a_missing_or_unknown_subcommand_is_a_malformed_command_line(capsys) -> 
 
 
 @pytest.fixture
-def fake_docker(tmp_path: Path, monkeypatch):  # type: ignore[no-untyped-def]
+def fake_docker(tmp_path: Path, monkeypatch):
     """A stand-in `docker` first on PATH that runs the given Python body."""
     import os
     import stat
@@ -145,7 +145,7 @@ def fake_docker(tmp_path: Path, monkeypatch):  # type: ignore[no-untyped-def]
 
 def test_the_run_shows_its_command_and_passes_the_exit_code(
     tmp_path: Path, fake_docker, capsys
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     fake_docker("sys.stderr.write('inside: ' + sys.argv[-1] + '\\n'); sys.exit(0)")
     args = ["container", "run", "--image", "img:1", "--workspace", str(tmp_path), "--job", "7"]
     assert main([*args, "--", "--tests", "tests/a b.py"]) == 0
@@ -157,7 +157,7 @@ def test_the_run_shows_its_command_and_passes_the_exit_code(
     assert main([*args]) == 1
 
 
-def test_a_container_that_cannot_start_is_explained(tmp_path: Path, fake_docker, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_a_container_that_cannot_start_is_explained(tmp_path: Path, fake_docker, capsys) -> None:
     fake_docker(
         "sys.stderr.write('docker: Error response from daemon: could not select device driver "
         '"" with capabilities: [[gpu]].\\n\'); sys.exit(125)'

@@ -76,7 +76,7 @@ def test_only_runs_the_named_checks_in_ladder_order() -> None:
 def test_an_error_in_the_users_code_fails_that_check_with_the_error() -> None:
     target = zoo.clean_classification()
 
-    def broken_eval(model, batch):  # type: ignore[no-untyped-def]
+    def broken_eval(model, batch):
         raise KeyError("logits")
 
     target.eval_step = broken_eval

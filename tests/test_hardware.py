@@ -70,7 +70,7 @@ UNNAMED_GPUS = [
 
 
 @pytest.fixture(scope="module")
-def ladder():  # type: ignore[no-untyped-def]
+def ladder():
     return load_ladder()
 
 
@@ -276,7 +276,7 @@ def test_nvml_errors_become_probe_failures(monkeypatch) -> None:
     def fail() -> None:
         raise FakeNvml.NVMLError("Driver Not Loaded")
 
-    fake.nvmlInit = fail  # type: ignore[method-assign]
+    fake.nvmlInit = fail
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     with pytest.raises(hardware.ProbeFailed, match="Driver Not Loaded"):
         hardware.probe_nvml()

@@ -20,7 +20,7 @@ SRC = ROOT / "src"
 VERB_MODULE_LIMIT = 120
 
 
-def _shape_module():  # type: ignore[no-untyped-def]
+def _shape_module():
     spec = importlib.util.spec_from_file_location(
         "code_shape", ROOT / "benchmarks" / "code_shape.py"
     )

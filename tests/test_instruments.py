@@ -9,7 +9,7 @@ import dlci
 import zoo
 
 
-def train(target, steps: int, instruments) -> None:  # type: ignore[no-untyped-def]
+def train(target, steps: int, instruments) -> None:
     model = target.model
     optimizer = target.optimizer(model.parameters())
     batches = iter(list(target.train_loader) * 3)

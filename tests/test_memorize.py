@@ -28,7 +28,7 @@ def blobs(n: int = 32, classes: int = 4) -> list[tuple[torch.Tensor, torch.Tenso
 
 def mlp_target(
     lr: float = 0.05, dropout: float = 0.0, weight_decay: float = 0.0, **kwargs
-) -> Target:  # type: ignore[no-untyped-def]
+) -> Target:
     seed_everything(0)
     model = nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Dropout(dropout), nn.Linear(64, 4))
     return Target(
@@ -79,7 +79,7 @@ def test_a_nan_loss_fails_at_once_naming_the_step() -> None:
     calls = {"n": 0}
     base = nn.CrossEntropyLoss()
 
-    def loss_fn(outputs, targets):  # type: ignore[no-untyped-def]
+    def loss_fn(outputs, targets):
         calls["n"] += 1
         loss = base(outputs, targets)
         return loss * float("nan") if calls["n"] == 4 else loss
@@ -96,7 +96,7 @@ def test_the_time_cap_stops_a_slow_loop_with_the_best_loss() -> None:
     target = mlp_target(lr=1e-6)
     standard = nn.CrossEntropyLoss()
 
-    def slow_step(model, batch, optimizer):  # type: ignore[no-untyped-def]
+    def slow_step(model, batch, optimizer):
         time.sleep(0.05)
         optimizer.zero_grad()
         loss = standard(model(batch[0]), batch[1])
@@ -118,7 +118,7 @@ def test_the_users_own_train_step_is_what_runs() -> None:
     target = mlp_target()
     standard = nn.CrossEntropyLoss()
 
-    def train_step(model, batch, optimizer):  # type: ignore[no-untyped-def]
+    def train_step(model, batch, optimizer):
         seen.append(model.training)
         optimizer.zero_grad()
         loss = standard(model(batch[0]), batch[1])
@@ -158,7 +158,7 @@ def test_a_detached_output_is_explained() -> None:
     target = mlp_target()
     inner = target.model
     target.model = nn.Sequential(inner)
-    target.model.forward = lambda x: inner(x).detach()  # type: ignore[method-assign]
+    target.model.forward = lambda x: inner(x).detach()
     with pytest.raises(DlciError) as info:
         memorize(target, PR)
     assert info.value.message == "step 1: the loss has no gradient"

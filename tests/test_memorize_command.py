@@ -16,7 +16,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits"
 
 
 @pytest.fixture
-def in_example(monkeypatch):  # type: ignore[no-untyped-def]
+def in_example(monkeypatch):
     monkeypatch.chdir(EXAMPLE)
     monkeypatch.syspath_prepend(str(EXAMPLE))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")

@@ -57,7 +57,7 @@ def test_a_deleted_fork_counts_as_a_fork(tmp_path: Path) -> None:
         ("mallory/repo", {"GITHUB_EVENT_NAME": "push"}, False),  # not a pull request
     ],
 )
-def test_what_the_guard_lets_through(tmp_path: Path, head, extra, allow) -> None:  # type: ignore[no-untyped-def]
+def test_what_the_guard_lets_through(tmp_path: Path, head, extra, allow) -> None:
     env = {**event(tmp_path, head), **extra}
     decision = fork_guard(env, allow=allow)
     assert decision["allowed"] is True
@@ -101,7 +101,7 @@ def test_preflight_never_takes_the_torch_probe(tmp_path: Path, capsys) -> None:
 
 
 @pytest.fixture
-def fake_docker(tmp_path: Path, monkeypatch):  # type: ignore[no-untyped-def]
+def fake_docker(tmp_path: Path, monkeypatch):
     """Put a stand-in `docker` first on PATH; it runs the given Python body."""
 
     def install(body: str) -> None:
@@ -115,7 +115,7 @@ def fake_docker(tmp_path: Path, monkeypatch):  # type: ignore[no-untyped-def]
     return install
 
 
-def test_docker_engine_down(fake_docker) -> None:  # type: ignore[no-untyped-def]
+def test_docker_engine_down(fake_docker) -> None:
     fake_docker(
         "sys.stderr.write('Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
         "Is the docker daemon running?\\n'); sys.exit(1)"
@@ -126,20 +126,20 @@ def test_docker_engine_down(fake_docker) -> None:  # type: ignore[no-untyped-def
     assert "systemctl start docker" in info.value.hint
 
 
-def test_docker_permission_denied(fake_docker) -> None:  # type: ignore[no-untyped-def]
+def test_docker_permission_denied(fake_docker) -> None:
     fake_docker("sys.stderr.write('permission denied while trying to connect\\n'); sys.exit(1)")
     with pytest.raises(DlciError) as info:
         check_docker(gpu=False)
     assert "docker group" in info.value.hint
 
 
-def test_a_hanging_docker_is_stopped_by_the_timeout(fake_docker) -> None:  # type: ignore[no-untyped-def]
+def test_a_hanging_docker_is_stopped_by_the_timeout(fake_docker) -> None:
     fake_docker("time.sleep(60)")
     with pytest.raises(DlciError, match="did not answer within 1 s"):
         check_docker(gpu=False, timeout=1.0)
 
 
-def test_a_gpu_without_the_nvidia_runtime(fake_docker) -> None:  # type: ignore[no-untyped-def]
+def test_a_gpu_without_the_nvidia_runtime(fake_docker) -> None:
     fake_docker(
         "print(json.dumps({'ServerVersion': '28.2.2', 'Runtimes': {'runc': {}, 'io.containerd.runc.v2': {}}}))"
     )
@@ -150,7 +150,7 @@ def test_a_gpu_without_the_nvidia_runtime(fake_docker) -> None:  # type: ignore[
     assert "nvidia-ctk runtime configure" in info.value.hint
 
 
-def test_a_gpu_with_the_nvidia_runtime(fake_docker) -> None:  # type: ignore[no-untyped-def]
+def test_a_gpu_with_the_nvidia_runtime(fake_docker) -> None:
     fake_docker(
         "print(json.dumps({'ServerVersion': '28.2.2', 'Runtimes': {'nvidia': {}, 'runc': {}}}))"
     )
@@ -167,7 +167,7 @@ def test_docker_run_errors_are_explained() -> None:
         'docker: Error response from daemon: could not select device driver "" with '
         "capabilities: [[gpu]].\n"
     )
-    assert "NVIDIA Container Toolkit" in explain_docker_run_failure(err).hint  # type: ignore[union-attr]
+    assert "NVIDIA Container Toolkit" in explain_docker_run_failure(err).hint
     assert (
         explain_docker_run_failure("Unable to find image 'x:1' locally\nNo such image") is not None
     )
@@ -197,7 +197,7 @@ def _git(repo: Path, *args: str) -> str:
 
 
 @pytest.fixture
-def pr_with_a_greedy_ladder(tmp_path: Path, monkeypatch):  # type: ignore[no-untyped-def]
+def pr_with_a_greedy_ladder(tmp_path: Path, monkeypatch):
     """A repository whose pull request raises the PR tier's time cap from 3 to 600 minutes."""
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -230,7 +230,7 @@ def _preflight(out: Path, *extra: str) -> dict:
 
 def test_a_pull_request_cannot_raise_its_own_budget(
     pr_with_a_greedy_ladder, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     report = _preflight(tmp_path / "out")
     assert report["tier"]["time_cap_minutes"] == 3  # the base branch's value, not 600
     assert report["ladder"]["verified"] is True
@@ -238,7 +238,7 @@ def test_a_pull_request_cannot_raise_its_own_budget(
     assert Path(report["ladder"]["used"]).name == "ladder-from-base.yaml"
 
 
-def test_without_the_base_commit_a_ceiling_applies(pr_with_a_greedy_ladder, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_without_the_base_commit_a_ceiling_applies(pr_with_a_greedy_ladder, tmp_path: Path) -> None:
     _repo, payload = pr_with_a_greedy_ladder
     payload["pull_request"]["base"]["sha"] = "0" * 40  # not in this (shallow) checkout
     Path(os.environ["GITHUB_EVENT_PATH"]).write_text(json.dumps(payload))

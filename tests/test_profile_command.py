@@ -318,7 +318,7 @@ def test_analyze_keeps_earlier_outputs_when_a_later_one_fails(
 # ---------------------------------------------------------------------------- diff
 
 
-def _report(tmp_path: Path, name: str, **kwargs) -> Path:  # type: ignore[no-untyped-def]
+def _report(tmp_path: Path, name: str, **kwargs) -> Path:
     trace = training_trace(**kwargs).write(tmp_path / f"{name}.json")
     out = tmp_path / f"{name}.utilization.json"
     assert main(["analyze", str(trace), "--json", str(out), "--quiet"]) == 0

@@ -50,7 +50,7 @@ PROJECT = {
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch) -> Path:  # type: ignore[no-untyped-def]
+def project(tmp_path: Path, monkeypatch) -> Path:
     root = tmp_path / "proj"
     for name, text in PROJECT.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -128,9 +128,9 @@ def test_the_auto_install_command(project: Path) -> None:
     from dlci.action.job import install_command
 
     cmd = install_command("auto")
-    assert cmd[-2:] == ["-e", "."] and "--no-build-isolation" in cmd  # type: ignore[index]
+    assert cmd[-2:] == ["-e", "."] and "--no-build-isolation" in cmd
     (project / "requirements.txt").write_text("")
-    assert install_command("auto")[-4:] == ["-r", "requirements.txt", "-e", "."]  # type: ignore[index]
+    assert install_command("auto")[-4:] == ["-r", "requirements.txt", "-e", "."]
     assert install_command("none") is None
     assert install_command("make deps") == "make deps"
 

@@ -36,18 +36,18 @@ def tier() -> dict:
     }
 
 
-def write(folder: Path, name: str, data) -> None:  # type: ignore[no-untyped-def]
+def write(folder: Path, name: str, data) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     text = data if isinstance(data, str) else json.dumps(data)
     (folder / name).write_text(text)
 
 
-def step(name: str, status: str, **extra) -> dict:  # type: ignore[no-untyped-def]
+def step(name: str, status: str, **extra) -> dict:
     return {"name": name, "status": status, "duration_s": 1.5, **extra}
 
 
 @pytest.fixture
-def github(tmp_path: Path, monkeypatch):  # type: ignore[no-untyped-def]
+def github(tmp_path: Path, monkeypatch):
     summary, outputs = tmp_path / "summary.md", tmp_path / "outputs.txt"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     monkeypatch.setenv("GITHUB_OUTPUT", str(outputs))
@@ -56,7 +56,7 @@ def github(tmp_path: Path, monkeypatch):  # type: ignore[no-untyped-def]
     return summary, outputs
 
 
-def test_a_passing_job(tmp_path: Path, github, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_a_passing_job(tmp_path: Path, github, capsys) -> None:
     summary, outputs = github
     art = tmp_path / "art"
     write(art, "preflight.json", {"passed": True, "gpu": False, "tier": tier()})
@@ -82,7 +82,7 @@ def test_a_passing_job(tmp_path: Path, github, capsys) -> None:  # type: ignore[
     assert "::error" not in capsys.readouterr().out
 
 
-def test_a_failing_job_names_every_failure(tmp_path: Path, github, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_a_failing_job_names_every_failure(tmp_path: Path, github, capsys) -> None:
     summary, _outputs = github
     art = tmp_path / "art"
     write(art, "preflight.json", {"passed": True, "gpu": False, "tier": tier()})
@@ -100,7 +100,7 @@ def test_a_failing_job_names_every_failure(tmp_path: Path, github, capsys) -> No
     assert main(["summary", "--artifacts", str(art), "--no-fail"]) == 0
 
 
-def test_an_interrupted_step_is_named(tmp_path: Path, github) -> None:  # type: ignore[no-untyped-def]
+def test_an_interrupted_step_is_named(tmp_path: Path, github) -> None:
     summary, _ = github
     art = tmp_path / "art"
     write(art, "preflight.json", {"passed": True, "tier": tier()})
@@ -113,7 +113,7 @@ def test_an_interrupted_step_is_named(tmp_path: Path, github) -> None:  # type: 
     assert "| memorize | ⛔ interrupted | 1.5 s |" in text
 
 
-def test_a_refused_preflight_is_the_summary(tmp_path: Path, github) -> None:  # type: ignore[no-untyped-def]
+def test_a_refused_preflight_is_the_summary(tmp_path: Path, github) -> None:
     summary, _ = github
     art = tmp_path / "art"
     write(
@@ -125,13 +125,13 @@ def test_a_refused_preflight_is_the_summary(tmp_path: Path, github) -> None:  # 
     assert "- preflight: refusing to run a pull request from a fork" in summary.read_text()
 
 
-def test_nothing_ran_at_all(tmp_path: Path, github) -> None:  # type: ignore[no-untyped-def]
+def test_nothing_ran_at_all(tmp_path: Path, github) -> None:
     summary, _ = github
     assert main(["summary", "--artifacts", str(tmp_path / "missing")]) == 1
     assert "did not run" in summary.read_text()
 
 
-def test_report_text_cannot_inject_workflow_commands(tmp_path: Path, github, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_report_text_cannot_inject_workflow_commands(tmp_path: Path, github, capsys) -> None:
     _, outputs = github
     art = tmp_path / "art"
     write(art, "preflight.json", {"passed": True, "tier": tier()})
@@ -153,7 +153,7 @@ def test_outputs_heredoc_for_multiline_values() -> None:
     assert text.startswith("tier<<")
 
 
-def test_a_cuda_out_of_memory_failure_is_called_that(tmp_path: Path, github, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_a_cuda_out_of_memory_failure_is_called_that(tmp_path: Path, github, capsys) -> None:
     art = tmp_path / "art"
     write(art, "preflight.json", {"passed": True, "tier": tier()})
     write(art, "run.json", {"kind": "run", "steps": [step("tests", "failed")]})
@@ -214,7 +214,7 @@ def hostile_artifacts(art: Path) -> None:
     )
 
 
-def test_hostile_names_cannot_break_the_summary(tmp_path: Path, github) -> None:  # type: ignore[no-untyped-def]
+def test_hostile_names_cannot_break_the_summary(tmp_path: Path, github) -> None:
     summary, _ = github
     art = tmp_path / "art"
     hostile_artifacts(art)
@@ -227,7 +227,7 @@ def test_hostile_names_cannot_break_the_summary(tmp_path: Path, github) -> None:
     assert "- `x::::error::x \\| # &lt;b&gt;\\n::y`: \\| \\# &lt;b&gt;\\\\n::error::z" in text
 
 
-def test_the_hostile_names_check_catches_a_raw_render(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_the_hostile_names_check_catches_a_raw_render(tmp_path: Path, monkeypatch) -> None:
     """The control case: the same artifacts rendered without escaping fail every check."""
     import dlci.report.summary as renderer
     from dlci.action.summary import collect
@@ -253,7 +253,7 @@ def test_the_table_check_catches_a_split_row() -> None:
 
 def test_annotations_outside_actions_are_clean_lines(
     tmp_path: Path, github, monkeypatch, capsys
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     monkeypatch.setenv("GITHUB_ACTIONS", "false")
     art = tmp_path / "art"
     hostile_artifacts(art)

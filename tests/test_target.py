@@ -13,7 +13,7 @@ from dlci.memorization.target import Target, load_target, resolve_spec
 
 
 @pytest.fixture
-def project(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+def project(tmp_path, monkeypatch):
     """A throwaway project directory, importable and the working directory."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -7,7 +7,7 @@ import json
 from dlci.cli import main
 
 
-def read_outputs(path) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def read_outputs(path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in path.read_text().splitlines())
 
 
@@ -137,7 +137,7 @@ NO_GPU_PROBES = (
 )
 
 
-def fake_machine(monkeypatch, *, gpu: bool) -> None:  # type: ignore[no-untyped-def]
+def fake_machine(monkeypatch, *, gpu: bool) -> None:
     """Detection answers at once, as on a GPU runner (or a runner without one); a 40-column log."""
     from dlci import hardware
     from dlci.hardware import GpuInfo, HardwareInfo

@@ -310,7 +310,7 @@ def write_large(path: Path, target_bytes: int, *, seed_steps: int = 50) -> tuple
     written = events = 0
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "wb") as raw:
-        out = io.BufferedWriter(raw, buffer_size=1 << 20)  # type: ignore[arg-type]
+        out = io.BufferedWriter(raw, buffer_size=1 << 20)
         out.write(b"{\n" + header + b'  "traceEvents": [\n')
         written += len(header) + 20
         rep = 0

@@ -22,7 +22,7 @@ def _blobs(n: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
     return centers[labels] + torch.randn(n, 10, generator=g), labels
 
 
-def _loaders(x, y, *, shuffle: bool = True):  # type: ignore[no-untyped-def]
+def _loaders(x, y, *, shuffle: bool = True):
     cut = int(len(y) * 0.8)
     g = torch.Generator().manual_seed(0)
     train = DataLoader(TensorDataset(x[:cut], y[:cut]), batch_size=32, shuffle=shuffle, generator=g)
@@ -49,7 +49,7 @@ class MLP(nn.Module):
 
 def classification(
     *, model: nn.Module | None = None, lr: float = 3e-3, shuffle: bool = True, x_y=None, **kwargs
-) -> dlci.Target:  # type: ignore[no-untyped-def]
+) -> dlci.Target:
     torch.manual_seed(0)
     x, y = x_y if x_y is not None else _blobs()
     train, val = _loaders(x, y, shuffle=shuffle)
@@ -90,7 +90,7 @@ def regression(*, squeeze: bool = True) -> dlci.Target:
     )
 
 
-def standard_step(model, batch, optimizer):  # type: ignore[no-untyped-def]
+def standard_step(model, batch, optimizer):
     model.train()
     optimizer.zero_grad()
     loss = nn.functional.cross_entropy(model(batch[0]), batch[1])
@@ -99,7 +99,7 @@ def standard_step(model, batch, optimizer):  # type: ignore[no-untyped-def]
     return loss
 
 
-def evaluate(model, batch):  # type: ignore[no-untyped-def]
+def evaluate(model, batch):
     model.eval()
     return model(batch[0])
 
@@ -120,7 +120,7 @@ def clean_regression() -> dlci.Target:
 
 
 def no_zero_grad() -> dlci.Target:
-    def step(model, batch, optimizer):  # type: ignore[no-untyped-def]
+    def step(model, batch, optimizer):
         loss = nn.functional.cross_entropy(model(batch[0]), batch[1])
         loss.backward()  # the planted bug: no optimizer.zero_grad()
         optimizer.step()

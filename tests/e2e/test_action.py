@@ -96,7 +96,7 @@ def stand_in_actions(tmp_path: Path) -> dict[str, Path]:
 
 def act(
     act_bin: Path, tmp_path: Path, repo: Path, *extra: str, kit: Path | None = None, **kwargs
-) -> ActRun:  # type: ignore[no-untyped-def]
+) -> ActRun:
     args = ["--secret", f"RUNNER_SECRET={SECRET}", *extra]
     for ref, folder in stand_in_actions(tmp_path).items():
         args += ["--local-repository", f"{ref}={folder}"]
@@ -108,7 +108,7 @@ def act(
 
 
 @pytest.fixture
-def no_job_containers(docker_engine: str):  # type: ignore[no-untyped-def]
+def no_job_containers(docker_engine: str):
     """No container labelled by a dl-ci job may be left by the test (others may run)."""
 
     def listed() -> set[str]:

@@ -18,24 +18,24 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
 
 
-def test_dlci_runs_as_an_arbitrary_uid(kit) -> None:  # type: ignore[no-untyped-def]
+def test_dlci_runs_as_an_arbitrary_uid(kit) -> None:
     proc = kit.run("dlci", "--version")
     assert proc.stdout.strip() == f"dlci {dlci.__version__}"
 
 
-def test_torch_imports_as_an_arbitrary_uid_and_matches_torch_spec(kit) -> None:  # type: ignore[no-untyped-def]
+def test_torch_imports_as_an_arbitrary_uid_and_matches_torch_spec(kit) -> None:
     proc = kit.run("python", "-c", "import torch; print(torch.__version__)")
     version = Version(proc.stdout.strip())
     spec = Requirement(os.environ.get("TORCH_SPEC", "torch==2.13.0")).specifier
     assert spec.contains(version, prereleases=True), (version, spec)
 
 
-def test_the_image_runs_as_dlci_uid_1000_by_default(kit) -> None:  # type: ignore[no-untyped-def]
+def test_the_image_runs_as_dlci_uid_1000_by_default(kit) -> None:
     proc = kit.run("id", "-u", user=None)
     assert proc.stdout.strip() == "1000"
 
 
-def test_home_caches_and_venv_are_writable_by_an_arbitrary_uid(kit) -> None:  # type: ignore[no-untyped-def]
+def test_home_caches_and_venv_are_writable_by_an_arbitrary_uid(kit) -> None:
     # A uid in no passwd file: HOME, XDG_CACHE_HOME and MPLCONFIGDIR come from the image,
     # getpass works through USER, and pip can add a package to the venv.
     script = r"""
@@ -60,7 +60,7 @@ python -c 'import e2e_probe; print(e2e_probe.__file__)'
 @pytest.mark.parametrize(
     "user", ["12345:12345", f"{os.getuid()}:{os.getgid()}"], ids=["arbitrary", "host"]
 )
-def test_a_file_written_into_a_bind_mount_belongs_to_the_given_uid(  # type: ignore[no-untyped-def]
+def test_a_file_written_into_a_bind_mount_belongs_to_the_given_uid(
     kit, tmp_path: Path, user: str
 ) -> None:
     out = tmp_path / "out"
@@ -75,12 +75,12 @@ def test_a_file_written_into_a_bind_mount_belongs_to_the_given_uid(  # type: ign
     assert (made.stat().st_uid, made.stat().st_gid) == (uid, gid)
 
 
-def test_the_container_has_no_network(kit) -> None:  # type: ignore[no-untyped-def]
+def test_the_container_has_no_network(kit) -> None:
     proc = kit.run("python", "-c", "import socket; print(socket.if_nameindex())")
     assert "eth0" not in proc.stdout, proc.stdout
 
 
-def test_no_container_is_left_behind(kit) -> None:  # type: ignore[no-untyped-def]
+def test_no_container_is_left_behind(kit) -> None:
     kit.run("true")
     failed = kit.run("sh", "-c", "exit 3", check=False)
     assert failed.returncode == 3

@@ -56,7 +56,7 @@ runs:
 """
 
 
-def act(act_bin: Path, tmp_path: Path, repo: Path, kit: Path, *extra: str, **kwargs) -> ActRun:  # type: ignore[no-untyped-def]
+def act(act_bin: Path, tmp_path: Path, repo: Path, kit: Path, *extra: str, **kwargs) -> ActRun:
     """act with the example as written: uploads on (to a stand-in that records the name)."""
     args = ["--secret", f"RUNNER_SECRET={SECRET}", "--local-repository", f"org/dl-ci@v1={kit}"]
     for ref, folder in stand_in_actions(tmp_path).items():

@@ -15,7 +15,6 @@ from pathlib import Path
 from dlci.commands import _common
 from dlci.errors import EXIT_USAGE, DlciError
 
-
 USAGE = (
     "usage: dlci container {build,run,cleanup} ...\n\n"
     "Build or pull the job's image, run `dlci run` in it, clean up (host side).\n"

@@ -25,14 +25,11 @@ from dlci.memorization.stepping import (
     loss_value,
     optimizer_hparams,
     switch_off_regularization,
-    user_error,
 )
 from dlci.memorization.target import Target
 
 StepCallback = Callable[[int, float, float], None]  # (step, loss, best loss)
 StartCallback = Callable[[list[str]], None]  # the changes made before the first step
-
-_user_error = user_error  # its old name here, which dlci.profiling.capture still imports
 
 
 @dataclass(frozen=True)
