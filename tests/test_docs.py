@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from dlci.cli import VERBS
@@ -54,3 +55,18 @@ def test_every_utilization_report_key_is_documented(tmp_path) -> None:
     for key in report["devices"][0]:
         if key not in ("device", "name", "gpu_utilization"):
             assert f"`devices[].{key}`" in doc, key
+
+
+def test_the_architecture_doc_names_every_module() -> None:
+    doc = (ROOT / "docs" / "architecture.md").read_text("utf-8")
+    families = next(line for line in doc.splitlines() if "<family>.py" in line)
+    families += next(line for line in doc.splitlines()[doc.splitlines().index(families) + 1 :])
+    missing = []
+    for path in sorted((ROOT / "src" / "dlci").rglob("*.py")):
+        if path.name in ("__init__.py", "__main__.py"):
+            continue
+        in_family = path.parent.name == "checks" and re.search(rf"\b{path.stem}\b", families)
+        a_verb = path.parent.name == "commands" and path.stem.replace("_", "-") in VERBS
+        if path.name not in doc and not in_family and not a_verb:
+            missing.append(str(path.relative_to(ROOT)))
+    assert missing == []

@@ -91,3 +91,60 @@ def test_the_shape_check_can_fail(tmp_path: Path) -> None:
         ("long_one", False),
         ("said_why", True),
     ]
+
+
+# The rooms from the bottom up: a module imports only from its own room or a lower one
+# (docs/architecture.md draws the same order). Function-level imports count too.
+LEVELS = {
+    "errors": 0, "fsutil": 0, "jsonio": 0, "progress": 0, "__version__": 0,
+    "report": 1,
+    "hardware": 2,
+    "ladder": 3,
+    "memorization": 4,
+    "checks": 5, "profiling": 5,
+    "action": 6,
+    "commands": 7, "pytest_plugin": 7,
+    "cli": 8, "__main__": 9,
+}  # fmt: skip
+
+
+def upward_imports(root: Path) -> list[str]:
+    """Imports from a room above the importing module's own room."""
+
+    def room(module: str) -> str:
+        parts = module.split(".")
+        return parts[1] if len(parts) > 1 else "__version__"
+
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        module = ".".join(path.with_suffix("").relative_to(root.parent).parts)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = (
+                    [node.module]
+                    if node.module != "dlci"
+                    else [f"dlci.{a.name}" for a in node.names]
+                )
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                if name.startswith("dlci.") and LEVELS[room(name)] > LEVELS[room(module)]:
+                    found.append(f"{module} imports {name}")
+    return found
+
+
+def test_every_import_points_down_the_house() -> None:
+    assert set(LEVELS) >= {
+        p.stem if p.is_file() else p.name
+        for p in (SRC / "dlci").iterdir()
+        if p.suffix == ".py" or (p / "__init__.py").exists()
+    } - {"__init__"}
+    assert upward_imports(SRC / "dlci") == []
+
+
+def test_the_import_check_can_fail(tmp_path: Path) -> None:
+    (tmp_path / "dlci" / "ladder").mkdir(parents=True)
+    (tmp_path / "dlci" / "ladder" / "load.py").write_text("from dlci.action.image import build\n")
+    assert upward_imports(tmp_path / "dlci") == ["dlci.ladder.load imports dlci.action.image"]

@@ -193,7 +193,7 @@ def test_the_nightly_example_runs_a_matrix_and_compares_with_last_night() -> Non
     assert dlci["with"]["artifact-name"] == "nightly"  # + class + job id, by the action
     compare = job["steps"][-1]
     assert compare["if"].startswith("always()")
-    assert "dlci diff" in compare["run"] and "gh run download" in compare["run"]
+    assert "dlci compare-profiles" in compare["run"] and "gh run download" in compare["run"]
     assert "nightly-$HARDWARE_CLASS-*" in compare["run"]
     uses_are_pinned(data)
 

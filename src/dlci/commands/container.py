@@ -75,7 +75,7 @@ def _run(argv: list[str]) -> int:
     p.add_argument("--workspace", default=os.environ.get("GITHUB_WORKSPACE", "."), metavar="DIR")
     p.add_argument("--workdir", default=".", metavar="DIR", help="relative to the workspace")
     p.add_argument(
-        "--gpus", default="auto", help="auto (all when a GPU was found), all, none, device=N"
+        "--gpus", default="auto", help="auto (all if a GPU was found), all, none, device=N"
     )
     p.add_argument(
         "--shm-size", default="", help="give the container this /dev/shm instead of --ipc=host"
@@ -90,9 +90,7 @@ def _run(argv: list[str]) -> int:
     p.add_argument(
         "--memory", default="", help="the container's memory limit (docker run --memory), e.g. 16g"
     )
-    p.add_argument(
-        "--gpu-found", default="", help="true/false from dlci preflight (for --gpus auto)"
-    )
+    p.add_argument("--gpu-found", default="", help="true/false from preflight (for --gpus auto)")
     p.add_argument("inner", nargs="*", metavar="-- ARGS", help="arguments of dlci run")
     args = p.parse_args(argv)
 

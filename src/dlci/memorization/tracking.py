@@ -1,7 +1,7 @@
 """Where a run's configuration and metrics go: TensorBoard by default, Weights & Biases on request.
 
 A run records its configuration (tier, seed, hardware, library versions, hyperparameters)
-beside its metrics, so two runs can be compared later (``dlci compare``).
+beside its metrics, so two runs can be compared later (``dlci compare-runs``).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from dlci import jsonio
 from dlci.errors import DlciError
+from dlci.report.runs import flatten
 
 TRACKERS = ("tensorboard", "wandb", "none")
 
@@ -144,19 +145,3 @@ def make_tracker(kind: str, directory: Path, name: str) -> Tracker:
     raise DlciError(
         f"--tracker: unknown tracker {kind!r}", hint=f"choose from {', '.join(TRACKERS)}"
     )
-
-
-def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dicts as dotted keys.
-
-    >>> flatten({"tier": {"budget": "pr", "max_loss": 1.0}, "seed": 0})
-    {'tier.budget': 'pr', 'tier.max_loss': 1.0, 'seed': 0}
-    """
-    flat: dict[str, Any] = {}
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flatten(value, name + "."))
-        else:
-            flat[name] = value
-    return flat

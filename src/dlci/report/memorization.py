@@ -41,7 +41,7 @@ def _cudnn_version(torch: Any) -> str | None:
 
 
 def run_config(*, tier: dict[str, Any], seed: int, target: str, result: Any) -> dict[str, Any]:
-    """What defines a run, for tracking and ``dlci compare``: one place, so both agree."""
+    """What defines a run, for tracking and ``dlci compare-runs``: one place, so both agree."""
     return {
         "target": target,
         "seed": seed,

@@ -11,8 +11,6 @@ METRICS = ("verdict", "best_loss", "best_step", "final_loss", "steps", "wall_tim
 
 def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """The differing configuration values, the metrics side by side, and a warning if due."""
-    from dlci.memorization.tracking import flatten
-
     config_a, config_b = flatten(a["config"]), flatten(b["config"])
     changed = {
         key: {"a": config_a.get(key), "b": config_b.get(key)}
@@ -71,3 +69,19 @@ def show(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return "-" if value is None else clean(value)
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as dotted keys.
+
+    >>> flatten({"tier": {"budget": "pr", "max_loss": 1.0}, "seed": 0})
+    {'tier.budget': 'pr', 'tier.max_loss': 1.0, 'seed': 0}
+    """
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
