@@ -23,7 +23,9 @@ from collections.abc import Iterable, Sequence
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\x1b"}
 # what can start markup inside a line; "<", ">" and "&" go through _HTML
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]|#~$])")  # "$": GitHub renders $x$ as math
+_MD_SPECIAL = re.compile(r"([\\`*\[\]|#~$])")  # "$": GitHub renders $x$ as math
+# "_" opens emphasis only at a word's edge (GFM), so snake_case names stay readable in the .md
+_MD_UNDERSCORE = re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
 _HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}
 
 
@@ -59,10 +61,13 @@ def clean(text: object, *, limit: int | None = None) -> str:
 def md(text: object, *, limit: int | None = None) -> str:
     """Outside text for Markdown prose or a table cell: no markup, no HTML, one line.
 
+    >>> md("test_zz_hog.py _x_")
+    'test_zz_hog.py \\\\_x\\\\_'
     >>> md("| # <script>alert(1)</script> **x**")
     '\\\\| \\\\# &lt;script&gt;alert(1)&lt;/script&gt; \\\\*\\\\*x\\\\*\\\\*'
     """
     escaped = _MD_SPECIAL.sub(r"\\\1", clean(text, limit=limit))
+    escaped = _MD_UNDERSCORE.sub(r"\\_", escaped)
     return "".join(_HTML.get(char, char) for char in escaped)
 
 
