@@ -505,3 +505,184 @@ def test_a_hung_nvidia_smi_refuses_the_job(tmp_path: Path) -> None:
     done = hook(env, "started")
     assert done.returncode == 1
     assert "nvidia-smi failed or hung for 1s" in done.stdout
+
+
+def test_a_bad_cache_limit_is_refused(tmp_path: Path) -> None:
+    env = hook_env(tmp_path, 20)
+    env["DLCI_CACHE_MAX_GB"] = "50GB"
+    done = hook(env, "caches")
+    assert done.returncode == 2
+    assert "the trusted cache's maximum size must be a number of GB, not '50GB'" in done.stderr
+    env = {**hook_env(tmp_path, 20), "DLCI_UNTRUSTED_CACHE_MAX_AGE_DAYS": "1.5"}
+    done = hook(env, "caches")
+    assert done.returncode == 2
+    assert "maximum age must be a whole number of days, not '1.5'" in done.stderr
+
+
+def test_job_completed_prunes_caches_untrusted_first(tmp_path: Path) -> None:
+    """The order of the prune (the real engine's verdicts: tests/e2e/test_container_commands.py)."""
+    done = hook(hook_env(tmp_path, 20), "completed")
+    assert done.returncode == 0, done.stderr
+    calls = docker_calls(tmp_path).splitlines()
+    untrusted = "volume ls --quiet --filter label=dlci.cache=untrusted --filter dangling=true"
+    trusted = "volume ls --quiet --filter label=dlci.cache=trusted --filter dangling=true"
+    assert calls.index(untrusted) < calls.index(trusted)
+
+
+def test_a_full_disk_removes_every_unused_untrusted_cache_first(tmp_path: Path) -> None:
+    done = hook(hook_env(tmp_path, 91), "disk")
+    assert done.returncode == 0, done.stderr
+    assert "removing every unused untrusted cache volume" in done.stdout
+    calls = docker_calls(tmp_path)
+    assert calls.index("label=dlci.cache=untrusted") < calls.index("image prune")
+
+
+# --- setup.sh verifies the runner tarball's SHA-256 before unpacking it
+
+MACHINE = {"x86_64": "linux-x64", "aarch64": "linux-arm64"}.get(os.uname().machine, "linux-x64")
+OTHER = "linux-arm64" if MACHINE == "linux-x64" else "linux-x64"
+
+
+def fake_github(tmp_path: Path, release: dict | None) -> tuple[dict[str, str], str]:
+    """PATH with a stand-in curl serving a runner tarball and a release's JSON; the sha256."""
+    import hashlib
+    import io
+    import tarfile
+
+    served = tmp_path / "served"
+    served.mkdir()
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        script = b"#!/bin/sh\necho configured\n"
+        info = tarfile.TarInfo("config.sh")
+        info.size, info.mode = len(script), 0o755
+        tar.addfile(info, io.BytesIO(script))
+    (served / "runner.tar.gz").write_bytes(buffer.getvalue())
+    if release is not None:
+        (served / "release.json").write_text(json.dumps(release))
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(exist_ok=True)
+    stand_in(
+        bin_,
+        "curl",
+        f"""out=""; url=""
+while [ "$#" -gt 0 ]; do
+  case $1 in -o) out=$2 && shift ;; -*) ;; *) url=$1 ;; esac
+  shift
+done
+echo "$url" >> {tmp_path / "curl-calls"}
+case $url in
+https://api.github.com/repos/actions/runner/releases/*)
+  [ -f {served / "release.json"} ] || exit 22
+  cat {served / "release.json"} ;;
+https://github.com/actions/runner/releases/download/*) cp {served / "runner.tar.gz"} "$out" ;;
+*) exit 22 ;;
+esac""",
+    )
+    env = {**os.environ, "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("DLCI_RUNNER_SHA256", None)
+    return env, hashlib.sha256(buffer.getvalue()).hexdigest()
+
+
+def release_notes(version: str, shas: dict[str, str]) -> dict:
+    """A release as GitHub's API gives it: the checksums between markers in the notes' body."""
+    lines = [f"Commit 0123{'9' * 60} fixes a bug"]  # another 64-digit hex string, not a checksum
+    for platform, sha in shas.items():
+        name = f"actions-runner-{platform}-{version}.tar.gz"
+        lines.append(f"- {name} <!-- BEGIN SHA {platform} -->{sha}<!-- END SHA {platform} -->")
+    return {"tag_name": f"v{version}", "body": "\n".join(lines)}
+
+
+def download(env: dict[str, str], runner: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return setup(env, "download", "--dir", str(runner), *args)
+
+
+def test_a_runner_whose_checksum_matches_the_release_notes_is_unpacked(tmp_path: Path) -> None:
+    env, sha = fake_github(tmp_path, None)
+    release = release_notes("2.999.0", {OTHER: "f" * 64, MACHINE: sha})
+    (tmp_path / "served" / "release.json").write_text(json.dumps(release))
+    runner = tmp_path / "runner"
+    done = download(env, runner, "--runner-version", "2.999.0")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"SHA-256 {sha} matches the release notes of v2.999.0" in done.stdout
+    assert sorted(p.name for p in runner.iterdir()) == ["config.sh"]  # unpacked, tarball gone
+    calls = (tmp_path / "curl-calls").read_text().split()
+    assert calls[0].endswith("/releases/tags/v2.999.0")
+
+
+def test_latest_takes_the_version_and_checksum_from_the_latest_release(tmp_path: Path) -> None:
+    env, sha = fake_github(tmp_path, None)
+    release = release_notes("2.999.1", {MACHINE: sha})
+    (tmp_path / "served" / "release.json").write_text(json.dumps(release))
+    done = download(env, tmp_path / "runner", "--runner-version", "latest")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"actions-runner-{MACHINE}-2.999.1.tar.gz SHA-256 {sha} matches" in done.stdout
+    assert (tmp_path / "curl-calls").read_text().split()[0].endswith("/releases/latest")
+
+
+def test_control_a_mismatching_checksum_is_refused_and_nothing_unpacked(tmp_path: Path) -> None:
+    """Control: the same download with a checksum the tarball does not have is refused."""
+    env, sha = fake_github(tmp_path, release_notes("2.999.0", {MACHINE: "a" * 64}))
+    runner = tmp_path / "runner"
+    done = download(env, runner, "--runner-version", "2.999.0")
+    assert done.returncode == 1
+    assert (
+        f"runner setup: error: the runner tarball actions-runner-{MACHINE}-2.999.0.tar.gz has "
+        f"SHA-256 {sha}, but the release notes of v2.999.0 gives {'a' * 64}: refusing to unpack "
+        "it (deleted; a corrupted or tampered download)" in done.stderr
+    )
+    assert list(runner.iterdir()) == []
+
+
+def test_the_pinned_version_is_checked_against_the_pinned_table(tmp_path: Path) -> None:
+    """The default version's checksum is setup.sh's own: the release notes are not asked, and a
+    tarball that is not the real 2.329.0 (this test's) is refused."""
+    env, sha = fake_github(tmp_path, release_notes("2.329.0", {MACHINE: "0" * 64}))
+    runner = tmp_path / "runner"
+    done = download(env, runner)
+    assert done.returncode == 1
+    assert f"has SHA-256 {sha}, but setup.sh's pinned table gives" in done.stderr
+    assert list(runner.iterdir()) == []
+    calls = (tmp_path / "curl-calls").read_text().split()
+    assert calls == [
+        "https://github.com/actions/runner/releases/download/v2.329.0/"
+        f"actions-runner-{MACHINE}-2.329.0.tar.gz"
+    ]
+    # the admin's override is the one way past a table entry
+    done = download({**env, "DLCI_RUNNER_SHA256": sha.upper()}, runner)
+    assert done.returncode == 0, done.stderr
+    assert f"SHA-256 {sha} matches DLCI_RUNNER_SHA256" in done.stdout
+
+
+@pytest.mark.parametrize("served", ["no-markers", "no-release", "not-json"])
+def test_a_missing_checksum_is_refused_unless_the_admin_sets_one(
+    tmp_path: Path, served: str
+) -> None:
+    release = None if served == "no-release" else {"tag_name": "v2.999.0", "body": "notes"}
+    env, sha = fake_github(tmp_path, release)
+    if served == "not-json":
+        (tmp_path / "served" / "release.json").write_text("<html>rate limited</html>")
+    runner = tmp_path / "runner"
+    done = download(env, runner, "--runner-version", "2.999.0")
+    assert done.returncode == 1
+    assert (
+        f"no SHA-256 is known for actions-runner-{MACHINE}-2.999.0.tar.gz (not pinned in "
+        "setup.sh, and the release notes of v2.999.0 give none or could not be read): "
+        "refusing to unpack an unverified runner; set DLCI_RUNNER_SHA256" in done.stderr
+    )
+    assert not runner.exists() or list(runner.iterdir()) == []
+    assert "releases/download" not in (tmp_path / "curl-calls").read_text()  # not even fetched
+    done = download({**env, "DLCI_RUNNER_SHA256": sha}, runner, "--runner-version", "2.999.0")
+    assert done.returncode == 0, done.stderr
+    assert (runner / "config.sh").exists()
+
+
+def test_the_pinned_table_holds_real_looking_checksums_for_both_platforms() -> None:
+    text = (RUNNER / "setup.sh").read_text()
+    version = re.search(r"^runner_version=(\S+)", text, re.M)
+    assert version
+    for platform in ("linux-x64", "linux-arm64"):
+        row = re.search(
+            rf"^  {re.escape(version[1])}-{platform}\) echo ([0-9a-f]{{64}}) ;;$", text, re.M
+        )
+        assert row, platform

@@ -4,9 +4,11 @@
 #   cleanup-hook.sh started     ACTIONS_RUNNER_HOOK_JOB_STARTED: refuse the job on a sick GPU
 #                               (a non-zero exit fails the job before any step runs)
 #   cleanup-hook.sh completed   ACTIONS_RUNNER_HOOK_JOB_COMPLETED: stale containers removed,
+#                               dl-ci's cache volumes pruned by age and size (untrusted first),
 #                               old images pruned when the disk is fuller than the threshold,
 #                               GPU health reported
 #   cleanup-hook.sh disk        just the disk check and prune
+#   cleanup-hook.sh caches      just the cache volumes' prune
 # The runner runs a hook by its path, with no arguments: with none, the mode comes from the
 # script's name (setup.sh installs it as dlci-job-started.sh and dlci-job-completed.sh).
 #
@@ -18,6 +20,16 @@
 #   DLCI_STALE_AFTER       remove stopped containers older than this (default 1h)
 #   DLCI_GPU_TIMEOUT       seconds nvidia-smi may take before the GPU counts as hung (default 30)
 #   DLCI_KEEP_LABEL        images with this label are kept (default dlci.keep)
+# dl-ci's cache volumes (labels dlci.cache=trusted|untrusted and dlci.cache.created=<epoch
+# seconds>, set by `dlci container run`) that no container uses are removed when older than
+# the age or larger than the size below; untrusted ones (pull requests) first, with tighter
+# limits, and all of them when the disk is over the threshold:
+#   DLCI_CACHE_MAX_AGE_DAYS            trusted caches: days since creation (default 7)
+#   DLCI_CACHE_MAX_GB                  trusted caches: size in GB, decimals allowed (default 50)
+#   DLCI_UNTRUSTED_CACHE_MAX_AGE_DAYS  untrusted caches: days since creation (default 1)
+#   DLCI_UNTRUSTED_CACHE_MAX_GB        untrusted caches: size in GB (default 10)
+#   DLCI_CACHE_SELECT      one more `docker volume ls --filter` the volumes must match
+#                          (default: none, every dl-ci cache volume; the tests use a label)
 set -euo pipefail
 
 threshold=${DLCI_DISK_THRESHOLD:-80}
@@ -25,6 +37,9 @@ prune_until=${DLCI_PRUNE_UNTIL:-72h}
 stale_after=${DLCI_STALE_AFTER:-1h}
 gpu_timeout=${DLCI_GPU_TIMEOUT:-30}
 keep_label=${DLCI_KEEP_LABEL:-dlci.keep}
+cache_select=${DLCI_CACHE_SELECT:-}
+declare -A cache_max_age=([trusted]=${DLCI_CACHE_MAX_AGE_DAYS:-7} [untrusted]=${DLCI_UNTRUSTED_CACHE_MAX_AGE_DAYS:-1})
+declare -A cache_max_gb=([trusted]=${DLCI_CACHE_MAX_GB:-50} [untrusted]=${DLCI_UNTRUSTED_CACHE_MAX_GB:-10})
 
 say() { echo "dl-ci hook: $*"; }
 warn() { echo "::warning::dl-ci hook: $*"; }
@@ -32,6 +47,13 @@ warn() { echo "::warning::dl-ci hook: $*"; }
 case $threshold in
 '' | *[!0-9]*) echo "dl-ci hook: DLCI_DISK_THRESHOLD must be a whole percent, not '$threshold'" >&2 && exit 2 ;;
 esac
+for trust in trusted untrusted; do
+  case ${cache_max_age[$trust]} in
+  '' | *[!0-9]*) echo "dl-ci hook: the $trust cache's maximum age must be a whole number of days, not '${cache_max_age[$trust]}'" >&2 && exit 2 ;;
+  esac
+  [[ ${cache_max_gb[$trust]} =~ ^[0-9]+([.][0-9]+)?$ ]] \
+    || { echo "dl-ci hook: the $trust cache's maximum size must be a number of GB, not '${cache_max_gb[$trust]}'" >&2 && exit 2; }
+done
 
 # Percent used of the file system holding DIR, from POSIX df output.
 percent_used() {
@@ -50,6 +72,8 @@ disk() {
     ;;
   esac
   if [ "$used" -ge "$threshold" ]; then
+    say "disk: $root is ${used}% full (threshold ${threshold}%): removing every unused untrusted cache volume"
+    prune_caches untrusted 0 0
     say "disk: $root is ${used}% full (threshold ${threshold}%): pruning unused images created more than $prune_until ago (not labelled $keep_label)"
     docker image prune --all --force --filter "until=$prune_until" --filter "label!=$keep_label" || warn "image prune failed"
     docker builder prune --force --filter "until=$prune_until" >/dev/null 2>&1 || true
@@ -60,6 +84,58 @@ disk() {
   else
     say "disk: $root is ${used}% full (threshold ${threshold}%): nothing to prune"
   fi
+}
+
+# Bytes from Docker's human-readable size (decimal units: 0B, 12.3kB, 1.05MB, 4.2GB).
+to_bytes() {
+  awk -v s="$1" 'BEGIN {
+    split("B kB KB MB GB TB PB", u, " "); split("1 1e3 1e3 1e6 1e9 1e12 1e15", f, " ")
+    n = s + 0; unit = s; sub(/^[0-9.]+/, "", unit)
+    for (i in u) if (u[i] == unit) { printf "%.0f\n", n * f[i]; exit 0 }
+    exit 1
+  }'
+}
+
+# Remove TRUST's cache volumes that no container uses and are older than MAX_AGE days or
+# larger than MAX_GB (0 0: every unused one).
+prune_caches() {
+  local trust=$1 max_age=$2 max_gb=$3 now limit sizes names name created size bytes why
+  now=$(date +%s)
+  limit=$(awk -v g="$max_gb" 'BEGIN { printf "%.0f\n", g * 1e9 }')
+  local filters=(--filter "label=dlci.cache=$trust" --filter dangling=true)
+  [ -z "$cache_select" ] || filters+=(--filter "$cache_select")
+  names=$(docker volume ls --quiet "${filters[@]}") || {
+    warn "caches: could not list the $trust cache volumes"
+    return 0
+  }
+  [ -n "$names" ] || return 0
+  sizes=$(docker system df -v --format '{{range .Volumes}}{{.Name}} {{.Size}}\n{{end}}' 2>/dev/null) || sizes=""
+  for name in $names; do
+    created=$(docker volume inspect --format '{{index .Labels "dlci.cache.created"}}' "$name" 2>/dev/null) || created=""
+    case $created in
+    '' | *[!0-9]*) created=$(date -d "$(docker volume inspect --format '{{.CreatedAt}}' "$name")" +%s 2>/dev/null) || created=$now ;;
+    esac
+    size=$(awk -v n="$name" '$1 == n { print $2 }' <<<"$sizes")
+    bytes=$(to_bytes "${size:-0B}") || bytes=0
+    why=""
+    if [ $((now - created)) -ge $((max_age * 86400)) ]; then
+      why="created $(((now - created) / 86400)) day(s) ago, limit $max_age"
+    elif [ "$bytes" -gt "$limit" ]; then
+      why="${size} used, limit ${max_gb}GB"
+    fi
+    [ -n "$why" ] || continue
+    if docker volume rm "$name" >/dev/null 2>&1; then
+      say "caches: removed the $trust cache volume $name ($why)"
+    else
+      warn "caches: could not remove the $trust cache volume $name ($why)"
+    fi
+  done
+}
+
+# Untrusted caches first and more eagerly (tighter defaults), then trusted ones.
+caches() {
+  prune_caches untrusted "${cache_max_age[untrusted]}" "${cache_max_gb[untrusted]}"
+  prune_caches trusted "${cache_max_age[trusted]}" "${cache_max_gb[trusted]}"
 }
 
 containers() {
@@ -110,12 +186,14 @@ started)
   ;;
 completed)
   containers
+  caches
   disk
   gpu_health || true # reported; the next job's started hook refuses to run if it persists
   ;;
 disk) disk ;;
+caches) caches ;;
 *)
-  echo "usage: $0 started|completed|disk" >&2
+  echo "usage: $0 started|completed|disk|caches" >&2
   exit 2
   ;;
 esac

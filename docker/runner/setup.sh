@@ -6,13 +6,16 @@
 #   docker/runner/setup.sh --dry-run --url URL      # print what it would do, change nothing
 #   docker/runner/setup.sh labels                   # print the labels this machine gets
 #   docker/runner/setup.sh check                    # driver, toolkit and `docker run --gpus all`
+#   docker/runner/setup.sh download --dir DIR       # just step 4's download, verified, unpacked
 #
 # Steps:
 #   1. the NVIDIA driver: `nvidia-smi -L` lists a GPU, then /dev/nvidia* exist
 #   2. the NVIDIA Container Toolkit: verified (nvidia-ctk), else installed from NVIDIA's apt
 #      repository, Docker configured for it; then `docker run --rm --gpus all IMAGE nvidia-smi -L`
 #   3. labels from `dlci hardware`: self-hosted, gpu and the hardware class (e.g. a100)
-#   4. the runner: downloaded, registered with --ephemeral (one job, then it deregisters),
+#   4. the runner: downloaded, its SHA-256 verified before it is unpacked (a pinned table for
+#      the pinned version, else the release notes' published checksum, or DLCI_RUNNER_SHA256;
+#      with none known it is refused), registered with --ephemeral (one job, then it deregisters),
 #      with the job hooks (job-started: GPU health; job-completed: cleanup-hook.sh), and a
 #      systemd service that registers it again after every job (a fresh token from
 #      --token-command each time)
@@ -27,21 +30,24 @@
 #   --group GROUP          the runner group (organization runners)
 #   --dir DIR              where the runner lives (default /opt/actions-runner)
 #   --user USER            the user that runs jobs (default: actions; in the docker group)
-#   --runner-version V     actions/runner release (default: the latest, looked up)
+#   --runner-version V     actions/runner release (default: the pinned 2.329.0; `latest` looks
+#                          it up; the runner updates itself after registering)
 #   --check-image IMAGE    the image for the `docker run --gpus all` check
 #                          (default: nvidia/cuda:12.4.1-base-ubuntu22.04)
 #   --skip-toolkit         do not install the toolkit (verify only)
 #   --dry-run              print every change instead of making it; checks still run
 # Environment: DLCI (the dlci command; default: dlci on PATH, else a venv under --dir with
 #   this checkout of dl-ci installed), DLCI_PROBES (default nvml,nvidia-smi),
-#   DLCI_NVIDIA_DEV_DIR (where to look for nvidia* device nodes; default /dev).
+#   DLCI_NVIDIA_DEV_DIR (where to look for nvidia* device nodes; default /dev),
+#   DLCI_RUNNER_SHA256 (the runner tarball's SHA-256, from its release page: overrides the
+#   pinned table and the release notes; needed where neither knows the version).
 set -euo pipefail
 shopt -s inherit_errexit # a failure inside $(...) stops the script too
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 kit_root=$(cd "$here/../.." && pwd)
 
-runner_version=latest # resolved from GitHub's releases; GitHub refuses too old a runner
+runner_version=2.329.0 # pinned: its checksums are in pinned_sha256; it updates itself
 url=""
 token_file=""
 token_command=""
@@ -79,7 +85,7 @@ usage() {
 
 while [ "$#" -gt 0 ]; do
   case $1 in
-  labels | check | setup) mode=$1 ;;
+  labels | check | setup | download) mode=$1 ;;
   --url) url=${2:?--url needs a value} && shift ;;
   --token-file) token_file=${2:?--token-file needs a value} && shift ;;
   --token-command) token_command=${2:?--token-command needs a value} && shift ;;
@@ -208,7 +214,103 @@ custom_labels() {
   echo "gpu,$class${extra_labels:+,$extra_labels}"
 }
 
-# 4. The runner, registered as ephemeral, with the hooks and a service that re-registers it.
+# 4. The runner, verified, registered as ephemeral, with the hooks and a service that
+# re-registers it.
+
+# The SHA-256 of actions/runner's tarballs, as its release notes publish them
+# (<!-- BEGIN SHA linux-x64 -->...<!-- END SHA linux-x64 -->), for the versions pinned here.
+pinned_sha256() {
+  case $1 in
+  2.329.0-linux-x64) echo 194f1e1e4bd02f80b7e9633fc546084d8d4e19f3928a324d512ea53430102e1d ;;
+  2.329.0-linux-arm64) echo 56768348b3d643a6a29d4ad71e9bdae0dc0ef1eb01afe0f7a8ee097b039bfaaf ;;
+  2.320.0-linux-x64) echo 93ac1b7ce743ee85b5d386f5c1787385ef07b3d7c728ff66ce0d3813d5f46900 ;;
+  2.320.0-linux-arm64) echo bec1832fe6d2ed75acf4b7d8f2ce1169239a913b84ab1ded028076c9fa5091b8 ;;
+  *) return 1 ;;
+  esac
+}
+
+runner_platform() {
+  case $(uname -m) in
+  x86_64) echo linux-x64 ;;
+  aarch64) echo linux-arm64 ;;
+  *) die "no actions/runner build for $(uname -m)" ;;
+  esac
+}
+
+# An actions/runner release's JSON from GitHub's API: `latest` or a version.
+release_json() {
+  local which=tags/v$1
+  [ "$1" != latest ] || which=latest
+  curl -fsSL "https://api.github.com/repos/actions/runner/releases/$which"
+}
+
+# KEY of a release's JSON on stdin: `version` (tag_name without v) or a platform's checksum
+# between the release notes' markers (nothing when the markers are missing).
+release_field() {
+  python3 -c '
+import json, re, sys
+release, key = json.load(sys.stdin), sys.argv[1]
+if key == "version":
+    print(str(release["tag_name"]).lstrip("v"))
+else:
+    marks = re.escape(f"<!-- BEGIN SHA {key} -->"), re.escape(f"<!-- END SHA {key} -->")
+    found = re.search(marks[0] + r"\s*([0-9a-fA-F]{64})\s*" + marks[1], release.get("body") or "")
+    print(found.group(1).lower() if found else "")
+' "$1"
+}
+
+# Download the runner into $runner_dir, verify its SHA-256, and only then unpack it.
+fetch_runner() {
+  local platform release="" tarball expected="" source actual part
+  platform=$(runner_platform) || exit 1
+  if [ "$runner_version" = latest ]; then
+    if [ "$dry_run" = 1 ]; then
+      say "runner: would look up the latest actions/runner release and its checksum"
+      runner_version=LATEST
+    else
+      if ! release=$(release_json latest) || ! runner_version=$(release_field version <<<"$release"); then
+        die "could not look up the latest actions/runner release; give --runner-version"
+      fi
+    fi
+  fi
+  tarball=actions-runner-$platform-$runner_version.tar.gz
+  if [ -n "${DLCI_RUNNER_SHA256:-}" ]; then
+    expected=$DLCI_RUNNER_SHA256 source=DLCI_RUNNER_SHA256
+  elif expected=$(pinned_sha256 "$runner_version-$platform"); then
+    source="setup.sh's pinned table"
+  elif [ "$dry_run" = 1 ]; then
+    source="the release notes of v$runner_version (looked up when not a dry run)"
+  else
+    source="the release notes of v$runner_version"
+    [ -n "$release" ] || release=$(release_json "$runner_version") || release=""
+    [ -z "$release" ] || expected=$(release_field "$platform" <<<"$release") || expected=""
+    [ -n "$expected" ] || die "no SHA-256 is known for $tarball (not pinned in setup.sh, and the release notes of v$runner_version give none or could not be read): refusing to unpack an unverified runner; set DLCI_RUNNER_SHA256 to the checksum on https://github.com/actions/runner/releases/tag/v$runner_version"
+  fi
+  expected=${expected,,}
+  if [ -n "$expected" ] || [ "$dry_run" = 0 ]; then
+    [[ $expected =~ ^[0-9a-f]{64}$ ]] || die "the SHA-256 from $source is not 64 hex digits: '$expected'"
+  fi
+  local url=https://github.com/actions/runner/releases/download/v$runner_version/$tarball
+  if [ "$dry_run" = 1 ]; then
+    echo "would run: curl -fsSL -o $runner_dir/$tarball $url"
+    echo "would verify: the SHA-256 ${expected:+$expected }from $source, then unpack into $runner_dir"
+    return 0
+  fi
+  part=$runner_dir/$tarball.part
+  mkdir -p "$runner_dir"
+  curl -fsSL -o "$part" "$url" || {
+    rm -f "$part"
+    die "could not download $url"
+  }
+  actual=$(sha256sum "$part" | cut -d ' ' -f 1)
+  if [ "$actual" != "$expected" ]; then
+    rm -f "$part"
+    die "the runner tarball $tarball has SHA-256 $actual, but $source gives $expected: refusing to unpack it (deleted; a corrupted or tampered download)"
+  fi
+  say "runner: $tarball SHA-256 $actual matches $source"
+  tar -xzf "$part" -C "$runner_dir"
+  rm -f "$part"
+}
 read_token() {
   if [ -n "$token_command" ]; then
     bash -c "$token_command"
@@ -221,34 +323,15 @@ read_token() {
 }
 
 register() {
-  local labels=$1 arch tarball
+  local labels=$1
   [ -n "$url" ] || die "--url is needed: https://github.com/OWNER/REPO or https://github.com/ORG"
-  case $(uname -m) in
-  x86_64) arch=x64 ;;
-  aarch64) arch=arm64 ;;
-  *) die "no actions/runner build for $(uname -m)" ;;
-  esac
-  if [ "$runner_version" = latest ] && [ ! -x "$runner_dir/config.sh" ]; then
-    if [ "$dry_run" = 1 ]; then
-      say "runner: would look up the latest actions/runner release"
-      runner_version=LATEST
-    else
-      runner_version=$(curl -fsSL https://api.github.com/repos/actions/runner/releases/latest \
-        | python3 -c 'import json, sys; print(json.load(sys.stdin)["tag_name"].lstrip("v"))') \
-        || die "could not look up the latest actions/runner release; give --runner-version"
-    fi
-  fi
-  tarball=actions-runner-linux-$arch-$runner_version.tar.gz
   if ! id "$runner_user" >/dev/null 2>&1; then
     change useradd --create-home --shell /bin/bash "$runner_user"
   fi
   change usermod -aG docker "$runner_user"
   change mkdir -p "$runner_dir"
   if [ ! -x "$runner_dir/config.sh" ]; then
-    change curl -fsSL -o "$runner_dir/$tarball" \
-      "https://github.com/actions/runner/releases/download/v$runner_version/$tarball"
-    change tar -xzf "$runner_dir/$tarball" -C "$runner_dir"
-    change rm -f "$runner_dir/$tarball"
+    fetch_runner
     change "$runner_dir/bin/installdependencies.sh"
   fi
   # the hooks: the runner runs them around every job (ACTIONS_RUNNER_HOOK_JOB_*)
@@ -352,6 +435,7 @@ check)
   check_driver
   check_toolkit
   ;;
+download) fetch_runner ;;
 setup)
   [ "$dry_run" = 1 ] || [ "$(id -u)" = 0 ] || die "run as root (or with --dry-run to see what it would do)"
   check_driver

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -121,6 +122,7 @@ def test_a_failing_job_in_the_container_is_exit_1(kit_image: str, tmp_path: Path
 
 
 def test_foreign_files_are_found_and_given_back(root: None, tmp_path: Path, monkeypatch) -> None:
+    """A root runner gives files back on the host itself (os.lchown), with no container."""
     (tmp_path / "ok.txt").write_text("x")
     (tmp_path / "root.txt").write_text("x")
     os.chown(tmp_path / "root.txt", 4321, 4321)
@@ -132,3 +134,183 @@ def test_foreign_files_are_found_and_given_back(root: None, tmp_path: Path, monk
     )
     assert (tmp_path / "root.txt").stat().st_uid == 0
     assert foreign_files(tmp_path, 0) == []
+    report = json.loads((tmp_path / "o" / "cleanup.json").read_text())
+    assert report["ownership_method"] == "root" and report["ownership_restored"] == 1
+
+
+# --- cleanup never runs the pull request's image as root (issue 13, item 7)
+
+RUNNER_UID = 23456  # a runner user that is not root: cleanup cannot lchown on the host
+STRANGER_UID = 4321  # the owner of the files the job left behind
+MARKER = "PWNED-BY-CHOWN"
+
+
+@pytest.fixture
+def evil_image(kit_image: str, tmp_path_factory: pytest.TempPathFactory):
+    """A job image, as a pull request's Dockerfile could make it: its `chown` writes a marker.
+
+    The marker lands in the mounted workspace, owned by whoever ran it (uid 0 = root).
+    """
+    context = tmp_path_factory.mktemp("evil")
+    chown = context / "chown"
+    chown.write_text(f"#!/bin/sh\nid -u > /w/{MARKER}\nexit 0\n")
+    chown.chmod(0o755)
+    (context / "Dockerfile").write_text(
+        "FROM dlci-e2e-base:bookworm\nCOPY chown /usr/local/bin/chown\n"
+    )
+    tag = "dlci-e2e-evil-chown:latest"
+    subprocess.run(["docker", "build", "-q", "-t", tag, str(context)], check=True, timeout=300)
+    yield tag
+    subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, check=False)
+
+
+def _workspace_with_foreign_files(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    (ws / "build").mkdir(parents=True)
+    for path in (ws / "build" / "a.bin", ws / "build" / "b.bin", ws / "mine.txt"):
+        path.write_text("x")
+    for path in [ws, ws / "mine.txt"]:
+        os.chown(path, RUNNER_UID, RUNNER_UID)
+    for path in [ws / "build", ws / "build" / "a.bin", ws / "build" / "b.bin"]:
+        os.chown(path, STRANGER_UID, STRANGER_UID)
+    return ws
+
+
+def _cleanup_as_runner(ws: Path, out: Path, monkeypatch, *extra: str) -> dict:
+    monkeypatch.setattr(os, "getuid", lambda: RUNNER_UID)
+    monkeypatch.setattr(os, "getgid", lambda: RUNNER_UID)
+    monkeypatch.setenv("DLCI_JOB_ID", "")
+    argv = ["container", "cleanup", "--workspace", str(ws), "--out", str(out), *extra]
+    assert main(argv) == 0
+    return json.loads((out / "cleanup.json").read_text())
+
+
+def test_cleanup_never_runs_the_job_image_as_root(
+    root: None, evil_image: str, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """The job's image (built from the PR's Dockerfile) is not used to give files back."""
+    ws = _workspace_with_foreign_files(tmp_path)
+    monkeypatch.delenv("DLCI_CLEANUP_IMAGE", raising=False)
+    report = _cleanup_as_runner(ws, tmp_path / "out", monkeypatch, "--image", evil_image)
+    assert not (ws / MARKER).exists()  # the image's chown never ran
+    assert report["ownership_method"] == "none"
+    assert report["foreign_files"] == 3 and report["foreign_left"] == 3
+    assert report["ownership_restored"] == 0
+    assert report["foreign_sample"] == ["build", "build/a.bin", "build/b.bin"]
+    err = capsys.readouterr().err
+    assert "note: --image is no longer used by cleanup" in err
+    assert "3 file(s) in the workspace are owned by another user and were left" in err
+    assert "DLCI_CLEANUP_IMAGE" in err
+    assert (ws / "build" / "a.bin").stat().st_uid == STRANGER_UID  # left, not given back
+
+
+def test_control_the_old_cleanup_ran_the_job_image_s_chown_as_root(
+    root: None, evil_image: str, tmp_path: Path
+) -> None:
+    """Control: the old cleanup's command line runs the PR's `chown` as root; the marker appears."""
+    ws = _workspace_with_foreign_files(tmp_path)
+    old = ["docker", "run", "--rm", "--user", "0:0", "-v", f"{ws}:/w", "--entrypoint", "chown"]
+    old += [evil_image, "-R", f"{RUNNER_UID}:{RUNNER_UID}", "/w"]
+    subprocess.run(old, check=True, capture_output=True, timeout=120)
+    assert (ws / MARKER).read_text().strip() == "0"  # the PR's code ran as root
+
+
+def test_a_trusted_cleanup_image_gives_files_back(
+    root: None, evil_image: str, tmp_path: Path, monkeypatch
+) -> None:
+    """DLCI_CLEANUP_IMAGE (the runner's admin's image) restores ownership; --image stays unused."""
+    ws = _workspace_with_foreign_files(tmp_path)
+    (ws / "build" / "link").symlink_to("/etc/hostname")  # -h: the link, never its target
+    os.lchown(ws / "build" / "link", STRANGER_UID, STRANGER_UID)
+    monkeypatch.setenv("DLCI_CLEANUP_IMAGE", "dlci-e2e-base:bookworm")
+    report = _cleanup_as_runner(ws, tmp_path / "out", monkeypatch, "--image", evil_image)
+    assert not (ws / MARKER).exists()
+    assert report["ownership_method"] == "image"
+    assert report["foreign_files"] == 4 and report["ownership_restored"] == 4
+    assert report["foreign_left"] == 0
+    assert all(p.lstat().st_uid == RUNNER_UID for p in [ws, *ws.rglob("*")])
+
+
+# --- the job-completed hook prunes dl-ci's cache volumes (issue 13, item 2)
+
+DAY = 86400
+
+
+def _cache_volume(name: str, trust: str, age_days: float, select: str) -> None:
+    created = int(time.time() - age_days * DAY)
+    argv = ["docker", "volume", "create", "--label", f"dlci.cache={trust}"]
+    argv += ["--label", f"dlci.cache.created={created}", "--label", select, name]
+    subprocess.run(argv, check=True, capture_output=True, timeout=60)
+
+
+def test_the_hook_prunes_old_and_large_cache_volumes_untrusted_first(
+    kit_image: str, tmp_path: Path
+) -> None:
+    """Real volumes, real engine: which dl-ci caches the job-completed hook's prune removes."""
+    run = uuid.uuid4().hex[:8]
+    select = f"dlci.e2e.t4prune={run}"  # only this test's volumes are candidates
+    want = {  # name: (trust, age in days, megabytes written, removed?)
+        "untrusted-2d": ("untrusted", 2, 0, True),  # untrusted: 1 day is enough
+        "untrusted-fresh": ("untrusted", 0, 0, False),
+        "untrusted-big": ("untrusted", 0, 3, True),  # over the untrusted size limit
+        "trusted-8d": ("trusted", 8, 0, True),  # over DLCI_CACHE_MAX_AGE_DAYS
+        "trusted-2d": ("trusted", 2, 0, False),  # what removes an untrusted one keeps it
+        "trusted-big": ("trusted", 0, 3, True),  # over DLCI_CACHE_MAX_GB
+        "trusted-fresh": ("trusted", 0, 1, False),  # control: fresh, under the limits
+        "trusted-8d-in-use": ("trusted", 8, 0, False),  # a container still uses it
+    }
+    names = {key: f"dlci-e2e-{run}-{key}" for key in want}
+    user = None
+    try:
+        for key, (trust, age, mb, _) in want.items():
+            _cache_volume(names[key], trust, age, select)
+            if mb:
+                fill = ["docker", "run", "--rm", "--user", "0:0", "--entrypoint", "sh"]
+                fill += ["-v", f"{names[key]}:/c", kit_image, "-c"]
+                subprocess.run(
+                    [*fill, f"head -c {mb * 1_000_000} /dev/urandom > /c/blob"],
+                    check=True,
+                    capture_output=True,
+                    timeout=120,
+                )
+        user = subprocess.run(
+            ["docker", "create", "-v", f"{names['trusted-8d-in-use']}:/c", kit_image, "true"],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout.strip()
+        env = {
+            **os.environ,
+            "DLCI_CACHE_SELECT": f"label={select}",
+            "DLCI_CACHE_MAX_GB": "0.0025",  # 2.5 MB: the 3 MB caches are over it, 1 MB is not
+            "DLCI_UNTRUSTED_CACHE_MAX_GB": "0.0025",
+        }
+        hook = ROOT / "docker" / "runner" / "cleanup-hook.sh"
+        start = time.perf_counter()
+        done = subprocess.run(
+            ["bash", str(hook), "caches"], env=env, capture_output=True, text=True, timeout=300
+        )
+        print(f"cache prune: {time.perf_counter() - start:.1f} s")
+        assert done.returncode == 0, done.stdout + done.stderr
+        left = subprocess.run(
+            ["docker", "volume", "ls", "--quiet", "--filter", f"label={select}"],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout.split()
+        removed = {key for key, name in names.items() if name not in left}
+        assert removed == {key for key, spec in want.items() if spec[3]}, done.stdout
+        out = done.stdout
+        assert (
+            f"removed the untrusted cache volume {names['untrusted-2d']} (created 2 day(s)" in out
+        )
+        assert f"{names['trusted-big']} (3MB used, limit 0.0025GB)" in out
+        assert out.index("untrusted cache volume") < out.index("the trusted cache volume")
+    finally:
+        if user:
+            subprocess.run(["docker", "rm", "-f", user], capture_output=True, timeout=60)
+        subprocess.run(
+            ["docker", "volume", "rm", "-f", *names.values()], capture_output=True, timeout=60
+        )

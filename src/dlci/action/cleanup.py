@@ -1,12 +1,19 @@
 """After the job: remove its containers, give the workspace back, find GPU memory left in use.
 
 Host-side (the runner), never imports torch. A self-hosted runner is reused by the next job,
-so what this job leaves behind (a stuck container, root-owned files, a process holding GPU
-memory) is found and undone here, and recorded in ``cleanup.json``.
+so what this job leaves behind (a stuck container, files owned by another user, a process
+holding GPU memory) is found and undone here, and recorded in ``cleanup.json``.
+
+No code that the pull request controls runs as root here: the job's image may be built from
+a Dockerfile the pull request edits, so it is never used to give files back. Ownership is
+restored by ``os.lchown`` when the runner runs as root, else by ``chown`` in the image the
+runner's admin names in ``DLCI_CLEANUP_IMAGE`` (the runner's environment, never an input),
+else the files are reported and left.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -16,30 +23,49 @@ from typing import Any
 from dlci.action.container import JOB_LABEL
 from dlci.action.image import docker
 
+#: the runner's environment variable naming a trusted image with ``chown`` (docs/runner.md)
+CLEANUP_IMAGE_ENV = "DLCI_CLEANUP_IMAGE"
+#: how many of the files left to another user the report names
+SAMPLE = 5
+#: what `dlci container cleanup --image` prints: the option is accepted and ignored
+IMAGE_IGNORED = (
+    "note: --image is no longer used by cleanup: the job's image is never run as root "
+    f"(a trusted one comes from {CLEANUP_IMAGE_ENV} in the runner's environment, docs/runner.md)"
+)
 
-def cleanup(job: str, workspace: Path, image: str = "") -> dict[str, Any]:
-    """Undo what the job left; the ``cleanup`` report (``image``: a shell to run chown in)."""
+
+def cleanup(job: str, workspace: Path, cleanup_image: str | None = None) -> dict[str, Any]:
+    """Undo what the job left; the ``cleanup`` report.
+
+    ``cleanup_image``: the trusted image to run ``chown`` in when the runner is not root;
+    None reads ``DLCI_CLEANUP_IMAGE``. The job's own image is never used for this.
+    """
     removed = remove_containers(job)
     uid, gid = os.getuid(), os.getgid()
     foreign = foreign_files(workspace, uid)
-    fixed = restore_ownership(foreign, workspace, image, uid, gid) if foreign else 0
+    image = os.environ.get(CLEANUP_IMAGE_ENV, "") if cleanup_image is None else cleanup_image
+    method = restore_ownership(foreign, workspace, image, uid, gid) if foreign else "none"
+    left = foreign_files(workspace, uid) if foreign and method != "none" else foreign
     return {
         "schema_version": 1,
         "kind": "cleanup",
         "job": job,
         "containers_removed": len(removed),
         "foreign_files": len(foreign),
-        "ownership_restored": fixed,
+        "ownership_restored": len(foreign) - len(left),
+        "ownership_method": method,
+        "foreign_left": len(left),
+        "foreign_sample": [os.path.relpath(p, workspace) for p in left[:SAMPLE]],
         "gpu_processes": gpu_processes(),
     }
 
 
-def describe(report: dict[str, Any]) -> tuple[str, str | None]:
-    """The line that sums up a cleanup report, and a warning when GPU memory is still in use.
+def describe(report: dict[str, Any]) -> tuple[str, list[str]]:
+    """The line that sums up a cleanup report, and its warnings (files left, GPU memory).
 
     >>> describe({"containers_removed": 1, "foreign_files": 2, "ownership_restored": 2,
     ...           "gpu_processes": [{"pid": 7, "used_memory_mib": 512}]})[1]
-    'GPU memory still in use after the job: 512 MiB by 1 process(es)'
+    ['GPU memory still in use after the job: 512 MiB by 1 process(es)']
     """
     processes = report["gpu_processes"]
     line = (
@@ -47,13 +73,31 @@ def describe(report: dict[str, Any]) -> tuple[str, str | None]:
         f"{report['foreign_files']} file(s) owned by another user "
         f"({report['ownership_restored']} restored), {len(processes)} GPU process(es) still running"
     )
-    if not processes:
-        return line, None
-    used = sum(p.get("used_memory_mib", 0) for p in processes)
-    return (
-        line,
-        f"GPU memory still in use after the job: {used} MiB by {len(processes)} process(es)",
-    )
+    warnings = []
+    left = report.get("foreign_left", 0)
+    if left:
+        sample = list(report.get("foreign_sample") or [])
+        named = ", ".join(sample) + (", ..." if left > len(sample) else "")
+        why = {
+            "image": f"chown in {CLEANUP_IMAGE_ENV} did not give them back (is the image on "
+            "the runner, with chown?)",
+            "root": "lchown failed on them",
+        }.get(
+            str(report.get("ownership_method")),
+            f"to give them back, run the runner as root or set {CLEANUP_IMAGE_ENV} in the "
+            "runner's environment to a trusted image with chown (docs/runner.md): the job's "
+            "own image is never run as root",
+        )
+        warnings.append(
+            f"{left} file(s) in the workspace are owned by another user and were left as they "
+            f"are ({named}); {why}"
+        )
+    if processes:
+        used = sum(p.get("used_memory_mib", 0) for p in processes)
+        warnings.append(
+            f"GPU memory still in use after the job: {used} MiB by {len(processes)} process(es)"
+        )
+    return line, warnings
 
 
 def remove_containers(job: str) -> list[str]:
@@ -67,23 +111,27 @@ def remove_containers(job: str) -> list[str]:
     return ids
 
 
-def restore_ownership(foreign: list[str], workspace: Path, image: str, uid: int, gid: int) -> int:
-    """Give ``foreign`` files back to uid:gid: directly as root, else by chown in ``image``."""
+def restore_ownership(foreign: list[str], workspace: Path, image: str, uid: int, gid: int) -> str:
+    """Give ``foreign`` files back to uid:gid; how: ``root``, ``image`` or ``none``.
+
+    As root: ``os.lchown`` on the host, no container. Otherwise ``chown -R -h`` in ``image``,
+    a trusted image the runner's admin named (never the job's), with no network and only the
+    capabilities chown needs. Without either: ``none``, the files are left and reported.
+    """
     if uid == 0:
-        fixed = 0
         for path in foreign:
-            try:
+            with contextlib.suppress(OSError):
                 os.lchown(path, uid, gid)
-                fixed += 1
-            except OSError:
-                pass
-        return fixed
+        return "root"
     if not image or not shutil.which("docker"):
-        return 0
-    chown = ["run", "--rm", "--user", "0:0", "-v", f"{workspace.resolve()}:/w"]
-    chown += ["--entrypoint", "chown", image, "-R", f"{uid}:{gid}", "/w"]
-    done = docker(chown, timeout=600, check=False)
-    return len(foreign) if done.returncode == 0 else 0
+        return "none"
+    chown = ["run", "--rm", "--network", "none", "--user", "0:0", "--cap-drop", "ALL"]
+    for cap in ("CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER"):
+        chown += ["--cap-add", cap]
+    chown += ["--security-opt", "no-new-privileges", "-v", f"{workspace.resolve()}:/w"]
+    chown += ["--entrypoint", "chown", image, "-R", "-h", f"{uid}:{gid}", "/w"]
+    docker(chown, timeout=600, check=False)
+    return "image"
 
 
 def foreign_files(workspace: Path, uid: int, limit: int = 100_000) -> list[str]:
