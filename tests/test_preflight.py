@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import sys
 from pathlib import Path
@@ -222,20 +223,22 @@ def pr_with_a_greedy_ladder(tmp_path: Path, monkeypatch):
     return repo, payload
 
 
-def _preflight(out: Path, *extra: str) -> dict:
-    args = ["preflight", "--no-docker", "--ladder", "ladder.yaml", "--budget", "pr"]
-    assert main([*args, "--hardware", "cpu", "--out", str(out), *extra]) == 0
+def _preflight(out: Path, *extra: str, ladder: str = "ladder.yaml", hw: str = "cpu") -> dict:
+    args = ["preflight", "--no-docker", "--ladder", ladder, "--budget", "pr"]
+    assert main([*args, "--hardware", hw, "--out", str(out), *extra]) == 0
     return json.loads((out / "preflight.json").read_text())
 
 
 def test_a_pull_request_cannot_raise_its_own_budget(
     pr_with_a_greedy_ladder, tmp_path: Path
 ) -> None:
+    _repo, payload = pr_with_a_greedy_ladder
     report = _preflight(tmp_path / "out")
     assert report["tier"]["time_cap_minutes"] == 3  # the base branch's value, not 600
     assert report["ladder"]["verified"] is True
     assert "the pull request changes ladder.yaml" in report["ladder"]["notes"][0]
-    assert Path(report["ladder"]["used"]).name == "ladder-from-base.yaml"
+    assert report["ladder"]["used"] == payload["pull_request"]["base"]["sha"][:12] + ":ladder.yaml"
+    assert not (tmp_path / "out" / "ladder-from-base.yaml").exists()  # nothing in the workspace
 
 
 def test_without_the_base_commit_a_ceiling_applies(pr_with_a_greedy_ladder, tmp_path: Path) -> None:
@@ -244,14 +247,148 @@ def test_without_the_base_commit_a_ceiling_applies(pr_with_a_greedy_ladder, tmp_
     Path(os.environ["GITHUB_EVENT_PATH"]).write_text(json.dumps(payload))
     report = _preflight(tmp_path / "out")
     assert report["ladder"]["verified"] is False
+    assert "is not in this checkout" in report["ladder"]["notes"][0]
     from dlci.ladder.load import load_ladder
 
     ceiling = load_ladder().budgets["nightly"]["cpu"].time_cap_minutes  # the default's nightly
     assert ceiling < 600
     assert report["tier"]["time_cap_minutes"] == ceiling
-    assert any(f"lowered to the ceiling of {ceiling:g} min" in n for n in report["ladder"]["notes"])
+    lowered = f"time_cap_minutes 600 lowered to the ceiling {ceiling:g} (default nightly, cpu)"
+    assert lowered in report["ladder"]["notes"]
     explicit = _preflight(tmp_path / "out2", "--max-time-cap-minutes", "2")
     assert explicit["tier"]["time_cap_minutes"] == 2
+
+
+# A ladder in ci/ that extends a parent in another folder; the pull request edits only the
+# parent, raising every value it can (and adding a class of its own).
+CHILD = "version: 1\nextends: ../ladders/base.yaml\nrevision: child\n"
+GREEDY = {"max_epochs": 100000, "max_loss": 100, "time_cap_minutes": 600}
+HOG = {**GREEDY, "profile_steps": 999, "nproc": 64, "batch_size": 4096}
+
+
+def _greedy(text: str) -> str:
+    for key, value in GREEDY.items():
+        text = re.sub(rf"{key}: [0-9.]+", f"{key}: {value}", text)
+    hog = ", ".join(f"{k}: {v}" for k, v in HOG.items())
+    text = text.replace(
+        "  t4: {match", "  l40s: {match: ['L40S'], speed: 3.0, fallback: t4}\n  t4: {match"
+    )
+    return text.replace("  merge:", f"    l40s: {{{hog}}}\n  merge:")
+
+
+def _pull_request(tmp_path: Path, monkeypatch, base: dict[str, str], head: dict[str, str]):
+    """A repository with a base commit and a pull request's commit; the PR event set up."""
+    repo = tmp_path / "repo"
+    for files, message in ((base, "base"), (head, "pull request")):
+        for name, text in files.items():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            (repo / name).write_text(text)
+        if message == "base":
+            _git(repo, "init", "-q", "-b", "main")
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-qm", message)
+        sha = _git(repo, "rev-parse", "HEAD~1" if message != "base" else "HEAD")
+    payload = {
+        "pull_request": {"head": {"repo": {"full_name": "org/repo"}}, "base": {"sha": sha}},
+        "repository": {"full_name": "org/repo"},
+    }
+    (tmp_path / "event.json").write_text(json.dumps(payload))
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("GITHUB_EVENT_NAME", "pull_request")
+    monkeypatch.setenv("GITHUB_EVENT_PATH", str(tmp_path / "event.json"))
+    monkeypatch.delenv("DLCI_MAX_TIME_CAP_MINUTES", raising=False)
+    return sha
+
+
+def _values(report: dict) -> tuple:
+    tier = report["tier"]
+    return tuple(tier[k] for k in ("max_epochs", "max_loss", "time_cap_minutes"))
+
+
+def test_a_pull_request_cannot_raise_its_budget_through_the_parent_of_extends(
+    tmp_path: Path, monkeypatch
+) -> None:
+    small = SMALL.read_text()
+    base = {"ci/ladder.yaml": CHILD, "ladders/base.yaml": small}
+    sha = _pull_request(tmp_path, monkeypatch, base, {"ladders/base.yaml": _greedy(small)})
+    report = _preflight(tmp_path / "pr", ladder="ci/ladder.yaml")
+    # the whole chain came from the base commit, the relative extends resolved there
+    assert _values(report) == (100, 1.0, 3)
+    assert report["ladder"]["verified"] is True
+    assert report["ladder"]["used"] == f"{sha[:12]}:ci/ladder.yaml"
+    assert "the pull request changes ladders/base.yaml" in report["ladder"]["notes"][0]
+    capped = _preflight(tmp_path / "cap", "--max-time-cap-minutes", "2", ladder="ci/ladder.yaml")
+    assert capped["tier"]["time_cap_minutes"] == 2  # the input still caps a verified ladder
+    # control: on a push (trusted) the same files give the edited values: the edit is effective
+    monkeypatch.setenv("GITHUB_EVENT_NAME", "push")
+    trusted = _preflight(tmp_path / "push", ladder="ci/ladder.yaml")
+    assert _values(trusted) == (100000, 100, 600)
+    assert trusted["ladder"]["verified"] is True and not trusted["ladder"]["notes"]
+
+
+def test_a_ladder_new_in_the_pull_request_is_capped_in_every_value_and_class(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from dlci.ladder.load import load_ladder
+
+    small = SMALL.read_text()
+    head = {"ci/ladder.yaml": CHILD, "ladders/base.yaml": _greedy(small)}
+    _pull_request(tmp_path, monkeypatch, {"README": "x\n"}, head)
+    report = _preflight(tmp_path / "cpu", ladder="ci/ladder.yaml")
+    default = load_ladder()
+    nightly = default.budgets["nightly"]["cpu"]
+    assert report["ladder"]["verified"] is False
+    assert (
+        "ladders/base.yaml" in report["ladder"]["notes"][0]
+        or "ci/ladder.yaml" in (report["ladder"]["notes"][0])
+    )
+    expected = (nightly.max_epochs, default.budgets["pr"]["cpu"].max_loss, nightly.time_cap_minutes)
+    assert _values(report) == expected
+    note = f"max_epochs 100000 lowered to the ceiling {nightly.max_epochs} (default nightly, cpu)"
+    assert note in report["ladder"]["notes"]
+    assert "max_loss 100 lowered to the ceiling 1 (default pr, cpu)" in report["ladder"]["notes"]
+    # a class only the pull request's ladder has gets the strictest default row
+    tier = _preflight(tmp_path / "l40s", ladder="ci/ladder.yaml", hw="l40s")["tier"]
+    rows = [r for r in default.budgets["nightly"].values() if r]
+    for key in ("max_epochs", "time_cap_minutes", "profile_steps", "nproc", "batch_size"):
+        assert tier[key] == min(getattr(r, key) for r in rows), key
+    assert tier["max_loss"] == min(r.max_loss for r in default.budgets["pr"].values() if r)
+    # control: the same ladder on a push is taken as it is
+    monkeypatch.setenv("GITHUB_EVENT_NAME", "push")
+    pushed = _preflight(tmp_path / "push", ladder="ci/ladder.yaml", hw="l40s")["tier"]
+    assert {k: pushed[k] for k in HOG} == HOG
+
+
+def test_the_base_chain_follows_symlinks_and_stays_in_the_repository(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from dlci.ladder.trust import Unverifiable, ladder_at_commit
+
+    small = SMALL.read_text()
+    base = {"ladders/base.yaml": small, "ci/ladder.yaml": CHILD}
+    sha = _pull_request(tmp_path, monkeypatch, base, {"ladders/base.yaml": _greedy(small)})
+    os.symlink("ladder.yaml", "ci/link.yaml")  # extends resolves from the link's folder
+    _git(Path.cwd(), "add", "ci/link.yaml")
+    _git(Path.cwd(), "commit", "-qm", "a link")
+    ladder, changed = ladder_at_commit("ci/link.yaml", _git(Path.cwd(), "rev-parse", "HEAD"))
+    assert ladder.budgets["pr"]["cpu"].time_cap_minutes == 600  # HEAD has the greedy parent
+    assert changed == []
+    with pytest.raises(Unverifiable, match="not in the base commit"):
+        ladder_at_commit("ci/link.yaml", sha)  # the link is new: not in the base commit
+    Path("ci/escape.yaml").write_text("version: 1\nextends: ../../outside.yaml\n")
+    _git(Path.cwd(), "add", "-A")
+    _git(Path.cwd(), "commit", "-qm", "escape")
+    with pytest.raises(Unverifiable, match="leaves the repository"):
+        ladder_at_commit("ci/escape.yaml", _git(Path.cwd(), "rev-parse", "HEAD"))
+    Path("ci/bad.yaml").write_text("version: 2\n")
+    _git(Path.cwd(), "add", "-A")
+    _git(Path.cwd(), "commit", "-qm", "bad")
+    with pytest.raises(Unverifiable, match=r"does not load: .*unsupported ladder version 2"):
+        ladder_at_commit("ci/bad.yaml", _git(Path.cwd(), "rev-parse", "HEAD"))
+    with pytest.raises(Unverifiable, match="not a file"):
+        ladder_at_commit("ci", sha)
+    with pytest.raises(Unverifiable, match="not a commit id"):
+        ladder_at_commit("ci/ladder.yaml", "--output=/dev/null")
 
 
 def test_the_container_uses_the_tier_the_host_selected(tmp_path: Path, monkeypatch) -> None:

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import subprocess
@@ -25,7 +24,7 @@ from dlci import jsonio
 from dlci.errors import DlciError
 
 if TYPE_CHECKING:
-    from dlci.ladder.model import Tier
+    from dlci.ladder.model import Ladder, Tier
 
 PR_EVENTS = frozenset(
     {"pull_request", "pull_request_target", "pull_request_review", "pull_request_review_comment"}
@@ -85,9 +84,10 @@ def _emit(report: dict[str, Any], dest: str) -> None:
 
 def _tier_decision(request: PreflightRequest) -> dict[str, Any]:
     """The ladder to trust, the tier it gives on this host, and the notes on both."""
+    from dlci.ladder.model import Ladder
     from dlci.ladder.tiers import choose_tier
 
-    ladder, note, verified = trusted_ladder(request.ladder, request.out)
+    ladder, note, verified = trusted_ladder(request.ladder)
     tier = choose_tier(
         budget=request.budget,
         hardware=request.hardware,
@@ -97,26 +97,23 @@ def _tier_decision(request: PreflightRequest) -> dict[str, Any]:
     )
     notes = [note] if note else []
     tier = ceiling(tier, request.max_time_cap_minutes, verified, notes)
+    used = ladder.source if isinstance(ladder, Ladder) else ladder
     return {
-        "ladder": {"used": ladder, "verified": verified, "notes": notes},
+        "ladder": {"used": used, "verified": verified, "notes": notes},
         "tier": tier.to_dict(),
         "warnings": list(tier.warnings) + notes,
     }
 
 
 def ceiling(tier: Tier, limit: float | None, verified: bool, notes: list[str]) -> Tier:
-    """Cap the tier's time; an unverified pull-request ladder gets the default's nightly cap."""
-    if limit is None and not verified:
-        from dlci.ladder.load import load_ladder
+    """Cap the tier: at ``limit`` minutes (max-time-cap-minutes) always; and every value of
+    an unverified ladder's tier at the default ladder's (ladder.trust.ceiling_limits)."""
+    from dlci.ladder.trust import cap_tier, ceiling_limits
 
-        row = load_ladder().budgets.get("nightly", {}).get(tier.hardware_class)
-        limit = row.time_cap_minutes if row is not None else None
-    if limit is not None and tier.time_cap_minutes > limit:
-        notes.append(
-            f"time cap {tier.time_cap_minutes:g} min lowered to the ceiling of {limit:g} min"
-        )
-        return dataclasses.replace(tier, time_cap_minutes=limit)
-    return tier
+    limits = {} if verified else ceiling_limits(tier)
+    if limit is not None and limit < limits.get("time_cap_minutes", (limit + 1, ""))[0]:
+        limits["time_cap_minutes"] = (limit, "the max-time-cap-minutes input")
+    return cap_tier(tier, limits, notes)
 
 
 def fork_guard(env: dict[str, str] | None = None, *, allow: bool = False) -> dict[str, Any]:
@@ -154,49 +151,40 @@ def fork_guard(env: dict[str, str] | None = None, *, allow: bool = False) -> dic
 
 
 def trusted_ladder(
-    ladder: str | None, out: Path, env: dict[str, str] | None = None
-) -> tuple[str | None, str | None, bool]:
-    """The ladder to trust: on a pull request, the base branch's version of the file.
+    ladder: str | None, env: dict[str, str] | None = None
+) -> tuple[str | Ladder | None, str | None, bool]:
+    """The ladder to trust: on a pull request, its whole ``extends`` chain from the base commit.
 
     A pull request could otherwise raise its own budgets (hours of GPU time on a shared
-    runner). Returns (path to use, a note for the report, whether it was verified). When
-    the base commit is not in the checkout (a shallow clone), the pull request's file is
-    used unverified and the caller applies a ceiling.
+    runner). Returns (the ladder or its path, a note for the report, whether it was
+    verified). When the chain cannot be read whole from the base commit (a shallow clone, a
+    file new in the pull request), the pull request's file is used unverified and the caller
+    applies the ceiling.
     """
     env = dict(os.environ if env is None else env)
     if not ladder or ladder == "default" or env.get("GITHUB_EVENT_NAME") not in PR_EVENTS:
         return ladder, None, True
+    from dlci.ladder.trust import Unverifiable, ladder_at_commit
+
     payload = _event_payload(env.get("GITHUB_EVENT_PATH", ""))
     base = ((payload.get("pull_request") or {}).get("base") or {}).get("sha")
-    rel = os.path.relpath(ladder)
-    if not base:
-        return ladder, "the base commit is unknown: the pull request's ladder is unverified", False
-    shown = subprocess.run(
-        ["git", "show", f"{base}:{Path(rel).as_posix()}"],
-        capture_output=True,
-        timeout=30,
-        check=False,
-    )
-    if shown.returncode != 0:
+    unverified = "the pull request's ladder is used, under the ceiling"
+    if not isinstance(base, str) or not base:
+        return ladder, f"the base commit is unknown: {unverified}", False
+    try:
+        loaded, changed = ladder_at_commit(ladder, base)
+    except Unverifiable as exc:
         return (
             ladder,
-            f"the base branch's {rel} could not be read (a shallow checkout, or a new file): "
-            "the pull request's ladder is used, under a ceiling",
+            f"the ladder cannot be read whole from the base commit ({exc}): {unverified}",
             False,
         )
-    try:
-        current = Path(ladder).read_bytes()
-    except OSError:
-        current = b""
-    if current == shown.stdout:
-        return ladder, None, True
-    out.mkdir(parents=True, exist_ok=True)
-    copy = out / "ladder-from-base.yaml"
-    copy.write_bytes(shown.stdout)
+    if not changed:
+        return loaded, None, True
     return (
-        str(copy),
-        f"the pull request changes {rel}: the base branch's version is used (a ladder change "
-        "takes effect once merged)",
+        loaded,
+        f"the pull request changes {', '.join(changed)}: the base commit's ladder is used (a "
+        "ladder change takes effect once merged)",
         True,
     )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
@@ -78,14 +78,14 @@ def load_ladder(path: str | os.PathLike[str] | None = None) -> Ladder:
     """
     if path is None or str(path) == DEFAULT_LADDER:
         source = _read_chain(default_ladder_path(), DEFAULT_DISPLAY, ())
-        return _build(source, DEFAULT_LADDER)
-    return _build(_read_chain(Path(path), str(path), ()), str(path))
+        return build_ladder(source, DEFAULT_LADDER)
+    return build_ladder(_read_chain(Path(path), str(path), ()), str(path))
 
 
 def load_ladder_text(text: str, name: str = "ladder.yaml") -> Ladder:
     """Load a ladder from YAML text (``extends`` paths resolve against the working directory)."""
-    source = _check_version(parse_yaml(text, name))
-    return _build(_extend(source, Path.cwd(), ()), name)
+    source = check_version(parse_yaml(text, name))
+    return build_ladder(_extend(source, Path.cwd(), ()), name)
 
 
 def _read_chain(path: Path, display: str, seen: tuple[Path, ...]) -> YamlSource:
@@ -96,11 +96,11 @@ def _read_chain(path: Path, display: str, seen: tuple[Path, ...]) -> YamlSource:
             hint="remove the cycle in the 'extends' chain",
             file=display,
         )
-    source = _check_version(load_yaml(path, display))
+    source = check_version(load_yaml(path, display))
     return _extend(source, path.parent, (*seen, resolved))
 
 
-def _check_version(source: YamlSource) -> YamlSource:
+def check_version(source: YamlSource) -> YamlSource:
     data = source.data
     if not isinstance(data, dict):
         raise source.error(
@@ -129,6 +129,15 @@ def _check_version(source: YamlSource) -> YamlSource:
 
 
 def _extend(source: YamlSource, base_dir: Path, seen: tuple[Path, ...]) -> YamlSource:
+    return extend(source, lambda ref: _read_chain(base_dir / ref, str(base_dir / ref), seen))
+
+
+def extend(source: YamlSource, read_parent: Callable[[str], YamlSource]) -> YamlSource:
+    """``source`` merged over the ladder it ``extends``; ``read_parent`` reads a file reference.
+
+    ``extends: default`` is always the shipped ladder; any other reference is read (with its
+    own chain) by ``read_parent``: from the working tree, or from a commit (ladder.trust).
+    """
     data = source.data
     if "extends" not in data:
         return source
@@ -141,10 +150,9 @@ def _extend(source: YamlSource, base_dir: Path, seen: tuple[Path, ...]) -> YamlS
             hint="write 'extends: default' to start from dl-ci's own ladder",
         )
     if parent_ref == DEFAULT_LADDER:
-        parent = _read_chain(default_ladder_path(), DEFAULT_DISPLAY, seen)
+        parent = _read_chain(default_ladder_path(), DEFAULT_DISPLAY, ())
     else:
-        parent_path = base_dir / parent_ref
-        parent = _read_chain(parent_path, str(parent_path), seen)
+        parent = read_parent(parent_ref)
     merged = _merge(parent.data, {k: v for k, v in data.items() if k != "extends"})
     lines = {**parent.lines, **source.lines}
     files = (*parent.files, source.file)
@@ -164,7 +172,7 @@ def _merge(base: Any, overlay: Any) -> Any:
 # --------------------------------------------------------------------------- validation
 
 
-def _build(source: YamlSource, name: str) -> Ladder:
+def build_ladder(source: YamlSource, name: str) -> Ladder:
     data = source.data
     fmt.check_keys(source, (), data, TOP_KEYS, required=("version", "classes", "budgets"))
     revision = data.get("revision", "")

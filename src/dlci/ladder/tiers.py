@@ -87,20 +87,22 @@ def choose_tier(
     *,
     budget: str = "auto",
     hardware: str = "auto",
-    ladder: str | None = None,
+    ladder: str | Ladder | None = None,
     event_name: str | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
     probes: tuple[str, ...] = PROBES,
 ) -> Tier:
     """Load the ladder, resolve budget and hardware, and select the tier.
 
-    With DLCI_TIER_JSON set (by ``dlci run``), the tier recorded there is used as it is.
-    A budget the ladder lacks is refused before the GPUs are probed.
+    ``ladder`` is a file, ``None`` (the default), or a ladder already loaded (the action's
+    preflight reads a pull request's from its base commit). With DLCI_TIER_JSON set (by
+    ``dlci run``), the tier recorded there is used as it is. A budget the ladder lacks is
+    refused before the GPUs are probed.
     """
     recorded = os.environ.get(TIER_JSON_VARIABLE)
     if recorded:
         return tier_from_file(recorded)
-    loaded = load_ladder(ladder)
+    loaded = ladder if isinstance(ladder, Ladder) else load_ladder(ladder)
     if event_name is None:
         event_name = os.environ.get("GITHUB_EVENT_NAME")
     chosen_budget, budget_reason = resolve_budget(budget, event_name=event_name)
