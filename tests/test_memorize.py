@@ -179,7 +179,7 @@ def test_an_error_in_the_users_model_is_a_user_error_with_its_location() -> None
     with pytest.raises(DlciError) as info:
         memorize(target, PR)
     assert info.value.message.startswith(
-        "step 1: training raised RuntimeError: mat1 and mat2 shapes"
+        "step 1: the model raised RuntimeError: mat1 and mat2 shapes"
     )
 
 

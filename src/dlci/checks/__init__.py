@@ -10,8 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dlci.checks.base import FAIL, SKIP, CheckResult, Context, preserved
+from dlci.checks.base import FAIL, SKIP, CheckResult, Context, TargetFault, preserved
 from dlci.errors import DlciError
+from dlci.memorization.guard import exited, frames, frames_text, raised_by_dlci, user_frame, where
 from dlci.memorization.target import Target
 
 
@@ -107,18 +108,41 @@ def run_checks(
                     result = check.run(ctx)
                 except DlciError:
                     raise
-                except Exception as exc:  # the target's own code failed inside the check
-                    result = CheckResult(
-                        check.id,
-                        FAIL,
-                        f"{type(exc).__name__}: {exc}",
-                        "the check runs",
-                        cause="the target's code raised an error during this check",
-                        fix="run 'dlci memorize' on the target: it shows where the error is",
-                    )
+                except SystemExit as exc:  # an exit in the target's code: no verdict, a failure
+                    result = _exited(check.id, exc)
+                except Exception as exc:
+                    if raised_by_dlci(exc) and not isinstance(exc, TargetFault):
+                        raise  # a bug in dl-ci's own check: exit 3, with the traceback logged
+                    result = _raised(check.id, exc)  # the target's own code failed
             result.seconds = round(time.perf_counter() - start, 3)
         results.append(result)
         if on_result is not None:
             on_result(result)
         stopped = stopped or (stop_on_fail and result.status == FAIL)
     return results
+
+
+def _exited(check_id: str, exc: SystemExit) -> CheckResult:
+    error = exited(exc, f"the {check_id} check")
+    return CheckResult(
+        check_id,
+        FAIL,
+        "the process was asked to exit",
+        "the check runs to its end",
+        cause=error.message,
+        fix="remove the exit from the target's code (raise an exception instead)",
+    )
+
+
+def _raised(check_id: str, exc: Exception) -> CheckResult:
+    summaries = frames(exc.__traceback__)
+    return CheckResult(
+        check_id,
+        FAIL,
+        f"{type(exc).__name__}: {exc}",
+        "the check runs",
+        cause=f"the target's code raised an error during this check, at "
+        f"{where(user_frame(summaries))}",
+        fix="run 'dlci memorize' on the target: it shows where the error is",
+        details={"frames": frames_text(summaries)},
+    )

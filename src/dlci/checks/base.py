@@ -10,10 +10,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlci.errors import DlciError
 from dlci.memorization.batching import as_pair, call_model, take_batch, to_device
+from dlci.memorization.guard import user_code
 from dlci.memorization.target import Target
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
+
+
+class TargetFault(Exception):
+    """What the target's code gave back is unusable (a loss that is not a number): the
+    check fails, as for an exception of the target's own."""
 
 
 @dataclass
@@ -51,7 +58,7 @@ class Context:
         from dlci.memorization.engine import pick_device
 
         device = pick_device(device)
-        with preserved(target):
+        with preserved(target), user_code("train_loader"):
             batch, _ = take_batch(target.train_loader, batch_size)
         target.model.to(device)
         return cls(target, to_device(batch, device), device, tier, factory)
@@ -78,7 +85,12 @@ class Context:
             loss = self.target.loss_fn(call_model(model, batch[0]), batch[1])  # type: ignore[misc]
             loss.backward()
             optimizer.step()
-        return float(loss.detach()) if hasattr(loss, "detach") else float(loss)
+        from dlci.memorization.stepping import loss_value
+
+        try:
+            return loss_value(loss, 1)
+        except DlciError as exc:
+            raise TargetFault(exc.message) from None
 
     def loader_batches(self, loader: Any, count: int) -> list[Any]:
         """Up to ``count`` (inputs, targets) batches of ``loader``, on the device."""

@@ -3,6 +3,7 @@ ladder, and write the report (JSON, and Markdown on request)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +12,12 @@ from typing import Any
 from dlci import jsonio
 from dlci.checks import run_checks, select
 from dlci.checks.base import CheckResult
+from dlci.errors import DlciError
+
+NO_VERDICT = (
+    "the doctor ended before a verdict: the process stopped inside the target's code "
+    "(os._exit, a signal, or out of memory) before the checks finished"
+)
 
 
 @dataclass(frozen=True)
@@ -57,18 +64,30 @@ def run_doctor(
         ladder=request.ladder,
         **request.detection,
     )
-    seed_everything(request.seed)
-    results = run_checks(
-        load_target(spec),
-        checks=selected,
-        tier=tier,
-        device=request.device,
-        stop_on_fail=request.stop_on_fail,
-        on_result=on_result,
-        factory=lambda: load_target(spec),
-    )
-    data = report.build(results, target=spec, tier=tier.to_dict(), seed=request.seed)
     json_path = request.json or str(Path(request.out) / report.REPORT_NAME)
+
+    def unfinished(reason: str) -> None:  # a failing report until the verdict replaces it
+        if json_path != "-":
+            partial = report.build([], target=spec, tier=tier.to_dict(), seed=request.seed)
+            jsonio.write(json_path, dict(partial, verdict="fail", reason=reason))
+
+    unfinished(NO_VERDICT)  # stays if the process dies inside the target's code (os._exit)
+    seed_everything(request.seed)
+    try:
+        results = run_checks(
+            load_target(spec),
+            checks=selected,
+            tier=tier,
+            device=request.device,
+            stop_on_fail=request.stop_on_fail,
+            on_result=on_result,
+            factory=lambda: load_target(spec),
+        )
+    except DlciError as exc:
+        with contextlib.suppress(OSError, DlciError):  # the error itself is what counts
+            unfinished(f"{exc.location}: {exc.message}" if exc.location else exc.message)
+        raise
+    data = report.build(results, target=spec, tier=tier.to_dict(), seed=request.seed)
     if json_path != "-":
         jsonio.write(json_path, data)
     if request.markdown:

@@ -66,3 +66,5 @@ def main(argv: Sequence[str]) -> int:
 
 def _progress(result: CheckResult) -> None:
     print(f"doctor: {result.id:<20} {result.status}", file=sys.stderr, flush=True)
+    if result.cause.startswith("the target exited before a verdict"):
+        print(f"doctor: {clean(result.cause)}", file=sys.stderr, flush=True)

@@ -14,11 +14,12 @@ import random
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from dlci.errors import DlciError
 from dlci.memorization.batching import shard, take_batch, to_device
+from dlci.memorization.guard import user_code
 from dlci.memorization.stepping import (
     DETACHED_HINT,
     Stepper,
@@ -27,9 +28,20 @@ from dlci.memorization.stepping import (
     switch_off_regularization,
 )
 from dlci.memorization.target import Target
+from dlci.memorization.verdict import (
+    MemorizeResult,
+    judge,
+    partial,
+    stuck_reason,
+    training_time,
+)
+
+__all__ = ["MemorizeConfig", "MemorizeResult", "memorize", "training_time"]
 
 StepCallback = Callable[[int, float, float], None]  # (step, loss, best loss)
 StartCallback = Callable[[list[str]], None]  # the changes made before the first step
+StuckCallback = Callable[[MemorizeResult], None]  # the watchdog's partial result
+OTHER_RANKS_LAG_S = 10.0  # rank 0 reports a stuck run; the others end after it
 
 
 @dataclass(frozen=True)
@@ -52,43 +64,6 @@ class MemorizeConfig:
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
-
-
-@dataclass
-class MemorizeResult:
-    verdict: str  # "pass" or "fail"
-    stopped_by: str  # threshold, epochs, time, nonfinite
-    reason: str
-    steps: int
-    best_loss: float | None
-    best_step: int | None
-    final_loss: float | None
-    losses: list[float]
-    wall_time_s: float
-    setup_time_s: float
-    device: str
-    world_size: int
-    batch_examples: int
-    changes: list[str] = field(default_factory=list)
-    hparams: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def passed(self) -> bool:
-        return self.verdict == "pass"
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["losses"] = [_json_float(v) for v in self.losses]
-        for key in ("best_loss", "final_loss"):
-            data[key] = _json_float(data[key])
-        return data
-
-
-def _json_float(value: float | None) -> float | str | None:
-    """JSON has no NaN or infinity: write them as text so the report stays valid JSON."""
-    if value is None or math.isfinite(value):
-        return value
-    return str(value)
 
 
 def seed_everything(seed: int) -> None:
@@ -189,6 +164,15 @@ class _Trained:
     wall_s: float
 
 
+@dataclass
+class _Live:
+    """What the run has done so far, for the watchdog's partial result (its own thread)."""
+
+    losses: list[float] = field(default_factory=list)
+    step: int = 0  # the step in progress; 0 before the first
+    prepared: _Prepared | None = None
+
+
 def memorize(
     target: Target,
     config: MemorizeConfig,
@@ -196,20 +180,34 @@ def memorize(
     on_step: StepCallback | None = None,
     on_start: StartCallback | None = None,
     dist: Distributed | None = None,
+    on_stuck: StuckCallback | None = None,
 ) -> MemorizeResult:
     """Overfit one batch of ``target`` under ``config``; never raises for a failed test.
 
     ``on_start`` receives the changes made to the target (dropout, weight decay) before the
-    first step; ``on_step`` receives each step's loss.
+    first step; ``on_step`` receives each step's loss. With ``on_stuck``, a watchdog holds
+    the time cap inside a step: past it, ``on_stuck`` gets the partial result (the stuck
+    thread's stack in it) and the process exits 1 (watchdog.py); without, nothing watches.
     """
     dist = dist or Distributed()
+    live = _Live()
+    dog = _watchdog(config, dist, live, on_stuck)
+    lag = 0.0 if dist.rank == 0 else OTHER_RANKS_LAG_S
     with deterministic():
-        prepared = _prepare(target, config, dist)
-        if on_start is not None:
-            on_start(list(prepared.changes))
-        trained = _train(prepared, config, dist, on_step)
+        try:
+            if dog is not None:
+                dog.arm(config.time_cap_s + lag)
+            prepared = live.prepared = _prepare(target, config, dist)
+            if on_start is not None:
+                on_start(list(prepared.changes))
+            if dog is not None:
+                dog.arm(config.time_cap_s + lag)  # the cap counts the training steps
+            trained = _train(prepared, config, dist, on_step, live)
+        finally:
+            if dog is not None:
+                dog.stop()
     losses, best = trained.losses, trained.best
-    return _result(
+    return judge(
         config,
         losses=losses,
         best=best if losses and math.isfinite(best) else None,
@@ -225,12 +223,33 @@ def memorize(
     )
 
 
+def _watchdog(
+    config: MemorizeConfig, dist: Distributed, live: _Live, on_stuck: StuckCallback | None
+) -> Any:
+    """The watchdog of a run that has ``on_stuck``; None without."""
+    if on_stuck is None:
+        return None
+    from dlci.memorization.watchdog import Watchdog
+
+    def expired(stuck_at: str, stack: list[str]) -> None:
+        losses, prepared = list(live.losses), live.prepared
+        known: dict[str, Any] = {"world_size": dist.world_size, "stuck_at": stuck_at}
+        if prepared is not None:
+            known.update(device=str(prepared.device), batch_examples=prepared.examples)
+            known.update(changes=prepared.changes, hparams=prepared.hparams)
+        reason = stuck_reason(config, live.step, losses, stuck_at)
+        on_stuck(partial(stopped_by="watchdog", reason=reason, losses=losses, stack=stack, **known))
+
+    return Watchdog(expired)
+
+
 def _prepare(target: Target, config: MemorizeConfig, dist: Distributed) -> _Prepared:
     """Seed, take the batch, move it and the model to the device, build the optimizer."""
     setup_start = time.perf_counter()
     seed_everything(config.seed + dist.rank)
     device = pick_device(config.device, dist.local_rank)
-    batch, examples = take_batch(target.train_loader, config.batch_size)
+    with user_code("train_loader"):
+        batch, examples = take_batch(target.train_loader, config.batch_size)
     if dist.active:
         if examples < dist.world_size:
             raise DlciError(
@@ -249,7 +268,8 @@ def _prepare(target: Target, config: MemorizeConfig, dist: Distributed) -> _Prep
     trainable = [p for p in model.parameters() if p.requires_grad]
     if not trainable:
         raise DlciError("the model has no trainable parameters", hint=DETACHED_HINT)
-    optimizer = target.optimizer(trainable)
+    with user_code("the optimizer factory"):
+        optimizer = target.optimizer(trainable)
     hparams = optimizer_hparams(optimizer)  # as the user configured it, before changes
     changes = switch_off_regularization(model, optimizer)
     return _Prepared(
@@ -263,14 +283,19 @@ def _prepare(target: Target, config: MemorizeConfig, dist: Distributed) -> _Prep
 
 
 def _train(
-    prepared: _Prepared, config: MemorizeConfig, dist: Distributed, on_step: StepCallback | None
+    prepared: _Prepared,
+    config: MemorizeConfig,
+    dist: Distributed,
+    on_step: StepCallback | None,
+    live: _Live,
 ) -> _Trained:
     """The training loop: one step per epoch until the threshold, the epochs or the time cap."""
-    losses: list[float] = []
+    losses = live.losses
     best, best_step = math.inf, 0
     stopped_by = "epochs"
     start = time.perf_counter()
     for step in range(1, config.max_epochs + 1):
+        live.step = step
         value = loss_value(prepared.stepper(step), step)
         timed_out = time.perf_counter() - start > config.time_cap_s
         if dist.active:
@@ -300,74 +325,3 @@ def _all_reduce(value: float, timed_out: bool, device: Any, world: int) -> tuple
     packed = torch.tensor([value, 1.0 if timed_out else 0.0], dtype=torch.float64, device=device)
     torch_dist.all_reduce(packed)
     return float(packed[0]) / world, bool(packed[1] > 0)
-
-
-def training_time(wall: float, setup: float) -> str:
-    """What the verdict's time counts: the training steps, then with dl-ci's set-up before them.
-
-    >>> training_time(3.21, 0.3)
-    'in 3.2 s of training (3.5 s with the set-up of batch, model and optimizer)'
-    """
-    total = wall + setup
-    return (
-        f"in {wall:.1f} s of training ({total:.1f} s with the set-up of batch, model and optimizer)"
-    )
-
-
-def _result(
-    config: MemorizeConfig,
-    *,
-    losses: list[float],
-    best: float | None,
-    best_step: int | None,
-    stopped_by: str,
-    wall: float,
-    setup: float,
-    device: str,
-    dist: Distributed,
-    examples: int,
-    changes: list[str],
-    hparams: dict[str, Any],
-) -> MemorizeResult:
-    steps = len(losses)
-    final = losses[-1] if losses else None
-    threshold = f"{config.max_loss:g}"
-    best_text = f"best {best:.4g} at step {best_step}" if best is not None else "no finite loss"
-    reached = best is not None and best < config.max_loss
-    timing = training_time(wall, setup)
-    if stopped_by == "threshold":
-        verdict, reason = "pass", f"loss {final:.4g} < {threshold} at step {steps} {timing}"
-    elif stopped_by == "nonfinite":
-        verdict = "fail"
-        reason = f"the loss is {final} at step {steps} ({best_text}); stopped at once"
-    elif reached:  # early stop switched off: the same criterion, judged after all epochs
-        verdict, reason = "pass", f"loss reached {threshold}: {best_text} of {steps} {timing}"
-    elif stopped_by == "time":
-        verdict = "fail"
-        reason = (
-            f"time cap of {config.time_cap_s / 60:g} min reached at step {steps} of "
-            f"{config.max_epochs}: {best_text}, threshold {threshold}"
-        )
-    else:
-        verdict = "fail"
-        reason = (
-            f"the loss did not reach {threshold} in {config.max_epochs} epochs: {best_text}, "
-            f"final {final:.4g}"
-        )
-    return MemorizeResult(
-        verdict=verdict,
-        stopped_by=stopped_by,
-        reason=reason,
-        steps=steps,
-        best_loss=best,
-        best_step=best_step,
-        final_loss=final,
-        losses=losses,
-        wall_time_s=round(wall, 4),
-        setup_time_s=round(setup, 4),
-        device=device,
-        world_size=dist.world_size,
-        batch_examples=examples,
-        changes=changes,
-        hparams=hparams,
-    )

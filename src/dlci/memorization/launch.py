@@ -18,7 +18,8 @@ def launch(argv: Sequence[str], nproc: int, say: Callable[[str], None], *, quiet
 
     Workers exit 0 once a verdict exists, whatever it is, and rank 0 writes the verdict to a
     file: a worker that exits early with a failing code would make torchrun kill rank 0
-    before it writes the report.
+    before it writes the report. Only a written ``pass`` passes: workers that all exit 0
+    without one (``os._exit(0)`` in the target) fail.
     """
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
@@ -45,6 +46,11 @@ def launch(argv: Sequence[str], nproc: int, say: Callable[[str], None], *, quiet
         finally:
             _restore(saved)
         verdict = verdict_file.read_text().strip() if verdict_file.exists() else ""
+    if not verdict:  # a positive verdict or a failure: every process exiting 0 is not a pass
+        say(
+            "the target exited before a verdict: the DDP processes ended without rank 0 "
+            "writing one (an exit in the target's code?)"
+        )
     return 0 if verdict == "pass" else 1
 
 

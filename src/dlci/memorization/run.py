@@ -3,6 +3,7 @@ torchrun for DDP, train, then write the report, the curve, the tracking and the 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,11 @@ DISTRIBUTED_FLAG = "DLCI_MEMORIZE_WORKER"  # set in torchrun's workers, so they 
 # take options such as --nproc as abbreviations of its own.
 ARGV_VARIABLE = "DLCI_MEMORIZE_ARGV"
 VERDICT_VARIABLE = "DLCI_MEMORIZE_VERDICT"  # where rank 0 writes pass or fail for the launcher
+WATCHDOG_VARIABLE = "DLCI_WATCHDOG"  # "off": no watchdog inside a step (for dl-ci's own tests)
+NO_VERDICT = (
+    "the run ended before a verdict: the process stopped inside the target's code "
+    "(os._exit, a signal, or out of memory) before dl-ci could judge it"
+)
 
 Say = Callable[[str], None]  # one line for the user, on standard error
 
@@ -93,11 +99,17 @@ def _run(request: MemorizeRequest, spec: str, tier: Any, say: Say) -> MemorizeOu
         from dlci.memorization.launch import init_process_group
 
         init_process_group(dist)
+    report = _Report(request, spec, tier) if dist.rank == 0 else None
     try:
-        return _memorize(request, spec, tier, dist, say)
-    except DlciError:
-        if dist.rank != 0:
+        if report is not None:  # a failing report first: it stays if the process dies
+            report.write_partial("exited", NO_VERDICT)
+        return _memorize(request, spec, tier, dist, say, report)
+    except DlciError as exc:
+        if report is None:
             return MemorizeOutcome(1)  # rank 0 reports the same mistake; one message is enough
+        with contextlib.suppress(OSError, DlciError):  # the error itself is what counts
+            where = f"{exc.location}: " if exc.location else ""
+            report.write_partial("error", where + exc.message)
         raise
     finally:
         if dist.active:
@@ -106,8 +118,44 @@ def _run(request: MemorizeRequest, spec: str, tier: Any, say: Say) -> MemorizeOu
             torch.distributed.destroy_process_group()
 
 
+class _Report:
+    """memorization.json of rank 0: a partial one (failing) until the verdict replaces it."""
+
+    def __init__(self, request: MemorizeRequest, spec: str, tier: Any) -> None:
+        from dlci.report import memorization
+
+        self.request, self.spec, self.tier = request, spec, tier
+        self.path = request.json or str(Path(request.out) / memorization.REPORT_NAME)
+
+    def build(self, result: MemorizeResult, tracking: str = "") -> dict[str, Any]:
+        from dlci.report import memorization
+
+        return memorization.build_report(
+            result=result,
+            tier=self.tier.to_dict(),
+            seed=self.request.seed,
+            target=self.spec,
+            gpu_name=_gpu_name(result.device),
+            tracking=tracking,
+        )
+
+    def write_partial(self, stopped_by: str, reason: str, result: Any = None) -> None:
+        from dlci.memorization.verdict import partial
+
+        if self.path == "-":
+            return
+        if result is None:
+            result = partial(stopped_by=stopped_by, reason=reason, losses=[])
+        jsonio.write(self.path, self.build(result))
+
+
 def _memorize(
-    request: MemorizeRequest, spec: str, tier: Any, dist: Distributed, say: Say
+    request: MemorizeRequest,
+    spec: str,
+    tier: Any,
+    dist: Distributed,
+    say: Say,
+    report: _Report | None,
 ) -> MemorizeOutcome:
     from dlci.memorization.engine import MemorizeConfig, memorize, seed_everything
     from dlci.memorization.target import load_target
@@ -119,7 +167,7 @@ def _memorize(
     config = MemorizeConfig.from_tier(
         tier, seed=request.seed, device=request.device, early_stop=request.early_stop
     )
-    leader = dist.rank == 0
+    leader = report is not None
     out = Path(request.out)
     tracker = make_tracker(request.tracker, out, "memorize") if leader else NullTracker()
     label = clean(f"memorize {tier.budget}/{tier.hardware_class}")  # ladder names: outside text
@@ -135,7 +183,14 @@ def _memorize(
                 for change in changes if leader else ():
                     say(f"before training: {change}")
 
-            result = memorize(target, config, on_step=on_step, on_start=on_start, dist=dist)
+            result = memorize(
+                target,
+                config,
+                on_step=on_step,
+                on_start=on_start,
+                dist=dist,
+                on_stuck=_on_stuck(report, say),
+            )
         if leader:
             outcome = _write_outputs(request, spec, tier, result, tracker)
     finally:
@@ -147,6 +202,25 @@ def _memorize(
     else:
         outcome.exit_code = 0 if result.passed else 1
     return outcome
+
+
+def _on_stuck(report: _Report | None, say: Say) -> Callable[[MemorizeResult], None] | None:
+    """What the watchdog does with the partial result: rank 0 writes it and says why."""
+    if os.environ.get(WATCHDOG_VARIABLE, "").lower() in ("off", "0", "false", "no"):
+        return None
+
+    def stuck(result: MemorizeResult) -> None:
+        if report is None:
+            return
+        report.write_partial("watchdog", result.reason, result)
+        say(f"memorization FAIL: {result.reason}")
+        say("the stuck thread's stack (innermost last):")
+        for line in result.stack[-12:]:
+            say(f"  {line}")
+        if report.path != "-":
+            say(f"partial report {report.path}")
+
+    return stuck
 
 
 def _write_outputs(

@@ -7,6 +7,7 @@ from typing import Any
 
 from dlci.errors import DlciError
 from dlci.memorization.batching import call_model
+from dlci.memorization.guard import user_code
 from dlci.memorization.target import Target
 
 
@@ -72,45 +73,35 @@ def loss_value(loss: Any, step: int) -> float:
     return float(loss.detach())
 
 
+def _detached(exc: BaseException) -> str | None:
+    return DETACHED_HINT if "does not require grad" in str(exc) else None
+
+
 class Stepper:
-    """Runs one training step: the user's own ``train_step``, or the standard one."""
+    """Runs one training step: the user's own ``train_step``, or the standard one; every
+    call into the user's code is guarded (memorization/guard.py)."""
 
     def __init__(self, target: Target, model: Any, optimizer: Any, batch: Any) -> None:
         self.target, self.model, self.optimizer, self.batch = target, model, optimizer, batch
 
     def __call__(self, step: int) -> Any:
-        try:
-            if self.target.train_step is not None:
+        if self.target.train_step is not None:
+            with user_code("train_step", step, _detached):
                 return self.target.train_step(self.model, self.batch, self.optimizer)
-            return self._standard(step)
-        except DlciError:
-            raise
-        except RuntimeError as exc:
-            if "does not require grad" in str(exc):
-                raise DlciError(f"step {step}: {exc}", hint=DETACHED_HINT) from None
-            raise user_error(step, exc) from None
-        except (TypeError, ValueError, IndexError, KeyError, AttributeError) as exc:
-            raise user_error(step, exc) from None
+        return self._standard(step)
 
     def _standard(self, step: int) -> Any:
         inputs, targets = self.batch
-        self.optimizer.zero_grad(set_to_none=True)
-        outputs = call_model(self.model, inputs)
-        loss = self.target.loss_fn(outputs, targets)  # type: ignore[misc]
+        with user_code("the model", step):
+            self.optimizer.zero_grad(set_to_none=True)
+            outputs = call_model(self.model, inputs)
+        with user_code("loss_fn", step):
+            loss = self.target.loss_fn(outputs, targets)  # type: ignore[misc]
         loss_value(loss, step)  # shape and type checks before backward
         if not loss.requires_grad:
             raise DlciError(f"step {step}: the loss has no gradient", hint=DETACHED_HINT)
-        loss.backward()
-        self.optimizer.step()
+        with user_code("backward", step, _detached):
+            loss.backward()
+        with user_code("the optimizer", step):
+            self.optimizer.step()
         return loss
-
-
-def user_error(step: int, exc: BaseException) -> DlciError:
-    import traceback
-
-    frames = traceback.extract_tb(exc.__traceback__)[-3:]
-    where = "".join(traceback.format_list(frames)).rstrip()
-    return DlciError(
-        f"step {step}: training raised {type(exc).__name__}: {exc}",
-        hint=f"the error is in the model, loss or train_step:\n{where}",
-    )

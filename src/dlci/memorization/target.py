@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dlci.errors import DlciError
+from dlci.memorization.guard import exited, raised_by_dlci, user_error
 
 CONTRACT_DOC = "docs/target.md"
 
@@ -138,11 +139,12 @@ def load_target(spec: str, **kwargs: Any) -> Target:
         target = factory(**kwargs)
     except DlciError:
         raise
+    except SystemExit as exc:
+        raise exited(exc, f"{function_name}(), the target's factory") from None
     except Exception as exc:
-        raise DlciError(
-            f"--target {spec}: {function_name}() raised {type(exc).__name__}: {exc}",
-            hint="the error is in your code:\n" + _short_traceback(),
-        ) from None
+        if raised_by_dlci(exc):
+            raise
+        raise user_error(exc, f"--target {spec}: {function_name}()") from None
     if not isinstance(target, Target):
         raise DlciError(
             f"--target {spec}: {function_name}() returned {type(target).__name__}, not dlci.Target",
@@ -180,11 +182,10 @@ def _import(module_name: str, spec: str) -> Any:
             f"--target {spec}: importing '{module_name}' failed: {exc}",
             hint="a dependency of your module is missing:\n" + _short_traceback(),
         ) from None
+    except SystemExit as exc:
+        raise exited(exc, f"importing {module_name}") from None
     except Exception as exc:
-        raise DlciError(
-            f"--target {spec}: importing '{module_name}' raised {type(exc).__name__}: {exc}",
-            hint="the error is in your code:\n" + _short_traceback(),
-        ) from None
+        raise user_error(exc, f"--target {spec}: importing '{module_name}'") from None
 
 
 def _short_traceback(limit: int = 3) -> str:

@@ -234,15 +234,13 @@ def _batches(loader: Any, needed: int) -> Iterator[Any]:
             )
 
 
-# What a user's training step raises for a mistake in the target (shown without a traceback).
-_USER_ERRORS = (RuntimeError, TypeError, ValueError, IndexError, KeyError, AttributeError)
-
-
 class _Trainer:
-    """The target's model and optimizer on the device, and one annotated training step."""
+    """The target's model and optimizer on the device, and one annotated training step; every
+    call into the target's code guarded (memorization/guard.py)."""
 
     def __init__(self, target: Any, device: str | None, seed: int) -> None:
         from dlci.memorization.engine import pick_device, seed_everything
+        from dlci.memorization.guard import user_code
 
         seed_everything(seed)
         self.target = target
@@ -252,35 +250,47 @@ class _Trainer:
         trainable = [p for p in self.model.parameters() if p.requires_grad]
         if not trainable:
             raise DlciError("the model has no trainable parameters")
-        self.optimizer = target.optimizer(trainable)
+        with user_code("the optimizer factory"):
+            self.optimizer = target.optimizer(trainable)
 
     def step(self, batches: Iterator[Any], step: int) -> None:
         """Step ``step`` (from 1), each part in its ``dlci/...`` annotation."""
         from torch.profiler import record_function as record
 
         from dlci.memorization.batching import as_pair, call_model, to_device
-        from dlci.memorization.stepping import user_error
+        from dlci.memorization.guard import user_code
 
         target, dev = self.target, self.device
-        try:
-            with record("dlci/data"):
-                inputs, targets = as_pair(next(batches), step - 1)
-                inputs, targets = to_device(inputs, dev), to_device(targets, dev)
-            if target.train_step is not None:
-                with record("dlci/train_step"):
-                    target.train_step(self.model, (inputs, targets), self.optimizer)
-                return
-            with record("dlci/forward"):
-                loss = target.loss_fn(call_model(self.model, inputs), targets)
-            with record("dlci/backward"):
-                loss.backward()
-            with record("dlci/optimizer"):
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
-        except DlciError:
-            raise
-        except _USER_ERRORS as exc:
-            raise user_error(step, exc) from None
+        with record("dlci/data"):
+            with user_code("train_loader", step):
+                batch = next(batches)
+            inputs, targets = as_pair(batch, step - 1)
+            inputs, targets = to_device(inputs, dev), to_device(targets, dev)
+        if target.train_step is not None:
+            with record("dlci/train_step"), user_code("train_step", step):
+                target.train_step(self.model, (inputs, targets), self.optimizer)
+            return
+        with record("dlci/forward"):
+            with user_code("the model", step):
+                outputs = call_model(self.model, inputs)
+            with user_code("loss_fn", step):
+                loss = target.loss_fn(outputs, targets)
+        with record("dlci/backward"), user_code("backward", step):
+            loss.backward()
+        with record("dlci/optimizer"), user_code("the optimizer", step):
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+
+
+def _remove_stale(out: Path) -> None:
+    """An earlier run's trace and report go first: a run that ends inside the target's code
+    (os._exit) must leave no trace or report that could pass for its own."""
+    from dlci.profiling.analysis import REPORT_NAME
+
+    for name in (TRACE_NAME, REPORT_NAME):
+        path = out / name
+        if path.is_file() or path.is_symlink():
+            path.unlink()
 
 
 def profile_target(
@@ -302,6 +312,7 @@ def profile_target(
     trainer = _Trainer(target, device, seed)
     dev = trainer.device
     out.mkdir(parents=True, exist_ok=True)
+    _remove_stale(out)
     writer = _TraceWriter(out / TRACE_NAME)
     start = time.perf_counter()
     with NativeStderr(out / LOG_NAME) as native:
