@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from dlci.action.container import ENV_ALLOWLIST, inputs_to_argv, run_command
+from dlci.action.container import (
+    ENV_ALLOWLIST,
+    cache_mount,
+    decide_trust,
+    inputs_to_argv,
+    run_command,
+)
+from dlci.action.gitview import git_view, sanitise, scan
 from dlci.action.image import input_hash
 from dlci.cli import main
 from dlci.errors import DlciError
@@ -38,10 +45,13 @@ def test_the_run_command_line(tmp_path: Path) -> None:
     cmd = command(tmp_path)
     text = " ".join(cmd)
     assert "--user 1001:1002" in text  # no root-owned files in the workspace
-    assert "--ipc=host" in text  # DataLoader workers need more than Docker's 64 MB /dev/shm
+    # its own IPC namespace, with more than Docker's 64 MB /dev/shm for DataLoader workers
+    assert "--ipc=private --shm-size 2g" in text and "--ipc=host" not in text
+    assert "--security-opt no-new-privileges --cap-drop ALL --pids-limit 32768" in text
     assert f"-v {tmp_path.resolve()}:/workspace" in text
     assert "-w /workspace/examples/digits" in text
-    assert "-v dlci-cache:/home/dlci/.cache" in text
+    # no trust given: the untrusted cache, never the trusted one
+    assert "src=dlci-cache-untrusted,dst=/home/dlci/.cache" in text and "-trusted" not in text
     assert "--label dlci.job=1" in text
     assert "--gpus" not in cmd
     # only names from the allowlist, and values never on the command line
@@ -57,7 +67,59 @@ def test_gpus_and_shm(tmp_path: Path) -> None:
     cmd = command(tmp_path, gpus="device=1", shm_size="8g")
     text = " ".join(cmd)
     assert "--gpus device=1" in text and "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in text
-    assert "--shm-size 8g" in text and "--ipc=host" not in text
+    assert "--ipc=private --shm-size 8g" in text and "--ipc=host" not in text
+
+
+def test_the_host_ipc_only_when_asked(tmp_path: Path) -> None:
+    cmd = command(tmp_path, ipc="host", shm_size="8g")
+    assert "--ipc=host" in cmd and "--shm-size" not in cmd and "--ipc=private" not in cmd
+    with pytest.raises(DlciError, match="expected private or host"):
+        command(tmp_path, ipc="container:other")
+
+
+@pytest.mark.parametrize(
+    ("event", "trust"),
+    [
+        ("push", "trusted"),
+        ("schedule", "trusted"),
+        ("workflow_dispatch", "trusted"),
+        ("merge_group", "trusted"),
+        ("release", "trusted"),
+        ("pull_request", "untrusted"),
+        ("pull_request_target", "untrusted"),
+        ("issue_comment", "untrusted"),
+        ("", "untrusted"),
+    ],
+)
+def test_the_cache_volume_follows_the_event(tmp_path: Path, event: str, trust: str) -> None:
+    environ = {"GITHUB_EVENT_NAME": event} if event else {}
+    assert decide_trust("auto", environ) == trust
+    cmd = command(tmp_path, trust=trust, created=1700000000)
+    mount = cmd[cmd.index("--mount") + 1]
+    assert mount == (
+        f"type=volume,src=dlci-cache-{trust},dst=/home/dlci/.cache,"
+        f"volume-label=dlci.cache={trust},volume-label=dlci.cache.created=1700000000"
+    )
+    assert sum("dlci-cache" in part for part in cmd) == 1  # one cache volume, no other
+
+
+def test_trusted_is_refused_on_a_pull_request_in_actions() -> None:
+    pr = {"GITHUB_EVENT_NAME": "pull_request", "GITHUB_ACTIONS": "true"}
+    with pytest.raises(DlciError, match="--trust trusted on a pull_request event"):
+        decide_trust("trusted", pr)
+    assert decide_trust("untrusted", {"GITHUB_EVENT_NAME": "push"}) == "untrusted"
+    assert decide_trust("trusted", {}) == "trusted"  # by hand, outside Actions: the person's call
+    with pytest.raises(DlciError, match="not a volume name"):
+        cache_mount("trusted", "x,src=dlci-cache-trusted")
+
+
+def test_hidden_files_are_mounted_read_only_over_the_workspace(tmp_path: Path) -> None:
+    copy = tmp_path / "0-config"
+    cmd = command(tmp_path, hidden_files=[(copy, ".git/config")])
+    text = " ".join(cmd)
+    assert f"-v {copy}:/workspace/.git/config:ro" in text
+    # after the workspace's own mount, so Docker lays it over the original
+    assert text.index(f"{tmp_path.resolve()}:/workspace ") < text.index(f"{copy}:")
 
 
 @pytest.mark.parametrize("workdir", ["../other", "/etc"])
@@ -144,15 +206,23 @@ def fake_docker(tmp_path: Path, monkeypatch):
 
 
 def test_the_run_shows_its_command_and_passes_the_exit_code(
-    tmp_path: Path, fake_docker, capsys
+    tmp_path: Path, fake_docker, capsys, monkeypatch
 ) -> None:
-    fake_docker("sys.stderr.write('inside: ' + sys.argv[-1] + '\\n'); sys.exit(0)")
+    monkeypatch.setenv("GITHUB_EVENT_NAME", "pull_request")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "config").write_text(CHECKOUT_V4)
+    fake_docker("sys.stderr.write('inside: ' + repr(sys.argv[1:]) + '\\n'); sys.exit(0)")
     args = ["container", "run", "--image", "img:1", "--workspace", str(tmp_path), "--job", "7"]
     assert main([*args, "--", "--tests", "tests/a b.py"]) == 0
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    err = captured.err
     assert "container: docker run --rm --init --name dlci-7 --label dlci.job=7" in err
     assert "img:1 dlci run --tests 'tests/a b.py'" in err  # quoted: the line can be pasted
-    assert "inside: tests/a b.py" in err  # the container's stderr comes through
+    inside = [line for line in (captured.out + err).splitlines() if line.startswith("inside:")]
+    assert inside and "'tests/a b.py'" in inside[0]  # the container's output comes through
+    assert "container: cache: volume dlci-cache-untrusted (untrusted job)" in err
+    assert "credentials in .git/config hidden from the container: 1 extraheader" in err
+    assert ".git/config:ro" in err and BASIC not in err
     fake_docker("sys.exit(3)")
     assert main([*args]) == 1
 
@@ -167,3 +237,149 @@ def test_a_container_that_cannot_start_is_explained(tmp_path: Path, fake_docker,
     err = capsys.readouterr().err
     assert "the NVIDIA container runtime is missing" in err
     assert "NVIDIA Container Toolkit" in err
+
+
+# ------------------------------------------------------ git's credentials, hidden (gitview)
+
+FAKE = "ghs_FAKEtoken0123456789"
+BASIC = "eC1hY2Nlc3MtdG9rZW46Z2hzX0ZBS0V0b2tlbjAxMjM0NTY3ODk="  # x-access-token:FAKE, base64
+CHECKOUT_V4 = f"""[core]
+\trepositoryformatversion = 0
+\tbare = false
+[remote "origin"]
+\turl = https://github.com/org/repo
+\tfetch = +refs/heads/*:refs/remotes/origin/*
+[gc]
+\tauto = 0
+[http "https://github.com/"]
+\textraheader = AUTHORIZATION: basic {BASIC}
+"""
+CHECKOUT_V6 = """[core]
+\tbare = false
+[includeIf "gitdir:/runner/work/repo/repo/.git"]
+\tpath = /runner/_temp/git-credentials-1234.config
+[include]
+\tpath = creds.config
+"""
+OTHERS = f"""[credential]
+\thelper = store --file=.git/my-credentials
+[credential "https://github.com"]
+\tusername = x-access-token
+[url "https://x-access-token:{FAKE}@github.com/"]
+\tinsteadOf = https://github.com/
+[remote "origin"]
+\turl = https://x-access-token:{FAKE}@github.com/org/repo.git
+\tpushurl = https://{FAKE}@github.com/org/repo.git
+[remote "mirror"]
+\turl = ssh://git@example.com/org/repo.git
+[http] extraHeader = Authorization: Bearer {FAKE}
+[alias]
+\tsecret = "!echo \\
+   Authorization: bearer {FAKE}"
+"""
+
+
+def git_list(path: Path) -> str:
+    import subprocess
+
+    done = subprocess.run(
+        ["git", "config", "--file", str(path), "--no-includes", "--list"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "secret", "kinds"),
+    [
+        (CHECKOUT_V4, BASIC, ["extraheader"]),
+        (CHECKOUT_V6, "git-credentials-1234", ["include", "include"]),
+        (
+            OTHERS,
+            FAKE,
+            ["credential helper", "credential setting", "url with userinfo"]
+            + ["url with userinfo"] * 2
+            + ["extraheader", "authorization header"],
+        ),
+    ],
+)
+def test_the_sanitiser_on_real_config_texts(
+    tmp_path: Path, text: str, secret: str, kinds: list[str]
+) -> None:
+    raw, clean = tmp_path / "raw", tmp_path / "clean"
+    raw.write_text(text)
+    assert secret in git_list(raw)  # the control: git reads the secret from the raw file
+    result = sanitise(text)
+    clean.write_text(result.text)
+    assert secret not in result.text and secret not in git_list(clean)
+    assert result.hidden == kinds
+    listed = git_list(clean)  # still a config git reads, with what is not a credential
+    assert "core.bare=false" in listed or "[core]" not in text
+    if "remote.origin" in text:
+        assert "remote.origin.url=https://github.com/org/repo" in listed
+
+
+def test_the_sanitiser_keeps_names_and_files() -> None:
+    result = sanitise(OTHERS)
+    assert "http.https://github.com/.extraheader" not in result.names
+    assert "http.extraheader" in result.names and "remote.origin.url" in result.names
+    assert result.files == [".git/my-credentials"]
+    assert "url = ssh://git@example.com/org/repo.git" in result.text  # a user name, no secret
+    assert sanitise(CHECKOUT_V6).files == [
+        "/runner/_temp/git-credentials-1234.config",
+        "creds.config",
+    ]
+    assert sanitise("stray line\n[core]\n\tbare = false\n").hidden == ["unreadable line"]
+
+
+def test_the_git_view_of_a_workspace(tmp_path: Path) -> None:
+    ws, into = tmp_path / "ws", tmp_path / "into"
+    git = ws / ".git"
+    for folder in ("modules/sub", "worktrees/w", "objects/ab"):
+        (git / folder).mkdir(parents=True)
+    into.mkdir()
+    (git / "HEAD").write_text("ref: refs/heads/main\n")
+    (git / "config").write_text(CHECKOUT_V4 + "[include]\n\tpath = creds.config\n")
+    (git / "creds.config").write_text(f"[http]\n\textraheader = {BASIC}\n")
+    (git / "modules" / "sub" / "HEAD").write_text("ref: x\n")
+    (git / "modules" / "sub" / "config").write_text(CHECKOUT_V4)
+    (git / "worktrees" / "w" / "config.worktree").write_text("[core]\n\tsparseCheckout = true\n")
+    (git / "objects" / "ab" / "config").write_text(CHECKOUT_V4)  # never walked
+    (ws / ".git-credentials").write_text(f"https://x:{FAKE}@github.com\n")
+    view = git_view(ws, into)
+    covered = {rel: host.read_text() for host, rel in view.mounts}
+    assert sorted(covered) == [
+        ".git-credentials",
+        ".git/config",
+        ".git/creds.config",
+        ".git/modules/sub/config",
+    ]
+    assert all(BASIC not in text and FAKE not in text for text in covered.values())
+    assert covered[".git-credentials"] == "" and covered[".git/creds.config"] == ""
+    assert view.lines()[0] == (
+        "credentials in .git/config hidden from the container: 1 extraheader, 1 include"
+    )
+    assert scan(ws) == view.hidden  # what preflight can report, with nothing left behind
+
+
+def test_the_git_view_of_odd_workspaces(tmp_path: Path) -> None:
+    into = tmp_path / "into"
+    into.mkdir()
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert git_view(plain, into).mounts == []  # no .git at all
+    worktree = tmp_path / "worktree"
+    worktree.mkdir()
+    (worktree / ".git").write_text("gitdir: /elsewhere/.git/worktrees/w\n")
+    assert git_view(worktree, into).mounts == []  # a .git file pointing outside: nothing here
+    linked = tmp_path / "linked"
+    (linked / ".git").mkdir(parents=True)
+    (linked / ".git" / "HEAD").write_text("ref: x\n")
+    (linked / ".git" / "config").symlink_to(tmp_path / "host-secret")
+    (tmp_path / "host-secret").write_text(f"[http]\n\textraheader = {BASIC}\n")
+    view = git_view(linked, into)
+    assert [rel for _, rel in view.mounts] == [".git/config"]
+    assert view.mounts[0][0].read_text() == ""  # a link is never read through
+    assert view.hidden == {".git/config": ["symbolic link"]}

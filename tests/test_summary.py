@@ -262,3 +262,87 @@ def test_annotations_outside_actions_are_clean_lines(
     assert "\x1b" not in err
     assert not any(line.startswith("::") for line in err.splitlines())
     assert "error: dl-ci: step \\x1b[31m::error::x | # <b>bold</b>\\n::warning::y failed" in err
+
+
+# ---------------------------------------------------------------- reports read as claims
+
+
+def gated_job(art: Path, host: Path, memorization: dict) -> Path:
+    """A job whose memorization report the host copied from the gate's own directory."""
+    import hashlib
+
+    write(art, "preflight.json", {"passed": True, "tier": {**tier(), "max_loss": 100.0}})
+    write(art, "memorization.json", memorization)
+    digest = hashlib.sha256((art / "memorization.json").read_bytes()).hexdigest()
+    steps = [step(n, "passed") for n in ("install", "tests", "memorize")]
+    record = {
+        "kind": "host-record",
+        "tier": tier(),
+        "preflight": {"passed": True, "gpu": False, "tier": tier()},
+        "isolated_parts": ["memorize"],
+        "reports": {"memorization.json": {"part": "memorize", "sha256": digest}},
+        "run": {"kind": "run", "steps": steps, "verdict": "pass"},
+    }
+    write(host, "record.json", record)
+    return host / "record.json"
+
+
+def memorization(**tier_changes) -> dict:
+    return {
+        "verdict": "pass",
+        "best_loss": 0.5,
+        "threshold": 1.0,
+        "tier": {**tier(), **tier_changes},
+    }
+
+
+def summary_text(art: Path, record: Path, tmp_path: Path) -> tuple[int, str]:
+    md = tmp_path / "out.md"
+    argv = ["summary", "--artifacts", str(art), "--markdown", str(md), "--host-record", str(record)]
+    return main(argv), md.read_text()
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("max_loss", 100.0), ("max_epochs", 1000), ("budget", "nightly")]
+)
+def test_a_report_at_another_tier_fails(tmp_path: Path, key: str, value: object) -> None:
+    art = tmp_path / "art"
+    record = gated_job(art, tmp_path / "host", memorization(**{key: value}))
+    code, text = summary_text(art, record, tmp_path)
+    assert code == 1
+    assert "memorization.json: report does not match the tier the host chose" in text
+    assert f"{key} {value!r}" in text
+    # the host's tier, not the workspace's rewritten preflight.json
+    assert "| tier | pr on cpu: up to 100 epochs to loss < 1.0," in text
+
+
+def test_control_a_report_at_the_hosts_tier_passes(tmp_path: Path) -> None:
+    art = tmp_path / "art"
+    record = gated_job(art, tmp_path / "host", memorization())
+    code, text = summary_text(art, record, tmp_path)
+    assert code == 0, text
+    assert "does not match" not in text
+    assert (
+        "| verified by the host | the tier (read-only in every container); memorization.json "
+        "from the isolated step directories of memorize |" in text
+    )
+
+
+def test_a_report_the_host_did_not_copy_or_that_changed_fails(tmp_path: Path) -> None:
+    art = tmp_path / "art"
+    record = gated_job(art, tmp_path / "host", memorization())
+    write(art, "memorization.json", memorization(max_loss=1.0) | {"best_loss": 0.01})
+    code, text = summary_text(art, record, tmp_path)
+    assert code == 1 and "memorization.json was changed after the host collected it" in text
+    write(art, "doctor.json", {"counts": {"fail": 0}, "checks": [], "tier": tier()})
+    code, text = summary_text(art, record, tmp_path)
+    assert "doctor.json did not come from its gate's own step" in text
+
+
+def test_a_missing_host_record_leaves_the_reports_unverified(tmp_path: Path) -> None:
+    art = tmp_path / "art"
+    gated_job(art, tmp_path / "host", memorization())
+    write(art, "run.json", {"kind": "run", "steps": [step("tests", "passed")]})
+    code, text = summary_text(art, tmp_path / "no-such.json", tmp_path)
+    assert code == 1
+    assert "the host's record of the container run is missing: the reports are unverified" in text

@@ -1,30 +1,47 @@
 """The job's container: the ``docker run`` command line, the inputs it carries, and the run.
 
-Host-side (the runner), never imports torch. The container gets the GPU flags, ``--ipc=host``
-(or ``--shm-size``), the workspace mounted, the host user's uid:gid, only an allowlist of
-environment variables, a named cache volume, a label for cleanup and a timeout; inside, it
-runs ``dlci run ...``.
+Host-side (the runner), never imports torch. The container gets the GPU flags, its own IPC
+namespace with a ``/dev/shm`` of ``--shm-size`` (``--ipc=host`` only when asked), the workspace
+mounted with git's credentials hidden (dlci.action.gitview), the host user's uid:gid, no
+capabilities and no new privileges, only an allowlist of environment variables, a cache volume
+chosen by trust, a label for cleanup and a timeout; inside, it runs ``dlci run ...``.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import re
+import secrets
 import shlex
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dlci.action.gates import RECORD_VARIABLE, Parts
+from dlci.action.gitview import hide_credentials, host_temp
 from dlci.action.image import say
 from dlci.errors import DlciError
 
 JOB_LABEL = "dlci.job"
-CACHE_VOLUME = "dlci-cache"  # pip, torch hub, datasets: survives between jobs on one runner
+# pip, torch hub, datasets: a volume that survives between jobs on one runner, one per trust
+# level (dlci-cache-trusted, dlci-cache-untrusted): a pull request never writes what a push reads
+CACHE_PREFIX = "dlci-cache"
+CACHE_LABEL = "dlci.cache"  # trusted | untrusted, for the runner's prune hook
+CACHE_CREATED_LABEL = "dlci.cache.created"  # epoch seconds when the volume was made
+TRUSTED, UNTRUSTED = "trusted", "untrusted"
+# Events whose code is the repository's own; every other event (pull_request,
+# pull_request_target, issue_comment, workflow_run, one GitHub adds later) is untrusted.
+TRUSTED_EVENTS = frozenset({"push", "schedule", "workflow_dispatch", "merge_group", "release"})
+SHM_SIZE = "2g"  # DataLoader workers pass tensors through /dev/shm; Docker gives 64 MB
+IPC_MODES = ("private", "host")
+PIDS_LIMIT = 32768  # a fork bomb stops here; DataLoader workers and threads stay far below
 CONTAINER_HOME = "/home/dlci"
 WORKSPACE = "/workspace"
 # Variables that enter the container. Nothing else does: no secrets, no tokens.
@@ -74,29 +91,82 @@ def run_command(
     inner: Sequence[str],
     uid: int,
     gid: int,
+    ipc: str = "private",
+    trust: str = UNTRUSTED,
+    cache_prefix: str = CACHE_PREFIX,
+    created: int = 0,
+    hidden_files: Sequence[tuple[Path, str]] = (),
 ) -> list[str]:
-    """The docker run command line (a function, so tests can check every flag)."""
+    """The docker run command line (a function, so tests can check every flag).
+
+    ``hidden_files``: (host file, path relative to the workspace) mounted read-only over the
+    workspace's own file (the sanitised git config of dlci.action.gitview).
+    """
     rel = os.path.normpath(workdir or ".")
     if rel.startswith("..") or os.path.isabs(rel):
         raise DlciError(
             f"working directory {workdir!r} is outside the workspace",
             hint="give a path relative to the repository root",
         )
+    if ipc not in IPC_MODES:
+        raise DlciError(f"ipc {ipc!r}: expected private or host", hint="ipc: private")
     cmd = ["docker", "run", "--rm", "--init", "--name", name, "--label", f"{JOB_LABEL}={job}"]
     cmd += ["--user", f"{uid}:{gid}"]
-    cmd += ["--shm-size", shm_size] if shm_size else ["--ipc=host"]
+    cmd += ["--security-opt", "no-new-privileges", "--cap-drop", "ALL"]
+    cmd += ["--pids-limit", str(PIDS_LIMIT)]
+    cmd += (
+        ["--ipc=host"] if ipc == "host" else ["--ipc=private", "--shm-size", shm_size or SHM_SIZE]
+    )
     if memory:
         cmd += ["--memory", memory, "--memory-swap", memory]  # no swap: a clean OOM kill
     if gpus and gpus != "none":
         cmd += ["--gpus", gpus, "-e", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
     cmd += ["-v", f"{workspace.resolve()}:{WORKSPACE}"]
-    cmd += ["-v", f"{CACHE_VOLUME}:{CONTAINER_HOME}/.cache"]
+    for host, inside in hidden_files:
+        cmd += ["-v", f"{host}:{WORKSPACE}/{inside}:ro"]
+    cmd += ["--mount", cache_mount(trust, cache_prefix, created)]
     cmd += ["-w", f"{WORKSPACE}/{rel}" if rel != "." else WORKSPACE]
     for key in (*ENV_ALLOWLIST, *env_names):
         if key in environ:
             cmd += ["-e", key]  # the value comes from docker's own environment, not argv
     cmd += ["-e", "DLCI_IN_CONTAINER=1", image, *inner]
     return cmd
+
+
+def cache_mount(trust: str, prefix: str = CACHE_PREFIX, created: int = 0) -> str:
+    """The ``--mount`` of the cache volume for this trust level, labelled when Docker makes it.
+
+    >>> cache_mount("untrusted", created=5)  # doctest: +NORMALIZE_WHITESPACE
+    'type=volume,src=dlci-cache-untrusted,dst=/home/dlci/.cache,volume-label=dlci.cache=untrusted,volume-label=dlci.cache.created=5'
+    """
+    if trust not in (TRUSTED, UNTRUSTED):
+        raise DlciError(f"--trust {trust!r}: expected trusted or untrusted")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", prefix):
+        raise DlciError(f"--cache-volume {prefix!r}: not a volume name")
+    volume = f"{prefix}-{trust}"
+    labels = f"volume-label={CACHE_LABEL}={trust},volume-label={CACHE_CREATED_LABEL}={created}"
+    return f"type=volume,src={volume},dst={CONTAINER_HOME}/.cache,{labels}"
+
+
+def decide_trust(asked: str, environ: dict[str, str]) -> str:
+    """trusted or untrusted: from GITHUB_EVENT_NAME, unless asked; never raised on a PR.
+
+    >>> decide_trust("", {"GITHUB_EVENT_NAME": "push"}), decide_trust("", {})
+    ('trusted', 'untrusted')
+    """
+    event = environ.get("GITHUB_EVENT_NAME", "")
+    decided = TRUSTED if event in TRUSTED_EVENTS else UNTRUSTED
+    if asked in ("", "auto"):
+        return decided
+    if asked not in (TRUSTED, UNTRUSTED):
+        raise DlciError(f"--trust {asked!r}: expected trusted, untrusted or auto")
+    if asked == TRUSTED and decided == UNTRUSTED and environ.get("GITHUB_ACTIONS") == "true":
+        raise DlciError(
+            f"--trust trusted on a {event or 'unknown'} event: that job runs code nobody has "
+            "merged, and what it writes to the cache would be read by trusted jobs",
+            hint="leave --trust out (decided from GITHUB_EVENT_NAME) or pass untrusted",
+        )
+    return asked
 
 
 def inputs_to_argv(environ: dict[str, str]) -> list[str]:
@@ -160,10 +230,14 @@ class RunRequest:
     memory: str = ""
     gpu_found: str = ""
     inner: Sequence[str] = ()  # the arguments of dlci run
+    ipc: str = "private"  # or host
+    trust: str = ""  # trusted, untrusted; empty: from GITHUB_EVENT_NAME
+    cache_volume: str = CACHE_PREFIX  # the volumes' prefix: <prefix>-trusted, <prefix>-untrusted
 
 
 def run(request: RunRequest) -> int:
-    """Run ``dlci run`` in the container; its exit code (125: docker could not start it)."""
+    """Run the job's parts (dlci.action.gates), each ``dlci run --phase ...`` in its own
+    container; the first bad exit code (125: docker could not start one)."""
     check_env_names(request.env)
     gpus = request.gpus
     if gpus == "auto":
@@ -174,54 +248,102 @@ def run(request: RunRequest) -> int:
     if not workspace.is_dir():
         raise DlciError(f"{workspace}: the workspace is not a directory")
     environ = dict(os.environ)
-    cmd = run_command(
-        image=request.image,
-        name=name,
-        job=job,
-        workspace=workspace,
-        workdir=request.workdir,
-        gpus=gpus,
-        shm_size=request.shm_size,
-        env_names=request.env,
-        memory=request.memory,
-        environ=environ,
-        inner=["dlci", "run", *inputs_to_argv(environ), *request.inner],
-        uid=os.getuid(),
-        gid=os.getgid(),
-    )
-    say(shlex.join(cmd))
-    code, stderr_tail = _watch(cmd, name, request.timeout_minutes)
-    if code == 125:  # docker itself failed to start the container
-        raise _start_failure(stderr_tail)
-    if code in (137, 143):
-        say(f"{name} was killed (exit code {code})")
-    return code
+    trust = decide_trust(request.trust, environ)
+    say(f"cache: volume {request.cache_volume}-{trust} ({trust} job)")
+    inner = [*inputs_to_argv(environ), *request.inner]
+    parts = Parts(inner, workspace, request.workdir, environ.get(RECORD_VARIABLE, ""))
+    try:
+        with host_temp(environ) as tmp:
+            build = functools.partial(
+                run_command,
+                image=request.image,
+                job=job,
+                workspace=workspace,
+                workdir=request.workdir,
+                gpus=gpus,
+                shm_size=request.shm_size,
+                env_names=request.env,
+                memory=request.memory,
+                environ=environ,
+                uid=os.getuid(),
+                gid=os.getgid(),
+                ipc=request.ipc,
+                trust=trust,
+                cache_prefix=request.cache_volume,
+                created=int(time.time()),
+                hidden_files=hide_credentials(workspace, Path(tmp)),
+            )
+            return _run_parts(parts, build, name, request.timeout_minutes)
+    finally:
+        parts.close()
+
+
+def _run_parts(
+    parts: Parts, build: Callable[..., list[str]], name: str, timeout_minutes: float
+) -> int:
+    """The tests container, then one per gate; the host's record after the last one."""
+    deadline = time.monotonic() + timeout_minutes * 60
+    planned = parts.plan()
+    worst = 0
+    try:
+        for part in planned:
+            if part.name != "tests" and not parts.installed():
+                parts.blocked = "not run: the install step failed"
+                break
+            here = name if part.name == "tests" else f"{name}-{part.name}"
+            cmd = build(name=here, inner=["dlci", "run", *part.argv])
+            cmd[2:2] = part.flags  # after "docker run": the part's own mounts
+            say(shlex.join(cmd))
+            code, tail = _watch(cmd, here, timeout_minutes, deadline)
+            if code == 125:  # docker itself failed to start the container
+                raise _start_failure(tail)
+            parts.collect(part, code)
+            worst = worst or code
+            if code in (137, 143):
+                say(f"{here} was killed (exit code {code})")
+                break
+    finally:
+        parts.finish(planned)
+    return worst
 
 
 def _kill(name: str) -> None:
     subprocess.run(["docker", "kill", name], capture_output=True, check=False, timeout=30)
 
 
-def _watch(cmd: list[str], name: str, timeout_minutes: float) -> tuple[int, list[str]]:
-    """Run the container, its stderr streamed through; SIGTERM and the timeout kill it."""
-    child = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, errors="replace")
+def _watch(
+    cmd: list[str], name: str, timeout_minutes: float, deadline: float | None = None
+) -> tuple[int, list[str]]:
+    """Run the container, its output (stdout and stderr in order) streamed through between
+    ``::stop-commands::TOKEN`` and ``::TOKEN::``: none of it is a workflow command. The token
+    is made after the container started, so it is in nothing the container was given."""
+    child = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    )
+    token = secrets.token_hex(16)
+    print(f"::stop-commands::{token}", flush=True)
 
     def stop(signum: int, frame: Any) -> None:
         _kill(name)
 
     previous = signal.signal(signal.SIGTERM, stop)
-    stderr_tail: list[str] = []
+    tail: list[str] = []
+    lock, closed = threading.Lock(), threading.Event()
 
     def pump() -> None:
-        assert child.stderr is not None
-        for line in child.stderr:
-            sys.stderr.write(line)
-            stderr_tail.append(line)
-            del stderr_tail[:-50]
+        assert child.stdout is not None
+        for line in child.stdout:
+            with lock:
+                if closed.is_set():
+                    continue  # never after the resume line: it would be read as a command
+                sys.stdout.write(line)
+                sys.stdout.flush()
+            tail.append(line)
+            del tail[:-50]
 
-    deadline = time.monotonic() + timeout_minutes * 60
+    deadline = deadline or time.monotonic() + timeout_minutes * 60
+    thread = threading.Thread(target=pump, daemon=True)
     try:
-        thread = threading.Thread(target=pump, daemon=True)
         thread.start()
         while child.poll() is None:
             if time.monotonic() > deadline:
@@ -239,7 +361,11 @@ def _watch(cmd: list[str], name: str, timeout_minutes: float) -> tuple[int, list
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
-    return child.returncode, stderr_tail
+        thread.join(5)
+        with lock:
+            closed.set()
+            print(f"::{token}::", flush=True)
+    return child.returncode, tail
 
 
 def _start_failure(stderr_tail: list[str]) -> DlciError:

@@ -4,6 +4,11 @@ install -> tests (pytest with doctests, coverage, JUnit) -> memorize -> doctor -
 (with analyze). Each step is its own process, so one that crashes or is killed leaves the
 others' results; ``OUT/run.json`` is rewritten after every step starts and ends, so a job
 killed in the middle still says which step was running.
+
+``--phase`` runs one part: ``tests`` (install and tests) or one gate (install, then that
+gate), each in its own container (dlci.action.gates), so nothing the tests step leaves
+behind reaches a gate. The gates run the ``dlci`` console script next to this interpreter,
+never ``python -m dlci`` from the workspace, so a ``dlci/`` folder there is not imported.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from dlci import jsonio
 
 REPORT_NAME = "run.json"
 STEPS = ("install", "tests", "memorize", "doctor", "profile")
+GATES = ("memorize", "doctor", "profile")
+PHASES = ("all", "tests", *GATES)
 LOG_TAIL = 40
 BAD = ("failed", "error", "interrupted")
 
@@ -46,6 +53,7 @@ class JobOptions:
     profile: bool = True
     min_gpu_util: float | None = None
     tier_json: str | None = None
+    phase: str = "all"  # all, tests, or one gate
 
 
 def run_job(options: JobOptions) -> int:
@@ -64,8 +72,11 @@ def run_job(options: JobOptions) -> int:
     runner.step("install", install, shell=options.install not in ("auto", "none"))
     installed = runner.steps[-1]["status"] in ("passed", "skipped")
     blocked = None if installed else "the install step failed"
-    _tests_step(runner, options, blocked)
+    if options.phase in ("all", "tests"):
+        _tests_step(runner, options, blocked)
     for name, command in _dlci_steps(options).items():
+        if options.phase not in ("all", name):
+            continue
         if command is None:
             runner.skip(name, f"switched off ({name}: false)")
         else:
@@ -94,7 +105,7 @@ def _dlci_steps(options: JobOptions) -> dict[str, list[str] | None]:
     tier = ["--budget", options.budget, "--hardware", options.hardware]
     tier += ["--ladder", options.ladder] if options.ladder else []
     tail = [*tier, *(["--target", options.target] if options.target else [])]
-    dlci = [sys.executable, "-m", "dlci"]
+    dlci = [dlci_script()]
     doctor = ["--json", str(options.out / "doctor.json")]
     doctor += ["--markdown", str(options.out / "doctor.md")]
     profile = [*dlci, "profile", "--out", out, *tail]
@@ -105,6 +116,20 @@ def _dlci_steps(options: JobOptions) -> dict[str, list[str] | None]:
         "doctor": [*dlci, "doctor", "--out", out, *doctor, *tail] if options.doctor else None,
         "profile": profile if options.profile else None,
     }
+
+
+def dlci_script() -> str:
+    """The ``dlci`` console script of this interpreter's environment.
+
+    Not ``python -m dlci``: that puts the working directory (the pull request's workspace)
+    first on sys.path, so a ``dlci/`` folder planted there would be imported instead.
+    """
+    import shutil
+
+    beside = Path(sys.executable).with_name("dlci")
+    if beside.is_file():
+        return str(beside)
+    return shutil.which("dlci") or "dlci"
 
 
 def install_command(install: str) -> list[str] | str | None:
@@ -329,4 +354,5 @@ def _read(path: Path | None) -> str:
 
 
 def _in_actions() -> bool:
-    return os.environ.get("GITHUB_ACTIONS") == "true"
+    # in the action's container the host stops workflow commands around all output: no groups
+    return os.environ.get("GITHUB_ACTIONS") == "true" and "DLCI_IN_CONTAINER" not in os.environ

@@ -3,11 +3,17 @@
 Host-side (no torch). Reads preflight.json, run.json, cleanup.json, junit.xml, coverage.xml,
 memorization.json, doctor.json and utilization.json, and reports on whatever is there: a job
 that failed early still gets a summary of what ran.
+
+The container ran the pull request's code, so its files are claims. With the host's record
+of the container run (dlci.action.gates, a file outside the workspace), the tier, the
+hardware class and run.json come from that record, and each gate report must be the one the
+host copied from that gate's own directory (its SHA-256) and name the host's tier.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -17,6 +23,13 @@ from typing import Any
 from dlci import jsonio
 
 MAX_TEST_ANNOTATIONS = 20
+GATE_REPORTS = ("memorization", "doctor", "utilization")
+# The tier's values a gate report must share with the host's (a different one is a forgery
+# or a step that selected its own tier).
+TIER_KEYS = (
+    "budget", "hardware_class", "max_epochs", "max_loss", "time_cap_minutes",
+    "profile_steps", "nproc", "batch_size",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -29,11 +42,17 @@ class Summary:
     verdict: str
 
 
-def summarize(folder: Path, *, title: str = "dl-ci", artifact_prefix: str = "") -> Summary:
+def summarize(
+    folder: Path,
+    *,
+    title: str = "dl-ci",
+    artifact_prefix: str = "",
+    host_record: Path | None = None,
+) -> Summary:
     """Everything ``dlci summary`` reports on the artifacts in ``folder``."""
     from dlci.report.summary import render
 
-    data = collect(folder)
+    data = collect(folder, host_record)
     values = outputs(data)
     if artifact_prefix:
         values["artifact-name"] = artifact_name(artifact_prefix, data)
@@ -48,8 +67,12 @@ def _load(path: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def collect(folder: Path) -> dict[str, Any]:
-    """Everything the job left, parsed; missing or broken files are None."""
+def collect(folder: Path, host_record: Path | None = None) -> dict[str, Any]:
+    """Everything the job left, parsed; missing or broken files are None.
+
+    ``host_record``: the host's record of the container run; when given, the reports are
+    checked against it (and a missing record after a passed preflight is a problem).
+    """
     data: dict[str, Any] = {
         "preflight": _load(folder / "preflight.json"),
         "run": _load(folder / "run.json"),
@@ -60,9 +83,80 @@ def collect(folder: Path) -> dict[str, Any]:
         "tests": junit_counts(folder / "junit.xml"),
         "coverage": coverage_rate(folder / "coverage.xml"),
     }
-    data["problems"] = problems(data["preflight"], data["run"])
+    record = _load(host_record) if host_record is not None else None
+    if record is not None:
+        tier = record.get("tier")
+        data["preflight"] = record.get("preflight") or (
+            {"passed": True, "tier": tier} if tier else None
+        )
+        data["run"] = record.get("run") or data["run"]
+    claims = claim_problems(data, folder, record, expected=host_record is not None)
+    data["problems"] = problems(data["preflight"], data["run"]) + claims
+    data["verified"] = verified(record)
     data["verdict"] = "fail" if data["problems"] else "pass"
     return data
+
+
+def claim_problems(
+    data: dict[str, Any], folder: Path, record: dict[str, Any] | None, *, expected: bool
+) -> list[str]:
+    """The gate reports checked as claims: from the gate's own directory, at the host's tier.
+
+    A report that fails a check is dropped from ``data`` (its verdict is not shown as a fact).
+    """
+    found: list[str] = []
+    pre = data["preflight"]
+    ran = data["run"] is not None and (pre is None or pre.get("passed"))
+    if expected and record is None and ran:
+        found.append(
+            "the host's record of the container run is missing: the reports are unverified"
+        )
+    host_tier = (record or {}).get("tier") or (pre or {}).get("tier") or {}
+    copied = (record or {}).get("reports") or {}
+    for key in GATE_REPORTS:
+        report, name = data[key], f"{key}.json"
+        if report is None:
+            continue
+        if record is not None and name not in copied:
+            found.append(f"{name} did not come from its gate's own step (left in the workspace?)")
+            data[key] = None
+            continue
+        if record is not None and _sha256(folder / name) != copied[name].get("sha256"):
+            found.append(f"{name} was changed after the host collected it")
+            data[key] = None
+            continue
+        claimed = report.get("tier")
+        if isinstance(claimed, dict) and host_tier:
+            wrong = [k for k in TIER_KEYS if k in claimed and claimed[k] != host_tier.get(k)]
+            if wrong:
+                values = ", ".join(f"{k} {claimed[k]!r}, host {host_tier.get(k)!r}" for k in wrong)
+                found.append(f"{name}: report does not match the tier the host chose ({values})")
+                data[key] = None
+    return found
+
+
+def verified(record: dict[str, Any] | None) -> list[str]:
+    """What the host checked itself, for the summary's "verified by the host" row."""
+    if record is None:
+        return []
+    done = []
+    if record.get("tier"):
+        done.append("the tier (read-only in every container)")
+    gates = record.get("isolated_parts") or []
+    if gates:
+        names = sorted(record.get("reports") or {})
+        done.append(
+            f"{', '.join(names) or 'no reports'} from the isolated step directories of "
+            f"{', '.join(gates)}"
+        )
+    return done
+
+
+def _sha256(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return ""
 
 
 def problems(pre: dict[str, Any] | None, run: dict[str, Any] | None) -> list[str]:

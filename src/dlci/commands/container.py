@@ -65,6 +65,9 @@ def _build(argv: list[str]) -> int:
     return 0
 
 
+IPC, TRUST = ("private", "host"), ("auto", "trusted", "untrusted")
+
+
 def _run(argv: list[str]) -> int:
     p = _common.parser(
         "container run",
@@ -74,22 +77,15 @@ def _run(argv: list[str]) -> int:
     p.add_argument("--image", required=True)
     p.add_argument("--workspace", default=os.environ.get("GITHUB_WORKSPACE", "."), metavar="DIR")
     p.add_argument("--workdir", default=".", metavar="DIR", help="relative to the workspace")
-    p.add_argument(
-        "--gpus", default="auto", help="auto (all if a GPU was found), all, none, device=N"
-    )
-    p.add_argument(
-        "--shm-size", default="", help="give the container this /dev/shm instead of --ipc=host"
-    )
-    p.add_argument(
-        "--env", action="append", default=[], metavar="NAME", help="one more variable to pass in"
-    )
-    p.add_argument(
-        "--job", default=os.environ.get("DLCI_JOB_ID", ""), help="the label value for cleanup"
-    )
+    p.add_argument("--gpus", default="auto", help="auto (all if a GPU was found), all, none, N")
+    p.add_argument("--shm-size", default="", help="shared memory size (default 2g)")
+    p.add_argument("--ipc", choices=IPC, default=os.environ.get("DLCI_IPC") or "private")
+    p.add_argument("--trust", choices=TRUST, default="auto", help="auto: GITHUB_EVENT_NAME's")
+    p.add_argument("--cache-volume", default="dlci-cache", metavar="PREFIX", help="PREFIX-<trust>")
+    p.add_argument("--env", action="append", default=[], metavar="NAME", help="one more variable")
+    p.add_argument("--job", default=os.environ.get("DLCI_JOB_ID", ""), help="label for cleanup")
     p.add_argument("--timeout-minutes", type=float, default=60.0)
-    p.add_argument(
-        "--memory", default="", help="the container's memory limit (docker run --memory), e.g. 16g"
-    )
+    p.add_argument("--memory", default="", help="docker run --memory, e.g. 16g (no swap)")
     p.add_argument("--gpu-found", default="", help="true/false from preflight (for --gpus auto)")
     p.add_argument("inner", nargs="*", metavar="-- ARGS", help="arguments of dlci run")
     args = p.parse_args(argv)
@@ -103,17 +99,19 @@ def _cleanup(argv: list[str]) -> int:
     p = _common.parser("container cleanup", "Remove the job's containers, restore ownership.")
     p.add_argument("--job", default=os.environ.get("DLCI_JOB_ID", ""))
     p.add_argument("--workspace", default=os.environ.get("GITHUB_WORKSPACE", "."), metavar="DIR")
-    p.add_argument("--image", default="", help="an image with a shell, to restore ownership")
+    p.add_argument("--image", default="", help="unused (compatibility): no job image runs as root")
     p.add_argument("--out", default="dlci-artifacts", metavar="DIR")
     args = p.parse_args(argv)
 
-    from dlci.action.cleanup import cleanup, describe
+    from dlci.action.cleanup import IMAGE_IGNORED, cleanup, describe
     from dlci.report.console import print_warning
 
-    report = cleanup(args.job, Path(args.workspace), args.image)
+    if args.image:
+        print(IMAGE_IGNORED, file=sys.stderr)
+    report = cleanup(args.job, Path(args.workspace))
     _common.emit_json(report, str(Path(args.out) / "cleanup.json"))
-    line, warning = describe(report)
+    line, warnings = describe(report)
     print(line, file=sys.stderr)
-    if warning:
+    for warning in warnings:
         print_warning(warning)
     return 0

@@ -57,6 +57,13 @@ def _parser() -> argparse.ArgumentParser:
         help="use the tier recorded in FILE (preflight.json or dlci tier --json) in every step, "
         "instead of selecting it again here",
     )
+    p.add_argument(
+        "--phase",
+        default="all",
+        choices=("all", "tests", "memorize", "doctor", "profile"),
+        help="run one part: tests (install, tests) or one gate (install, then the gate), as "
+        "the action does, each in its own container (default: all)",
+    )
     _common.add_detection(p)
     return p
 
@@ -83,5 +90,6 @@ def main(argv: Sequence[str]) -> int:
             profile=args.profile,
             min_gpu_util=args.min_gpu_util,
             tier_json=args.tier_json,
+            phase=args.phase,
         )
     )

@@ -38,6 +38,13 @@ def main(argv: Sequence[str]) -> int:
         metavar="NAME",
         help="also output artifact-name: NAME-<hardware class>-<job id>, unique per matrix leg",
     )
+    p.add_argument(
+        "--host-record",
+        metavar="FILE",
+        default=os.environ.get("DLCI_HOST_RECORD") or None,
+        help="the host's record of the container run (default: $DLCI_HOST_RECORD): take the "
+        "tier and run.json from it and check every gate report against it",
+    )
     args = p.parse_args(list(argv))
 
     from dlci.action.summary import summarize
@@ -45,7 +52,10 @@ def main(argv: Sequence[str]) -> int:
     from dlci.report.text import clean
 
     summary = summarize(
-        Path(args.artifacts), title=args.title, artifact_prefix=args.artifact_prefix
+        Path(args.artifacts),
+        title=args.title,
+        artifact_prefix=args.artifact_prefix,
+        host_record=Path(args.host_record) if args.host_record else None,
     )
     if args.markdown:
         try:

@@ -192,7 +192,9 @@ def memorize(
     dist = dist or Distributed()
     live = _Live()
     dog = _watchdog(config, dist, live, on_stuck)
-    lag = 0.0 if dist.rank == 0 else OTHER_RANKS_LAG_S
+    # the loop checks the cap between steps; the watchdog is for a step that outlives it by the
+    # grace, so a step that ends just past the cap still stops the ordinary way
+    lag = watchdog_grace(config.time_cap_s) + (0.0 if dist.rank == 0 else OTHER_RANKS_LAG_S)
     with deterministic():
         try:
             if dog is not None:
@@ -221,6 +223,15 @@ def memorize(
         changes=prepared.changes,
         hparams=prepared.hparams,
     )
+
+
+def watchdog_grace(cap_s: float) -> float:
+    """How long past the cap a step may still run before the watchdog calls it stuck.
+
+    >>> watchdog_grace(1.2), watchdog_grace(600.0)
+    (5.0, 30.0)
+    """
+    return min(max(5.0, 0.05 * cap_s), 30.0)
 
 
 def _watchdog(

@@ -65,6 +65,11 @@ def facts(data: dict[str, Any]) -> list[list[str]]:
     if data["coverage"] is not None:
         rows.append(["coverage", f"{data['coverage']:.1f}% of lines"])
     rows += _report_facts(data)
+    done = data.get("verified")
+    if done:
+        rows.append(["verified by the host", md("; ".join(done))])
+    elif "verified" in data:
+        rows.append(["verified by the host", "nothing: no host record of the container run"])
     return rows
 
 

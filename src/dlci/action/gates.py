@@ -1,0 +1,257 @@
+"""The job's containers, one per part: the tests, then each gate in a ``docker run`` of its own.
+
+Host-side (the runner), never imports torch. The pull request's code runs in every container
+(its install step, its tests, its target), so the host keeps its decisions out of reach and
+reads what the containers write as claims:
+
+- the tier (the host's preflight.json) is copied into a host directory mounted read-only at
+  /dlci/host, outside the workspace; every part runs ``dlci run --tier-json
+  /dlci/host/tier.json``;
+- each gate (memorize, doctor, profile) runs in a fresh container from the image, after the
+  tests container has gone, so nothing the tests changed outside the workspace is there; the
+  install step runs again in it (docs/security.md says why and what it costs);
+- a gate writes its reports to /dlci/out, a fresh host directory that only its own container
+  mounts; after the last container the host copies them into the artifacts directory over
+  whatever the earlier containers planted there, and writes run.json itself;
+- the host record (the tier, each container's exit code, the SHA-256 of each report it
+  copied) goes to a host file outside the workspace (DLCI_HOST_RECORD), which ``dlci summary``
+  checks the reports against.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dlci import jsonio
+from dlci.errors import DlciError
+
+HOST_MOUNT = "/dlci/host"  # read-only: the host's decisions
+OUT_MOUNT = "/dlci/out"  # writable, one gate's reports only
+WORKSPACE = "/workspace"
+GATES = ("memorize", "doctor", "profile")
+RECORD_VARIABLE = "DLCI_HOST_RECORD"
+# What each gate writes to its --out: removed from the artifacts before the host copies the
+# gate's own files in, so a report planted by an earlier container never survives.
+GATE_FILES = {
+    "memorize": ("memorization.json", "memorization-curve.png", "memorization.md"),
+    "doctor": ("doctor.json", "doctor.md"),
+    "profile": ("utilization.json", "utilization.md", "utilization.png", "trace.json.gz"),
+}
+BAD = ("failed", "error", "interrupted", "running")
+
+
+@dataclass
+class Part:
+    """One ``docker run``: its name (tests or a gate), dlci run's arguments, extra flags."""
+
+    name: str
+    argv: list[str]
+    flags: list[str]
+    out: Path | None = None  # the gate's own report directory on the host
+
+
+@dataclass
+class Parts:
+    """The parts of one job, their host directories, and what the host collected from them."""
+
+    inner: Sequence[str]
+    workspace: Path
+    workdir: str = "."
+    record_path: str = ""
+    base: Path = field(init=False)
+    artifacts: Path = field(init=False)
+    args: list[str] = field(init=False)
+    tier: dict[str, Any] | None = field(init=False, default=None)
+    source: dict[str, Any] | None = field(init=False, default=None)
+    exit_codes: dict[str, int] = field(init=False, default_factory=dict)
+    collected: dict[str, Path] = field(init=False, default_factory=dict)
+    blocked: str = field(init=False, default="not run: the job was stopped")
+
+    def __post_init__(self) -> None:
+        if self.record_path:
+            Path(self.record_path).unlink(missing_ok=True)  # never an earlier job's record
+        args, tier_file, out = _split(list(self.inner))
+        self.args = args
+        self.artifacts = self._host_path(out or "dlci-artifacts")
+        self.base = Path(tempfile.mkdtemp(prefix="dlci-parts-", dir=os.environ.get("RUNNER_TEMP")))
+        if tier_file:
+            self._take_tier(tier_file)
+
+    def _host_path(self, path: str) -> Path:
+        """A path as the container sees it -> the same path on the host (in the workspace)."""
+        if path == WORKSPACE or path.startswith(WORKSPACE + "/"):
+            return self.workspace / os.path.relpath(path, WORKSPACE)
+        if os.path.isabs(path):
+            raise DlciError(f"--out {path}: outside the workspace ({WORKSPACE})")
+        return self.workspace / self.workdir / path
+
+    def _take_tier(self, tier_file: str) -> None:
+        """Copy the host's tier (read here, before any container runs) to the read-only mount."""
+        from dlci.ladder.tiers import tier_from_file
+
+        path = Path(tier_file)
+        if not path.is_file() and tier_file.startswith(WORKSPACE + "/"):
+            path = self._host_path(tier_file)  # the workspace's copy, read before any container
+        tier_from_file(str(path))  # a bad file is one clear error here, before any container
+        data = jsonio.decode(path.read_bytes())
+        self.source = data
+        self.tier = data.get("tier") if isinstance(data.get("tier"), dict) else data
+        host = self.base / "host"
+        host.mkdir(mode=0o755)
+        shutil.copyfile(path, host / "tier.json")
+
+    def plan(self) -> list[Part]:
+        """The tests part, then one part per gate that is not switched off."""
+        tier = ["--tier-json", f"{HOST_MOUNT}/tier.json"] if self.tier is not None else []
+        flags = ["-v", f"{self.base / 'host'}:{HOST_MOUNT}:ro"] if self.tier is not None else []
+        out = os.path.join(WORKSPACE, os.path.relpath(self.artifacts, self.workspace))
+        parts = [Part("tests", [*self.args, "--out", out, *tier, "--phase", "tests"], flags)]
+        for gate in GATES:
+            if f"--no-{gate}" in self.args:
+                continue
+            mine = self.base / f"out-{gate}"
+            mine.mkdir(mode=0o755)
+            argv = [*self.args, "--out", OUT_MOUNT, *tier, "--phase", gate]
+            parts.append(Part(gate, argv, [*flags, "-v", f"{mine}:{OUT_MOUNT}"], mine))
+        return parts
+
+    def collect(self, part: Part, code: int) -> None:
+        """Note the container's exit code; keep a gate's reports out of every later container."""
+        self.exit_codes[part.name] = code
+        if part.out is not None:
+            kept = self.base / f"kept-{part.name}"
+            shutil.copytree(part.out, kept, symlinks=True)
+            self.collected[part.name] = kept
+
+    def finish(self, planned: Sequence[Part]) -> dict[str, Any]:
+        """Reports into the artifacts, run.json and the host record, after the last container."""
+        self.artifacts.mkdir(parents=True, exist_ok=True)
+        for gate in GATES:
+            for name in GATE_FILES[gate]:
+                (self.artifacts / name).unlink(missing_ok=True)
+        reports: dict[str, Any] = {}
+        for gate, kept in self.collected.items():
+            for item in sorted(kept.iterdir()):
+                if item.name == "run.json" or item.is_symlink():
+                    continue
+                target = self.artifacts / item.name
+                if target.is_dir() and not target.is_symlink():
+                    shutil.rmtree(target)
+                else:
+                    target.unlink(missing_ok=True)
+                if item.is_dir():
+                    shutil.copytree(item, target, symlinks=False)
+                else:
+                    shutil.copyfile(item, target)
+                if item.suffix == ".json":
+                    digest = hashlib.sha256(item.read_bytes()).hexdigest()
+                    reports[item.name] = {"part": gate, "sha256": digest}
+        run = self._run_record(planned)
+        jsonio.write(self.artifacts / "run.json", run)
+        record = {
+            "schema_version": 1,
+            "kind": "host-record",
+            "tier": self.tier,
+            "preflight": self.source if self.source and "tier" in self.source else None,
+            "exit_codes": self.exit_codes,
+            "isolated_parts": sorted(self.collected),
+            "reports": reports,
+            "run": run,
+        }
+        if self.record_path:
+            jsonio.write(Path(self.record_path), record)
+        return record
+
+    def _run_record(self, planned: Sequence[Part]) -> dict[str, Any]:
+        """run.json: the tests container's steps (its own claims), then each gate's step."""
+        tests = _load(self.artifacts / "run.json") if "tests" in self.exit_codes else None
+        steps = [s for s in (tests or {}).get("steps", []) if s.get("name") in ("install", "tests")]
+        if tests is None:
+            steps.append(_missing("tests", self.exit_codes.get("tests")))
+        for part in planned[1:]:
+            steps.append(self._gate_step(part.name))
+        for gate in GATES:
+            if f"--no-{gate}" in self.args:
+                steps.append(_skipped(gate, f"switched off ({gate}: false)"))
+        order = {name: i for i, name in enumerate(("install", "tests", *GATES))}
+        steps.sort(key=lambda s: order.get(str(s.get("name")), 99))
+        failed = [s["name"] for s in steps if s.get("status") in BAD]
+        return {
+            "schema_version": 1,
+            "kind": "run",
+            "started": (tests or {}).get("started", ""),
+            "cwd": (tests or {}).get("cwd", ""),
+            "steps": steps,
+            "failed_steps": failed,
+            "verdict": "fail" if failed else "pass",
+            "isolated_gates": sorted(self.collected),
+        }
+
+    def _gate_step(self, gate: str) -> dict[str, Any]:
+        code = self.exit_codes.get(gate)
+        if gate not in self.collected:
+            return _skipped(gate, self.blocked)
+        claims = _load(self.collected[gate] / "run.json") or {}
+        steps = {s.get("name"): s for s in claims.get("steps", []) if isinstance(s, dict)}
+        step = steps.get(gate)
+        if step is None:
+            return _missing(gate, code)
+        install = steps.get("install") or {}
+        if install.get("status") in ("failed", "error", "interrupted"):
+            step = {**step, "status": "error"}
+            step["reason"] = "the install step failed in the gate's own container"
+        if code not in (0, 1) and step.get("status") == "passed":
+            step = {**step, "status": "error", "reason": f"its container exited {code}"}
+        return {**step, "container_exit_code": code, "isolated": True}
+
+    def installed(self) -> bool:
+        """Whether the tests container's install step passed (or had nothing to do)."""
+        steps = (_load(self.artifacts / "run.json") or {}).get("steps", [])
+        install: dict[str, Any] = next((s for s in steps if s.get("name") == "install"), {})
+        return install.get("status") in ("passed", "skipped")
+
+    def close(self) -> None:
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def _split(inner: list[str]) -> tuple[list[str], str, str]:
+    """dlci run's arguments without --tier-json, --out and --phase (the host sets them)."""
+    args: list[str] = []
+    found = {"--tier-json": "", "--out": "", "--phase": ""}
+    index = 0
+    while index < len(inner):
+        arg = inner[index]
+        name, eq, value = arg.partition("=")
+        if name in found and eq:
+            found[name] = value
+        elif arg in found and index + 1 < len(inner):
+            found[arg] = inner[index + 1]
+            index += 1
+        else:
+            args.append(arg)
+        index += 1
+    return args, found["--tier-json"], found["--out"]
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    try:
+        value = jsonio.decode(path.read_bytes())
+    except (OSError, jsonio.DecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _skipped(name: str, why: str) -> dict[str, Any]:
+    return {"name": name, "status": "skipped", "reason": why, "duration_s": 0.0}
+
+
+def _missing(name: str, code: int | None) -> dict[str, Any]:
+    why = f"its container wrote no record (exit code {code})"
+    return {"name": name, "status": "error", "reason": why, "duration_s": 0.0}

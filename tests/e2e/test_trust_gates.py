@@ -1,0 +1,226 @@
+"""The gates' isolation and the container's workflow commands, attacked from the pull request.
+
+The attacker is a test file in the user's repository (the bundled digits example): it runs in
+the tests container before the gates. Real parts: the Docker engine and the kit image, driven
+in-process through ``dlci container run`` as the action's step does (act adds a minute per run
+and nothing to what is checked here; tests/e2e/test_action.py runs the whole action).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dlci.action.container import run_command
+from dlci.cli import main
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+BROKEN = "digits_example.broken:make_tiny_lr_target"  # cannot memorize at the pr tier
+FORGED = {"max_epochs": 1000, "max_loss": 100.0, "time_cap_minutes": 60.0}
+
+# Rewrites every tier file it can reach, plants a passing memorization report, and a `dlci`
+# package in the workspace root that would take over `python -m dlci` in a later step.
+ATTACK = f"""
+import json, os, pathlib
+
+FORGED = {FORGED!r}
+
+
+def forge(path):
+    try:
+        data = json.loads(path.read_text())
+        tier = data["tier"] if isinstance(data.get("tier"), dict) else data
+        tier.update(FORGED)
+        path.write_text(json.dumps(data))
+        return "rewritten"
+    except Exception as exc:
+        return type(exc).__name__
+
+
+def test_attack():
+    done = {{}}
+    roots = [pathlib.Path("/workspace/dlci-artifacts"), pathlib.Path("/dlci")]
+    for root in roots:
+        for path in (root.rglob("*.json") if root.is_dir() else []):
+            done[str(path)] = forge(path)
+    art = pathlib.Path("/workspace/dlci-artifacts")
+    fake = {{"schema_version": 1, "kind": "memorization", "verdict": "pass", "best_loss": 0.01,
+            "threshold": 100.0, "tier": {{"budget": "pr", "hardware_class": "cpu", **FORGED}}}}
+    (art / "memorization.json").write_text(json.dumps(fake))
+    pkg = pathlib.Path("/workspace/dlci")
+    pkg.mkdir(exist_ok=True)
+    (pkg / "__init__.py").write_text(
+        "import pathlib\\npathlib.Path('/workspace/shadowed').write_text('imported')\\n"
+        "raise SystemExit(0)\\n"
+    )
+    pathlib.Path("/workspace/attack.json").write_text(json.dumps(done))
+"""
+
+COMMANDS = """
+import os, pathlib
+
+
+def test_commands():
+    print(flush=True)  # after pytest's progress, each at the start of a line
+    for line in ("::error::pwned", "::add-mask::x", "::set-output name=verdict::pass",
+                 "::stop-commands::x", "::x::", "::error::after-resume-guess"):
+        print(line, flush=True)
+    seen = [open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")
+            for pid in os.listdir("/proc") if pid.isdigit()
+            and os.path.exists(f"/proc/{pid}/cmdline")]
+    seen += [f"{k}={v}" for k, v in os.environ.items()]
+    pathlib.Path("/workspace/seen.txt").write_text("\\n".join(seen))
+"""
+
+
+def digits(tmp_path: Path, tests: dict[str, str]) -> Path:
+    ws = tmp_path / "ws"
+    shutil.copytree(
+        ROOT / "examples" / "digits",
+        ws,
+        ignore=shutil.ignore_patterns("dlci-artifacts", "*.egg-info", "__pycache__"),
+    )
+    for name, text in tests.items():
+        (ws / "tests" / name).write_text(text)
+    return ws
+
+
+def host_preflight(ws: Path) -> Path:
+    """What preflight writes on the host: the pr tier on the CPU, in the workspace."""
+    from dlci.ladder.tiers import choose_tier
+
+    tier = choose_tier(budget="pr", hardware="cpu").to_dict()
+    art = ws / "dlci-artifacts"
+    art.mkdir()
+    path = art / "preflight.json"
+    path.write_text(json.dumps({"kind": "preflight", "passed": True, "gpu": False, "tier": tier}))
+    return path
+
+
+INNER = ["--budget", "pr", "--hardware", "cpu", "--no-doctest", "--no-coverage"]
+
+
+def test_a_test_that_forges_the_tier_and_the_report_cannot_pass_the_gate(
+    kit_image: str, tmp_path: Path, monkeypatch
+) -> None:
+    ws = digits(tmp_path, {"test_zz_attack.py": ATTACK})
+    preflight = host_preflight(ws)
+    record = tmp_path / "host" / "record.json"
+    record.parent.mkdir()
+    monkeypatch.setenv("DLCI_HOST_RECORD", str(record))
+    argv = ["container", "run", "--image", kit_image, "--workspace", str(ws), "--job", "g-tier"]
+    argv += ["--", "--out", "/workspace/dlci-artifacts", "--tier-json", str(preflight), *INNER]
+    argv += [
+        "--target",
+        BROKEN,
+        "--no-doctor",
+        "--no-profile",
+        "--tests",
+        "tests/test_zz_attack.py",
+    ]
+    assert main(argv) == 1
+    # the attack ran: it rewrote the workspace's tier file and could not touch the host's
+    done = json.loads((ws / "attack.json").read_text())
+    assert done["/workspace/dlci-artifacts/preflight.json"] == "rewritten"
+    assert done["/dlci/host/tier.json"] == "OSError"  # read-only
+    assert json.loads(preflight.read_text())["tier"]["max_loss"] == 100.0
+    # the gate used the host's tier, in its own container, and its report replaced the fake
+    report = json.loads((ws / "dlci-artifacts" / "memorization.json").read_text())
+    assert report["verdict"] == "fail" and report["threshold"] == 1.0
+    assert report["tier"]["max_epochs"] != 1000
+    assert not (ws / "shadowed").exists()  # the planted dlci/ package was never imported
+    steps = {
+        s["name"]: s for s in json.loads((ws / "dlci-artifacts" / "run.json").read_text())["steps"]
+    }
+    assert steps["tests"]["status"] == "passed" and steps["memorize"]["status"] == "failed"
+    assert steps["memorize"]["isolated"] is True
+    # the summary takes the tier from the host's record, not the rewritten file
+    md = tmp_path / "summary.md"
+    argv = ["summary", "--artifacts", str(ws / "dlci-artifacts"), "--markdown", str(md)]
+    assert main([*argv, "--host-record", str(record)]) == 1
+    text = md.read_text()
+    assert "| tier | pr on cpu: up to 100 epochs to loss < 1.0" in text
+    assert "- step memorize failed" in text
+    assert "| verified by the host | the tier (read-only in every container); " in text
+    assert "memorization.json from the isolated step directories of memorize" in text
+
+
+def test_control_the_same_attack_passes_the_gate_in_one_shared_container(
+    kit_image: str, tmp_path: Path
+) -> None:
+    """The old flow (one container, the tier read from the workspace): the attack works."""
+    ws = digits(tmp_path, {"test_zz_attack.py": ATTACK})
+    host_preflight(ws)
+    inner = ["dlci", "run", "--out", "/workspace/dlci-artifacts", *INNER, "--target", BROKEN]
+    inner += ["--tier-json", "/workspace/dlci-artifacts/preflight.json", "--phase", "all"]
+    inner += ["--no-doctor", "--no-profile", "--tests", "tests/test_zz_attack.py"]
+    cmd = run_command(
+        image=kit_image, name="dlci-g-old", job="g-old", workspace=ws, workdir=".",
+        gpus="none", shm_size="", env_names=(), environ={}, inner=inner,
+        uid=os.getuid(), gid=os.getgid(),
+    )  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:]
+    report = json.loads((ws / "dlci-artifacts" / "memorization.json").read_text())
+    assert report["verdict"] == "pass" and report["threshold"] == 100.0  # the forged tier
+    # and `python -m dlci` from the workspace runs the planted package
+    probe = [*cmd[: cmd.index(kit_image) + 1], "python", "-m", "dlci", "--version"]
+    subprocess.run(probe, capture_output=True, timeout=120)
+    assert (ws / "shadowed").read_text() == "imported"
+
+
+def commands_seen(lines: list[str]) -> list[str]:
+    """The workflow commands a runner would act on (GitHub's and act's rule, stop-commands
+    included): every ``::name ...::`` line unless commands are stopped by a token."""
+    seen, resume = [], ""
+    for line in lines:
+        match = re.match(r"^::([^ :]+)( [^:]*)?::(.*)$", line)
+        if not match:
+            continue
+        name, arg = match.group(1), match.group(3)
+        if resume and name != resume:
+            continue
+        if name == "stop-commands":
+            resume = arg
+        elif resume and name == resume:
+            resume = ""
+        seen.append(line)
+    return seen
+
+
+def test_the_containers_output_cannot_issue_workflow_commands(
+    kit_image: str, tmp_path: Path, capsys
+) -> None:
+    ws = digits(tmp_path, {"test_zz_commands.py": COMMANDS})
+    argv = ["container", "run", "--image", kit_image, "--workspace", str(ws), "--job", "g-cmd"]
+    argv += [
+        "--",
+        "--out",
+        "/workspace/dlci-artifacts",
+        *INNER,
+        "--tests",
+        "tests/test_zz_commands.py",
+    ]
+    argv += ["--pytest-args=-s", "--no-memorize", "--no-doctor", "--no-profile"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "::error::pwned" in lines and "::set-output name=verdict::pass" in lines
+    acted = commands_seen(lines)
+    tokens = [line.split("::")[2] for line in acted if line.startswith("::stop-commands::")]
+    assert len(tokens) == 1 and re.fullmatch(r"[0-9a-f]{32}", tokens[0])
+    assert acted == [f"::stop-commands::{tokens[0]}", f"::{tokens[0]}::"]
+    assert lines[-1] == f"::{tokens[0]}::"  # nothing the container printed comes after it
+    assert tokens[0] not in (ws / "seen.txt").read_text()  # not in its argv or environment
+    # control: the same output without the host's markers would be acted on
+    raw = [line for line in lines if tokens[0] not in line]
+    assert {"::error::pwned", "::add-mask::x", "::set-output name=verdict::pass"} <= set(
+        commands_seen(raw)
+    )
