@@ -1,4 +1,4 @@
-"""Targets that misbehave where the Target contract lets them, for tests/test_gates.py.
+"""Targets that misbehave where the Target contract lets them, for tests/test_user_gates.py.
 
 ``DLCI_HOSTILE=PLACE:ACTION`` chooses the misbehaviour, read at each call:
 PLACE is import, factory, train_loader, train_step, loss_fn or eval_step; ACTION is exit0

@@ -1,0 +1,209 @@
+"""The pull request as the attacker, against the real action.yml under act and the real engine.
+
+One test file in the user's repository plays every attack of the trust boundary from inside
+the pull request's own code (docs/security.md, "The boundary between a pull request and the
+runner"): it looks for the checkout's token everywhere it can read, plants a file in the
+cache, rewrites the tier file and plants a passing memorization report for a target that
+cannot memorize, prints workflow commands, and records its IPC namespace. A later trusted
+job (a push) looks for the planted cache file; a second pull request is the control that
+shows the plant really lands in the (untrusted) cache. The other controls, where a probe
+succeeds without its protection, are in test_trust_container.py and test_trust_gates.py
+(plain docker runs, faster than act); here the host's own step is the control for the
+workflow commands: act does apply an `::add-mask::` printed on the host.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from test_act import git
+from test_action import act, job, kit_copy, user_repo
+
+pytestmark = pytest.mark.e2e
+
+# The checkout's token as actions/checkout v4 writes it into .git/config.
+TOKEN = "ghs_e2eFakeCheckoutToken0123456789"  # pragma: allowlist secret (a test value)
+HEADER = "AUTHORIZATION: basic " + base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
+
+# The pull request's own test file: the attacker. It never spells the token out (the file is in
+# the workspace it searches), it rebuilds it from pieces.
+ATTACK = r'''
+import base64, json, os, pathlib
+
+TOKEN = "ghs_" + "e2eFakeCheckoutToken" + "0123456789"
+NEEDLES = [TOKEN.encode(), base64.b64encode(("x-access-token:" + TOKEN).encode())]
+FORGED = {"budget": "pr", "hardware_class": "cpu", "max_epochs": 1000, "max_loss": 100.0,
+          "time_cap_minutes": 60, "profile_steps": 2, "nproc": 1}
+
+
+def _hits():
+    hits = []
+    for root in ("/workspace", os.path.expanduser("~"), "/tmp", "/dlci", "/run", "/etc"):
+        for folder, _, files in os.walk(root):
+            for name in files:
+                path = os.path.join(folder, name)
+                try:
+                    with open(path, "rb") as handle:
+                        data = handle.read(1 << 20)
+                except OSError:
+                    continue
+                if any(needle in data for needle in NEEDLES):
+                    hits.append(path)
+    for name in ("environ", "cmdline"):
+        with open("/proc/self/" + name, "rb") as handle:
+            if any(needle in handle.read() for needle in NEEDLES):
+                hits.append("/proc/self/" + name)
+    return hits
+
+
+def _forge():
+    done = []
+    for path in ("/workspace/dlci-artifacts/preflight.json", "/dlci/host/tier.json"):
+        try:
+            data = json.loads(pathlib.Path(path).read_text())
+            data["tier"] = FORGED
+            pathlib.Path(path).write_text(json.dumps(data))
+            done.append(path)
+        except (OSError, ValueError):
+            pass
+    fake = {"schema_version": 1, "kind": "memorization", "verdict": "pass", "passed": True,
+            "best_loss": 0.01, "threshold": 100.0, "tier": FORGED}
+    art = pathlib.Path("/workspace/dlci-artifacts")
+    art.mkdir(exist_ok=True)
+    (art / "memorization.json").write_text(json.dumps(fake))
+    return done
+
+
+def test_the_pull_request_attacks():
+    event = os.environ.get("GITHUB_EVENT_NAME")
+    cache = pathlib.Path.home() / ".cache" / "pip" / "dlci-poison.txt"
+    found = {"event": event, "poison_seen": cache.exists()}
+    if event == "pull_request":
+        found["hits"] = _hits()
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text("poison")
+        found["forged"] = _forge()
+        found["ipc"] = os.readlink("/proc/self/ns/ipc")
+        # past pytest's capture: straight to the container's own output (its init's stdout)
+        with open("/proc/1/fd/1", "w") as out:
+            out.write("::add-mask::pwnedword\npwnedword-visible\n")
+            out.write("::error::pwned-by-the-pull-request\n")
+    pathlib.Path("attack.json").write_text(json.dumps(found))
+'''
+
+
+def workflow(kit_image: str) -> str:
+    return job(
+        f"""
+- uses: actions/checkout@v4
+- id: control
+  run: |
+    echo "::add-mask::hostword"
+    echo "hostword-visible"
+- id: dlci
+  uses: org/dl-ci@v1
+  with:
+    budget: pr
+    working-directory: project
+    image: {kit_image}
+    target: ${{{{ github.event_name == 'pull_request' && 'digits_example.broken:make_tiny_lr_target' || '' }}}}
+    memorize: ${{{{ github.event_name == 'pull_request' }}}}
+    doctor: "false"
+    profile: "false"
+    doctest: "false"
+    coverage: "false"
+    tests: tests/test_attack.py
+    upload-artifacts: "false"
+- id: check
+  if: always()
+  run: |
+    echo "attack=$(cat "$GITHUB_WORKSPACE/project/attack.json")" >> "$GITHUB_OUTPUT"
+    echo "host_ipc=$(readlink /proc/self/ns/ipc)" >> "$GITHUB_OUTPUT"
+""",
+        on="[push, pull_request]",
+    )
+
+
+@pytest.fixture(scope="module")
+def attacked(tmp_path_factory: pytest.TempPathFactory, kit_image: str, act_bin: Path):
+    """Three jobs on one runner: the attacking pull request, a push, a second pull request."""
+    tmp_path = tmp_path_factory.mktemp("trust-act")
+    kit = kit_copy(tmp_path / "kit")
+    repo = user_repo(tmp_path, kit, workflow(kit_image))
+    (repo / "project" / "tests" / "test_attack.py").write_text(ATTACK)
+    git(repo, "add", "--all")
+    git(repo, "commit", "--quiet", "--message", "an innocent-looking test")
+    # what actions/checkout leaves behind with persist-credentials left at its default
+    git(repo, "config", "http.https://github.com/.extraheader", HEADER)
+    event = tmp_path / "event.json"
+    event.write_text(
+        json.dumps(
+            {
+                "pull_request": {"head": {"repo": {"full_name": "org/project"}}},
+                "repository": {"full_name": "org/project"},
+            }
+        )
+    )
+    volumes = ["dlci-cache-trusted", "dlci-cache-untrusted"]
+    subprocess.run(["docker", "volume", "rm", "-f", *volumes], capture_output=True, check=False)
+    runs = {}
+    for name, extra in (
+        ("pr", {"event": "pull_request", "payload": event}),
+        ("push", {}),
+        ("pr2", {"event": "pull_request", "payload": event}),
+    ):
+        folder = tmp_path / name
+        folder.mkdir()
+        runs[name] = act(act_bin, folder, repo, kit=kit, **extra)
+    yield runs
+    subprocess.run(["docker", "volume", "rm", "-f", *volumes], capture_output=True, check=False)
+
+
+def _attack(run) -> dict:
+    text = run.outputs("check").get("attack", "")
+    assert text, run.explain()
+    return json.loads(text)
+
+
+def test_the_checkout_token_is_nowhere_the_pull_request_can_read(attacked) -> None:
+    found = _attack(attacked["pr"])
+    assert found["event"] == "pull_request"
+    assert found["hits"] == []
+    assert TOKEN not in attacked["pr"].log  # nor in anything the job printed
+
+
+def test_a_forged_tier_and_a_planted_report_do_not_pass_the_gate(attacked) -> None:
+    run = attacked["pr"]
+    found = _attack(run)
+    assert found["forged"] == ["/workspace/dlci-artifacts/preflight.json"]  # /dlci/host is ro
+    out = run.outputs("dlci")
+    assert out["memorization-passed"] == "false", run.explain()
+    assert out["verdict"] == "fail"
+    assert json.loads(out["tier"])["max_loss"] == 1.0  # the host's tier, not the forged 100
+    assert run.job_result() == "failure"
+
+
+def test_the_pull_requests_output_issues_no_workflow_command(attacked) -> None:
+    log = attacked["pr"].log
+    assert "pwnedword-visible" in log  # its ::add-mask:: was not applied
+    # the control: act applies an ::add-mask:: that the host's own step prints
+    assert "hostword-visible" not in log and "***-visible" in log
+
+
+def test_the_container_has_its_own_ipc_namespace(attacked) -> None:
+    run = attacked["pr"]
+    assert _attack(run)["ipc"] != run.outputs("check")["host_ipc"]
+
+
+def test_a_trusted_job_never_sees_what_a_pull_request_planted(attacked) -> None:
+    push = _attack(attacked["push"])
+    assert push["event"] == "push" and push["poison_seen"] is False
+    # the control: the next pull request (the same untrusted cache) does see the plant, so the
+    # probe works and the plant really landed
+    assert _attack(attacked["pr2"])["poison_seen"] is True
+    for name, run in attacked.items():
+        print(f"attack job {name} under act: {run.seconds:.1f} s")
