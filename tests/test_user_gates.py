@@ -468,3 +468,24 @@ def test_an_exit_in_a_users_memorization_test_fails_that_test_and_pytest_goes_on
         [f"E * dlci.memorization.guard.TargetExited: {message}", f"E * hint: {EXIT_HINT}"]
     )
     result.stdout.fnmatch_lines(["FAILED test_model.py::test_memorizes - *TargetExited: *"])
+
+
+def test_an_exception_in_train_step_fails_the_memorize_check_and_the_later_checks_still_run(
+    at_root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The memorize check runs the engine, which reports the target's error as a DlciError:
+    that check fails, located, and the checks after it (lr-range, ...) still run."""
+    monkeypatch.setenv("DLCI_HOSTILE", "train_step:raise")
+    assert doctor(at_root / "out") == 1
+    assert "Traceback" not in capsys.readouterr().err
+    checks = {c["id"]: c for c in report(at_root / "out", "doctor.json")["checks"]}
+    from dlci.checks import CHECK_IDS
+
+    assert list(checks) == list(CHECK_IDS)  # every check reported, none skipped by a raise
+    memorize = checks["memorize"]
+    assert memorize["status"] == "fail"
+    assert "train_step raised ValueError: hostile train_step" in memorize["measured"]
+    assert memorize["cause"] == (
+        f"the target's code failed during this check at {SHOWN}:{RAISE_LINE}"
+    )
+    assert checks["reproducibility"]["status"] != "skip"

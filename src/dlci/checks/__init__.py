@@ -12,7 +12,16 @@ from typing import Any
 
 from dlci.checks.base import FAIL, SKIP, CheckResult, Context, TargetFault, preserved
 from dlci.errors import DlciError
-from dlci.memorization.guard import exited, frames, frames_text, raised_by_dlci, user_frame, where
+from dlci.memorization.guard import (
+    TargetExited,
+    UserCodeError,
+    exited,
+    frames,
+    frames_text,
+    raised_by_dlci,
+    user_frame,
+    where,
+)
 from dlci.memorization.target import Target
 
 
@@ -106,6 +115,8 @@ def run_checks(
             with preserved(target):
                 try:
                     result = check.run(ctx)
+                except (TargetExited, UserCodeError) as exc:  # the target's code, inside a
+                    result = _failed_in_target(check.id, exc)  # check that ran it (memorize)
                 except DlciError:
                     raise
                 except SystemExit as exc:  # an exit in the target's code: no verdict, a failure
@@ -131,6 +142,19 @@ def _exited(check_id: str, exc: SystemExit) -> CheckResult:
         "the check runs to its end",
         cause=error.message,
         fix="remove the exit from the target's code (raise an exception instead)",
+    )
+
+
+def _failed_in_target(check_id: str, exc: DlciError) -> CheckResult:
+    where_ = f" at {exc.location}" if exc.location else ""
+    return CheckResult(
+        check_id,
+        FAIL,
+        exc.message,
+        "the check runs",
+        cause=f"the target's code failed during this check{where_}",
+        fix="run 'dlci memorize' on the target: it shows where the error is",
+        details={"frames": exc.hint or ""},
     )
 
 

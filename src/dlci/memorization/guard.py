@@ -38,6 +38,10 @@ EXIT_HINT = (
 )
 
 
+class UserCodeError(DlciError):
+    """An exception of the user's code, located at the user's own frame (exit 1)."""
+
+
 class TargetExited(DlciError):
     """The target's code asked the process to exit before dl-ci reached a verdict."""
 
@@ -120,7 +124,7 @@ def user_error(
     frame = user_frame(summaries)
     prefix = f"step {step}: " if step is not None else ""
     lead = f"{hint}\n" if hint else ""
-    return DlciError(
+    return UserCodeError(
         f"{prefix}{what} raised {type(exc).__name__}: {exc}",
         file=_shown(frame.filename) if frame else None,
         line=frame.lineno if frame else None,
