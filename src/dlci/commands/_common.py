@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 from dlci.errors import EXIT_USAGE, DlciError
@@ -102,16 +104,38 @@ def add_tier_options(p: argparse.ArgumentParser) -> None:
 
 
 def emit_json(data: Any, dest: str) -> None:
-    """Write JSON to ``dest`` ('-' is standard output), atomically for files."""
+    """Write JSON to ``dest`` ('-' is standard output), atomically for files.
+
+    Standard output closed early (``dlci analyze T --json - | head -c 1``) ends quietly: the
+    reader has what it wanted, the verb goes on to its own exit code.
+    """
     from dlci import jsonio
     from dlci.fsutil import atomic_write_bytes
 
     blob = jsonio.encode(data)
     if dest == "-":
-        sys.stdout.write(blob.decode())
-        sys.stdout.flush()
+        with stdout_guard():
+            sys.stdout.write(blob.decode())
+            sys.stdout.flush()
     else:
         atomic_write_bytes(dest, blob)
+
+
+@contextlib.contextmanager
+def stdout_guard() -> Iterator[None]:
+    """Writes to standard output whose reader has gone: nothing more is written there.
+
+    Standard output is pointed at the null device, so that later writes, and the flush at
+    exit, go nowhere instead of raising BrokenPipeError again.
+    """
+    try:
+        yield
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
 
 
 def positive_timeout(value: float) -> float:
@@ -123,34 +147,51 @@ def positive_timeout(value: float) -> float:
     return value
 
 
-def load_report(location: str, *, kind: str, name: str, writer: str) -> dict[str, Any]:
+def load_report(
+    location: str,
+    *,
+    kind: str,
+    name: str,
+    writer: str,
+    check: Callable[[dict[str, Any]], str | None] | None = None,
+) -> dict[str, Any]:
     """A JSON report of ``kind`` (schema_version 1), or the file ``name`` in a directory.
 
-    Every way it can be wrong is one DlciError naming the file: missing, a directory without
-    the report, not JSON, another kind of report, a schema this dl-ci does not read.
+    Every way it can be wrong is one DlciError naming the file: missing, not a regular file,
+    over the size cap, a directory without the report, not JSON, nested too deep, another
+    kind of report, a schema this dl-ci does not read, and (``check``, which returns what is
+    wrong as "key.path: expected ..., got ...") a field the verb uses that is missing or of
+    the wrong type.
     """
     from pathlib import Path
 
     from dlci import jsonio
+    from dlci.fsutil import read_input
 
     path = Path(location)
     if path.is_dir():
         path = path / name
+        if not path.exists():
+            raise DlciError(f"{path.parent}: is a directory without {name}")
+    blob = read_input(path, what="file", hint=f"give a {name} or its directory")
     try:
-        data = jsonio.decode(path.read_bytes())
-    except FileNotFoundError:
-        raise DlciError(f"{path}: no such file", hint=f"give a {name} or its directory") from None
-    except IsADirectoryError:
-        raise DlciError(f"{path}: is a directory without {name}") from None
+        data = jsonio.decode(blob)
     except jsonio.DecodeError as exc:
         raise DlciError(f"not valid JSON ({exc})", file=str(path)) from None
+    except RecursionError:
+        raise DlciError("JSON nested too deep to be a report", file=str(path)) from None
     if not isinstance(data, dict) or data.get("kind") != kind:
         raise DlciError(f"not a {kind} report", hint=f"{writer} writes one", file=str(path))
     version = data.get("schema_version")
     if version != 1:
         raise DlciError(
-            f"{kind} report schema_version {version!r} is not supported (this dl-ci reads 1)",
+            f"{kind} report schema_version {version!r:.40} is not supported (this dl-ci reads 1)",
             hint="compare reports written by the same major version of dl-ci",
             file=str(path),
+        )
+    problem = check(data) if check is not None else None
+    if problem:
+        raise DlciError(
+            problem, hint=f"{writer} writes every field; was the file edited?", file=str(path)
         )
     return data

@@ -41,8 +41,11 @@ def main(argv: Sequence[str]) -> int:
     )
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
     args = p.parse_args(list(argv))
-    if not args.max_size > 0:
-        raise DlciError(f"--max-size must be positive, got {args.max_size:g}")
+    if not 0 < args.max_size < 2**33:  # NaN and infinity too
+        raise DlciError(
+            f"--max-size must be a positive number of GiB, got {args.max_size:g}",
+            hint="the default is 64; raise it for larger traces",
+        )
 
     say = speaker("analyze", quiet=args.quiet)
     result = analyze_trace(

@@ -66,7 +66,8 @@ def _write(result: dict[str, Any], args: argparse.Namespace) -> None:
     if args.json:
         _common.emit_json(result, args.json)
     if args.json != "-":  # JSON on standard output stays parseable: nothing else goes there
-        diff.print_table(result, **names)
+        with _common.stdout_guard():
+            diff.print_table(result, **names)
     log = sys.stderr if args.json == "-" else sys.stdout
     if args.json and args.json != "-":
         print(f"wrote {clean(args.json)}", file=log)
@@ -77,8 +78,13 @@ def _write(result: dict[str, Any], args: argparse.Namespace) -> None:
 
 def load_report(location: str) -> dict[str, Any]:
     """Read a utilization report, or the one inside a directory."""
+    from dlci.report.diff import check_report
     from dlci.report.utilization import REPORT_NAME
 
     return _common.load_report(
-        location, kind="utilization", name=REPORT_NAME, writer="dlci analyze --json"
+        location,
+        kind="utilization",
+        name=REPORT_NAME,
+        writer="dlci analyze --json",
+        check=check_report,
     )

@@ -30,7 +30,8 @@ def main(argv: Sequence[str]) -> int:
     if args.json:
         _common.emit_json(result, args.json)
     else:
-        runs.print_table(result, args.run_a, args.run_b)
+        with _common.stdout_guard():
+            runs.print_table(result, args.run_a, args.run_b)
     if result["warning"]:
         from dlci.report.console import print_warning
 
@@ -41,7 +42,8 @@ def main(argv: Sequence[str]) -> int:
 def load_run(location: str) -> dict[str, Any]:
     """Read a memorization report, or the one inside a directory."""
     from dlci.report.memorization import REPORT_NAME
+    from dlci.report.runs import check_run
 
     return _common.load_report(
-        location, kind="memorization", name=REPORT_NAME, writer="dlci memorize"
+        location, kind="memorization", name=REPORT_NAME, writer="dlci memorize", check=check_run
     )

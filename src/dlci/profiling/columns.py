@@ -8,7 +8,9 @@ into numpy chunks every ``FLUSH_EVENTS`` events (30-40 bytes an event instead of
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,23 +32,11 @@ CPU_OP_CATEGORIES = frozenset({"cpu_op", "Operator", "operator"})
 ANNOTATION_CATEGORIES = frozenset({"user_annotation"})
 # Known and deliberately not used: GPU-side copies of annotations, flows, metadata, Python
 # stack frames, the profiler's own overhead events, counters.
-IGNORED_CATEGORIES = frozenset(
-    {
-        "gpu_user_annotation",
-        "ac2g",
-        "fwdbwd",
-        "async_cpu_to_gpu",
-        "Trace",
-        "python_function",
-        "Python",
-        "overhead",
-        "Overhead",
-        "cpu_instant_event",
-        "Memory",
-        "cuda_profiler_range",
-        "",
-    }
+_IGNORED = (
+    "gpu_user_annotation ac2g fwdbwd async_cpu_to_gpu Trace python_function Python overhead "
+    "Overhead cpu_instant_event Memory cuda_profiler_range"
 )
+IGNORED_CATEGORIES = frozenset({"", *_IGNORED.split()})
 STEP_PREFIX = "ProfilerStep#"
 FLUSH_EVENTS = 200_000  # events kept as Python lists before they become numpy chunks
 _I8, _I32, _I64, _F64 = "int8", "int32", "int64", "float64"
@@ -100,6 +90,42 @@ class Columns:
     compressed: bool = False
 
 
+MAX_NAME = 4096  # characters of an event name kept (C++ template kernels reach ~1500)
+MAX_TIME = 1e19  # microseconds (317,000 years), or nanoseconds since 1970 (317 years)
+
+
+class ImpossibleTimeError(ValueError):
+    """An event whose time is not finite or beyond any clock (``ts`` or ``dur`` near 1e308)."""
+
+
+def check_times(
+    what: str, starts: Any, ends: Any, names: Any, lookup: Callable[[int], str]
+) -> None:
+    """Refuse, by its name, the first event whose start or end is not a finite time within
+    ``MAX_TIME``: one such event makes every share "nan%" or 0%.
+
+    >>> import numpy as np
+    >>> try:
+    ...     check_times("a kernel", np.array([1.0, 1e308]), np.array([2.0, np.inf]),
+    ...                 np.array([0, 1]), ["ok", "bad"].__getitem__)
+    ... except ImpossibleTimeError as exc:
+    ...     print(exc)
+    a kernel 'bad' has an impossible time: ts 1e+308 us, dur inf us
+    """
+    import numpy as np
+
+    with np.errstate(invalid="ignore"):
+        good = (np.abs(starts) <= MAX_TIME) & (np.abs(ends) <= MAX_TIME)
+    if good.all():
+        return
+    i = int(np.argmin(good))
+    start, end = float(starts[i]), float(ends[i])
+    name = lookup(int(names[i])) if names is not None else "ProfilerStep"
+    raise ImpossibleTimeError(
+        f"{what} {name[:200]!r} has an impossible time: ts {start:g} us, dur {end - start:g} us"
+    )
+
+
 class ColumnBuilder:
     """Decoded events in, :class:`Columns` out; see the module docstring."""
 
@@ -123,6 +149,8 @@ class ColumnBuilder:
     def name_id(self, name: str) -> int:
         found = self.names.get(name)
         if found is None:
+            if len(name) > MAX_NAME:  # every name is matched against patterns: keep them short
+                return self.name_id(name[:MAX_NAME])
             found = self.names[name] = len(self.names)
         return found
 
@@ -237,9 +265,10 @@ class ColumnBuilder:
             kept = []
             for e in group:
                 name = e.name
-                if name.startswith(STEP_PREFIX) and name[len(STEP_PREFIX) :].isdigit():
+                number = name[len(STEP_PREFIX) :]
+                if name.startswith(STEP_PREFIX) and number.isascii() and number.isdigit():
                     end = e.ts + (e.dur or 0.0)  # type: ignore[operator]
-                    self.steps.append((int(name[len(STEP_PREFIX) :]), e.ts, end, e.pid, e.tid))  # type: ignore[arg-type]
+                    self.steps.append((int(number[:18]), e.ts, end, e.pid, e.tid))  # type: ignore[arg-type]
                 else:
                     kept.append(e)
             group = kept
@@ -250,10 +279,27 @@ class ColumnBuilder:
         names.extend(self._names(group))
         flags.extend([annotation] * len(group))
 
+    def _check_times(self) -> None:
+        """Every start and end finite and within MAX_TIME (:func:`check_times`)."""
+        import numpy as np
+
+        def names(index: int) -> str:  # only when an event is refused: names may be many
+            return next(itertools.islice(self.names, index, None))
+
+        for what, lists, at in (
+            ("a device event", self.dev, (3, 4, 6)),
+            ("a runtime call", self.rt, (2, 3, 5)),
+            ("a host op", self.op, (2, 3, 4)),
+        ):
+            if lists[0]:
+                start, end, name = (lists[i] for i in at)
+                check_times(what, np.asarray(start), np.asarray(end), name, names)
+
     def flush(self) -> None:
         """Move the Python lists into numpy chunks: 30-40 bytes an event instead of ~200."""
         import numpy as np
 
+        self._check_times()
         for lists, chunks, types in (
             (self.dev, self.dev_chunks, DEV_TYPES),
             (self.rt, self.rt_chunks, RT_TYPES),
@@ -268,6 +314,10 @@ class ColumnBuilder:
         import numpy as np
 
         self.flush()
+        if self.steps or self.gpu_step_starts:  # checked once: they are kept as Python lists
+            starts = [s[1] for s in self.steps] + [t for _, t in self.gpu_step_starts]
+            ends = [s[2] for s in self.steps] + [t for _, t in self.gpu_step_starts]
+            check_times("a step", np.asarray(starts), np.asarray(ends), None, str)
 
         def joined(chunks: list[list[Any]], types: tuple[Any, ...]) -> list[Any]:
             out = []

@@ -1,4 +1,4 @@
-"""Read a Kineto (Chrome trace format) file in bounded memory, into columnar arrays.
+"""Read a Kineto (Chrome trace format) file in bounded memory and linear time, into columns.
 
 A trace is one JSON object whose ``traceEvents`` array holds millions of small objects.
 Parsing it into Python dicts is what makes other tools slow and hungry (ANCHORS: 6 GB for
@@ -6,12 +6,13 @@ an 800 MB trace). Here the decompressed text is read in blocks (a thread decompr
 next block while this one is parsed), cut between two events, and each slice is decoded by
 msgspec into typed structs that keep only the fields the metrics use; the structs of one
 slice are then folded into per-category numpy columns and dropped. Memory is the columns
-plus two blocks, whatever the file's size.
+plus two blocks (or one event, up to ``MAX_EVENT``), whatever the file's size.
 
 Cutting between events needs no JSON parser of our own: a slice always starts at an event,
-so cutting it at a ``}`` ``,`` ``{`` that lies inside a string leaves a half event at its end,
-which msgspec rejects; the reader then cuts at the candidate before. Valid JSON is never
-misread; invalid JSON is reported with its byte offset.
+so cutting it at a ``}`` ``,`` ``{`` inside a string leaves a half event, which msgspec
+rejects. After two such refusals (a string full of ``},{``) the reader walks the events one
+by one with msgspec instead (:meth:`_Slices.walk`), so the cost stays linear whatever the
+content: valid JSON is never misread, invalid JSON is reported with its byte offset.
 
 The same reader takes newer traces (``cpu_op``, ``kernel``, ``gpu_memcpy``, ...) and the
 capitalised categories of 2021-era traces (``Operator``, ``Kernel``, ``Memcpy``, ...), the
@@ -34,8 +35,19 @@ from typing import IO, Any, cast
 import msgspec
 
 from dlci.errors import DlciError
-from dlci.profiling.columns import ColumnBuilder, Columns, normalise_time
-from dlci.profiling.events import PLAIN, TYPED, coerce
+from dlci.fsutil import open_input
+from dlci.profiling.columns import ColumnBuilder, Columns, ImpossibleTimeError, normalise_time
+from dlci.profiling.events import (
+    PLAIN,
+    RAW_LIST,
+    TYPED,
+    header_keys,
+    invalid_json,
+    loose,
+    not_a_trace,
+    too_deep,
+    trailer_keys,
+)
 
 __all__ = ["DEFAULT_MAX_SIZE", "Columns", "read_trace"]
 
@@ -48,24 +60,20 @@ DEFAULT_MAX_SIZE = 64 << 30  # decompressed bytes; a guard against gzip bombs
 # ---------------------------------------------------------------------------- byte stream
 
 
-def _open(path: Path) -> tuple[IO[bytes], bool]:
+def _open(path: Path, max_size: int) -> tuple[IO[bytes], bool]:
+    raw = open_input(
+        path,
+        what="trace file",
+        limit=max_size,
+        hint="give the path of a .json or .json.gz written by torch.profiler "
+        "(dlci profile writes dlci-artifacts/trace.json.gz)",
+    )
     try:
-        raw = open(path, "rb")  # noqa: SIM115 - closed by the caller
-    except FileNotFoundError:
-        raise DlciError(
-            f"{path}: no such trace file",
-            hint="give the path of a .json or .json.gz written by torch.profiler "
-            "(dlci profile writes dlci-artifacts/trace.json.gz)",
-        ) from None
-    except IsADirectoryError:
-        raise DlciError(
-            f"{path}: is a directory, not a trace file",
-            hint="name the trace file itself, for example DIR/trace.json.gz",
-        ) from None
+        magic = raw.read(2)
+        raw.seek(0)
     except OSError as exc:
+        raw.close()
         raise DlciError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    magic = raw.read(2)
-    raw.seek(0)
     if magic == b"\x1f\x8b":
         try:
             from isal import igzip
@@ -139,74 +147,50 @@ def _read_error(exc: BaseException, path: Path) -> BaseException:
 
 _START = re.compile(rb'"traceEvents"\s*:\s*\[')
 _WS = b" \t\r\n"
+_NON_WS = re.compile(rb"[^ \t\r\n]")
+# a cut: the end of one event, a comma, the start of the next (whitespace bounded, so that
+# checking one candidate costs the same whatever the text around it)
+_CUT_BEFORE = re.compile(rb"\}[ \t\r\n]{0,64},[ \t\r\n]{0,64}\Z")
+_TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
+_RAW = msgspec.json.Decoder(msgspec.Raw)
+FAST_TRIES = 2  # cut points tried by decoding before the walk takes over
+CUT_CANDIDATES = 4096  # '{' looked at when searching back for a cut point
 
 
 def _last_cut(buf: bytes, before: int) -> int:
-    """Index just after the ``}`` of the last ``}`` ``,`` ``{`` before ``before``, or -1."""
+    """Index just after the ``}`` of the last ``}`` ``,`` ``{`` before ``before``, or -1.
+
+    At most ``CUT_CANDIDATES`` braces are looked at: text full of braces that are not cut
+    points is left to the walk (:meth:`_Slices.walk`), which is linear.
+    """
     pos = before
-    while True:
+    for _ in range(CUT_CANDIDATES):
         pos = buf.rfind(b"{", 0, pos)
         if pos <= 0:
             return -1
-        i = pos - 1
-        while i >= 0 and buf[i] in _WS:
-            i -= 1
-        if i >= 0 and buf[i] == 44:  # ','
-            i -= 1
-            while i >= 0 and buf[i] in _WS:
-                i -= 1
-            if i >= 0 and buf[i] == 125:  # '}'
-                return i + 1
-
-
-def _decode(chunk: bytes, builder: ColumnBuilder, stats: dict[str, int]) -> bool:
-    """Fold one slice of events into the builder; False when the slice is not valid JSON."""
-    data = b"[" + chunk + b"]"
-    try:
-        events = TYPED.decode(data)  # the structs are not tracked by the GC (gc=False)
-    except msgspec.ValidationError:
-        # A field of an unexpected type somewhere in the slice: decode it plainly and
-        # coerce event by event (slow, but only for odd traces).
-        try:
-            raw = PLAIN.decode(data)
-        except msgspec.DecodeError:
-            return False
-        stats["untyped"] += 1
-        events = [ev for ev in map(coerce, raw) if ev is not None]
-    except msgspec.DecodeError:
-        return False
-    builder.add(events)
-    return True
-
-
-def _invalid(path: Path, offset: int, detail: str = "") -> DlciError:
-    return DlciError(
-        f"{path}: not valid JSON near byte {offset} of the decompressed trace"
-        + (f" ({detail})" if detail else ""),
-        hint="the trace was cut short or corrupted; record it again "
-        "(torch.profiler's export_chrome_trace writes it whole at the end)",
-    )
-
-
-def _not_a_trace(path: Path, why: str) -> DlciError:
-    return DlciError(
-        f"{path}: not a Kineto/Chrome trace: {why}",
-        hint="give a trace written by torch.profiler (export_chrome_trace or "
-        "tensorboard_trace_handler), a JSON object with a traceEvents array",
-    )
+        match = _CUT_BEFORE.search(buf, max(0, pos - 160), pos)
+        if match:
+            return match.start() + 1
+    return -1
 
 
 def read_trace(path: str | os.PathLike[str], *, max_size: int = DEFAULT_MAX_SIZE) -> Columns:
-    """Read a trace file into :class:`Columns`, in bounded memory."""
+    """Read a trace file into :class:`Columns`, in bounded memory and linear time."""
     path = Path(path)
-    handle, compressed = _open(path)
+    handle, compressed = _open(path, max_size)
     import gc
 
     enabled = gc.isenabled()
     gc.disable()  # millions of short-lived lists; nothing here makes reference cycles
     try:
         with handle:
-            columns = _scan(_blocks(handle, path, max_size), path)
+            columns = _Slices(path).scan(_blocks(handle, path, max_size))
+    except ImpossibleTimeError as exc:
+        raise DlciError(
+            f"{path}: {exc}",
+            hint="times are microseconds (or nanoseconds) since some origin; this trace was "
+            "not written by torch.profiler, or was edited",
+        ) from None
     finally:
         if enabled:
             gc.enable()
@@ -225,57 +209,162 @@ class _Stream:
         self.buf = b""
         self.consumed = 0  # bytes of the decompressed stream before buf
         self.eof = False
+        self.want = BLOCK  # bytes to hold before the next attempt to decode
 
-    def more(self) -> bool:
-        """Append the next block; False at the end of the stream."""
-        if self.eof:
-            return False
-        block = next(self.blocks, b"")
-        if not block:
-            self.eof = True
-            return False
-        self.buf += block
-        return True
+    def fill(self, size: int) -> bool:
+        """Append blocks until ``size`` bytes are held (one copy); False at the end."""
+        parts = [self.buf]
+        held = len(self.buf)
+        while held < size and not self.eof:
+            block = next(self.blocks, b"")
+            if not block:
+                self.eof = True
+            held += len(block)
+            parts.append(block)
+        self.buf = b"".join(parts)
+        return not self.eof
 
     def drop(self, count: int) -> None:
         self.consumed += count
         self.buf = self.buf[count:]
 
 
-def _scan(blocks: Iterator[bytes], path: Path) -> Columns:
-    builder = ColumnBuilder()
-    stats = {"untyped": 0}
-    stream = _Stream(blocks)
-    header, bare = _header(stream, path)
-    # The events: cut between events, decode each slice.
-    while True:
-        if not stream.eof and len(stream.buf) < BLOCK:
-            stream.more()
-            continue
-        if stream.eof:
-            header.update(_finish(stream.buf, builder, stats, path, stream.consumed, bare))
-            break
-        if not _decode_some(stream, builder, stats):
-            if len(stream.buf) > MAX_EVENT:
-                raise _invalid(path, stream.consumed, "no event boundary found")
-            stream.more()
-    columns = builder.columns(header)
-    columns.untyped_slices = stats["untyped"]
-    return columns
+class _Slices:
+    """Slices of events decoded into a :class:`ColumnBuilder`.
 
+    Cost is linear in the input whatever its content: the fast path decodes up to the last
+    cut point (one try, rarely two); when that fails (a string full of ``},{``, an event
+    longer than a block) :meth:`walk` finds whole events with msgspec, one event at a time,
+    and an event not whole yet waits until the buffer has doubled.
+    """
 
-def _decode_some(stream: _Stream, builder: ColumnBuilder, stats: dict[str, int]) -> bool:
-    """Decode the events up to the last cut that gives valid JSON; False when none does."""
-    buf = stream.buf
-    cut = _last_cut(buf, len(buf))
-    tries = 0
-    while cut > 0 and tries < 16:
-        if _decode(buf[:cut], builder, stats):
-            stream.drop(buf.index(b"{", cut))
-            return True
-        cut = _last_cut(buf, cut - 1)
-        tries += 1
-    return False
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.builder = ColumnBuilder()
+        self.untyped = 0
+
+    def scan(self, blocks: Iterator[bytes]) -> Columns:
+        stream = _Stream(blocks)
+        header, bare = _header(stream, self.path)
+        while True:
+            if not stream.eof and len(stream.buf) < stream.want:
+                stream.fill(stream.want)
+                continue
+            if stream.eof:
+                header.update(self.finish(stream.buf, stream.consumed, bare))
+                break
+            if self.decode_some(stream):
+                stream.want = BLOCK
+            elif len(stream.buf) > MAX_EVENT:
+                raise invalid_json(
+                    self.path,
+                    stream.consumed,
+                    f"an event longer than {MAX_EVENT >> 20} MiB, or no event boundary",
+                )
+            else:
+                stream.want = min(2 * len(stream.buf), MAX_EVENT + BLOCK)
+        columns = self.builder.columns(header)
+        columns.untyped_slices = self.untyped
+        return columns
+
+    def decode(self, chunk: bytes, offset: int) -> bool:
+        """Fold one slice of events into the builder; False when it is not valid JSON."""
+        data = b"[" + chunk + b"]"
+        try:
+            try:
+                events = TYPED.decode(data)  # the structs are not tracked by the GC (gc=False)
+            except msgspec.ValidationError:
+                # A field of an unexpected type somewhere in the slice: decode it event by
+                # event (slow, but only for odd traces).
+                self.untyped += 1
+                events = [ev for ev in map(loose, RAW_LIST.decode(data)) if ev is not None]
+        except msgspec.DecodeError:
+            return False
+        except RecursionError:
+            raise too_deep(self.path, offset) from None
+        self.builder.add(events)
+        return True
+
+    def value_end(self, view: memoryview, pos: int, offset: int) -> int:
+        """Index of the first byte after the JSON value at ``pos`` and its whitespace, or
+        -1 when the value is not whole in ``view`` (or not valid)."""
+        try:
+            _RAW.decode(view[pos:])
+        except RecursionError:
+            raise too_deep(self.path, offset + pos) from None
+        except msgspec.DecodeError as exc:
+            found = _TRAILING.search(str(exc))
+            return pos + int(found.group(1)) - 1 if found else -1
+        return -1  # the value runs to the end: whether it is whole, only more bytes tell
+
+    def walk(self, buf: bytes, offset: int) -> tuple[int, int, int]:
+        """Whole events from the start of ``buf``: ``(end, next, stop)``.
+
+        ``end`` is where the last event followed by a comma ends and ``next`` where the one
+        after it starts (both 0 when there is none); ``stop`` is the index of the first byte
+        after the events that is not a comma (``]`` at the end of the array), or -1.
+        """
+        view = memoryview(buf)
+        end = nxt = pos = 0
+        while True:
+            found = _NON_WS.search(buf, pos)
+            if found is None:
+                return end, nxt, -1
+            if buf[found.start()] == 93 and pos == 0:  # ']': the array is empty
+                return end, nxt, found.start()
+            stop = self.value_end(view, found.start(), offset)
+            if stop < 0 or buf[stop] != 44:  # ','
+                return end, nxt, stop
+            end, nxt = stop, stop + 1
+            pos = nxt
+
+    def decode_some(self, stream: _Stream) -> bool:
+        """Decode the whole events at the start of the buffer; False when none is whole."""
+        buf = stream.buf
+        cut = _last_cut(buf, len(buf))
+        for _ in range(FAST_TRIES):
+            if cut <= 0:
+                break
+            if self.decode(buf[:cut], stream.consumed):
+                stream.drop(buf.index(b"{", cut))
+                return True
+            cut = _last_cut(buf, cut - 1)
+        end, nxt, _ = self.walk(buf, stream.consumed)
+        if end == 0:
+            return False
+        if not self.decode(buf[:end], stream.consumed):
+            raise invalid_json(self.path, stream.consumed)
+        stream.drop(nxt)
+        return True
+
+    def finish(self, buf: bytes, consumed: int, bare: bool) -> dict[str, Any]:
+        """The last events, the closing ``]`` and the keys after it."""
+        body = buf.rstrip(_WS)
+        pos = len(body)
+        for _ in range(FAST_TRIES):  # the fast path: the last ']' or the one before
+            pos = body.rfind(b"]", 0, pos)
+            if pos < 0:
+                break
+            head = body[:pos].rstrip(_WS)
+            trailer = trailer_keys(body[pos + 1 :].strip(_WS), bare)
+            fits = trailer is not None and (not head or head[-1:] == b"}")
+            if fits and (not head or self.decode(head, consumed)):
+                return trailer  # type: ignore[return-value]
+        _, _, stop = self.walk(buf, consumed)  # the slow path, linear: event by event
+        if stop >= 0 and buf[stop] == 93:  # ']'
+            trailer = trailer_keys(buf[stop + 1 :].strip(_WS), bare)
+            if trailer is not None:
+                if buf[:stop].strip(_WS) and not self.decode(buf[:stop], consumed):
+                    raise invalid_json(self.path, consumed)
+                return trailer
+        if not body.rstrip(b"}]" + _WS):
+            return {}
+        where = consumed + (stop if stop >= 0 else len(buf))
+        raise invalid_json(
+            self.path,
+            where,
+            "the traceEvents array or the file ends early" if buf else "the file ends early",
+        )
 
 
 def _header(stream: _Stream, path: Path) -> tuple[dict[str, Any], bool]:
@@ -288,74 +377,21 @@ def _header(stream: _Stream, path: Path) -> tuple[dict[str, Any], bool]:
             stream.drop(len(buf) - len(stripped) + 1)
             return {}, True
         if stripped and stripped[:1] != b"{":
-            raise _not_a_trace(path, f"it starts with {stripped[:20]!r}")
+            raise not_a_trace(path, f"it starts with {stripped[:20]!r}")
         match = _START.search(buf, max(0, searched - 32))
         if match:
             stream.drop(match.end())
-            return _parse_header(buf[: match.start()]), False
+            return header_keys(buf[: match.start()]), False
         searched = len(buf)
         if len(buf) > MAX_HEADER:
-            raise _not_a_trace(path, f"no traceEvents array in its first {MAX_HEADER >> 20} MiB")
-        if not stream.more():
+            raise not_a_trace(path, f"no traceEvents array in its first {MAX_HEADER >> 20} MiB")
+        if not stream.fill(len(stream.buf) + 1):
             if not buf.strip():
-                raise _not_a_trace(path, "the file is empty")
+                raise not_a_trace(path, "the file is empty")
             try:
                 PLAIN.decode(buf)
             except msgspec.DecodeError as exc:
-                raise _invalid(path, stream.consumed, str(exc)) from None
-            raise _not_a_trace(path, "it is JSON without a traceEvents array")
-
-
-def _finish(
-    buf: bytes, builder: ColumnBuilder, stats: dict[str, int], path: Path, consumed: int, bare: bool
-) -> dict[str, Any]:
-    """The last events, the closing ``]`` and the keys after it."""
-    body = buf.rstrip(_WS)
-    pos = len(body)
-    for _ in range(64):
-        pos = body.rfind(b"]", 0, pos)
-        if pos < 0:
-            break
-        head = body[:pos].rstrip(_WS)
-        tail = body[pos + 1 :].strip(_WS)
-        if head and head[-1:] not in (b"}",):
-            continue
-        if bare:
-            if tail:
-                continue
-            trailer: dict[str, Any] = {}
-        else:
-            if not tail.endswith(b"}"):
-                continue
-            if tail == b"}":
-                trailer = {}
-            elif tail.startswith(b","):
-                try:
-                    trailer = PLAIN.decode(b"{" + tail[1:])
-                except msgspec.DecodeError:
-                    continue
-            else:
-                continue
-        if not head or _decode(head, builder, stats):
-            return trailer if isinstance(trailer, dict) else {}
-    if not body.rstrip(b"}]" + _WS):
-        return {}
-    raise _invalid(
-        path,
-        consumed + len(buf),
-        "the traceEvents array or the file ends early" if buf else "the file ends early",
-    )
-
-
-def _parse_header(text: bytes) -> dict[str, Any]:
-    text = text.strip(_WS)
-    if not text or text == b"{":
-        return {}
-    body = text.rstrip(_WS)
-    if body.endswith(b","):
-        body = body[:-1]
-    try:
-        value = PLAIN.decode(body + b"}")
-    except msgspec.DecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
+                raise invalid_json(path, stream.consumed, str(exc)) from None
+            except RecursionError:
+                raise too_deep(path, stream.consumed) from None
+            raise not_a_trace(path, "it is JSON without a traceEvents array")

@@ -79,6 +79,58 @@ METRICS = (
     ),
 )
 BY_KEY = {metric.key: metric for metric in METRICS}
+# the fields compare reads, with the range a report dl-ci wrote keeps them in
+FIELDS = (
+    (("gpu_utilization_pct",), 0.0, 100.0),
+    (("steps", "mean_step_us"), 0.0, 1e18),
+    (("phases", "pct", "data_loading"), 0.0, 100.0),
+    (("syncs", "per_step"), 0.0, 1e18),
+)
+
+
+def describe(value: Any) -> str:
+    """A value from a file, briefly, for a message: never huge, never a deep repr.
+
+    >>> describe("x"), describe([1, 2]), describe(10**400), describe(True), describe(2.5)
+    ("'x'", 'a list', 'an integer beyond 64 bits', 'true', '2.5')
+    """
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    if isinstance(value, int) and abs(value) >= 2**63:
+        return "an integer beyond 64 bits"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return repr(value[:40]) + ("..." if len(value) > 40 else "")
+    return "an object" if isinstance(value, dict) else f"a {type(value).__name__}"
+
+
+def check_report(report: dict[str, Any]) -> str | None:
+    """What is wrong with a field :func:`compare` reads, or None; a missing field or null
+    is fine (the figure is left out).
+
+    >>> check_report({"steps": {"mean_step_us": "x"}})
+    "steps.mean_step_us: expected a number, got 'x'"
+    >>> check_report({"phases": []})
+    'phases: expected an object, got a list'
+    >>> check_report({"gpu_utilization_pct": 250})
+    'gpu_utilization_pct: expected a number from 0 to 100, got 250'
+    """
+    for path, low, high in FIELDS:
+        node: Any = report
+        for depth, key in enumerate(path):
+            if not isinstance(node, dict):
+                return f"{'.'.join(path[:depth])}: expected an object, got {describe(node)}"
+            node = node.get(key)
+            if node is None:
+                break
+        else:
+            where = ".".join(path)
+            if isinstance(node, bool) or not isinstance(node, int | float):
+                return f"{where}: expected a number, got {describe(node)}"
+            if not low <= node <= high:  # NaN too
+                return f"{where}: expected a number from {low:g} to {high:g}, got {describe(node)}"
+    return None
 
 
 def _row(metric: Metric, base: float, head: float, max_regression: float) -> dict[str, Any]:

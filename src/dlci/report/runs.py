@@ -7,6 +7,70 @@ from typing import Any
 from dlci.report.text import clean
 
 METRICS = ("verdict", "best_loss", "best_step", "final_loss", "steps", "wall_time_s")
+# what each metric may be besides null: compare-runs shows them side by side
+TYPES: dict[str, tuple[type, ...]] = {
+    "verdict": (str,),
+    "best_loss": (int, float),
+    "best_step": (int,),
+    "final_loss": (int, float),
+    "steps": (int,),
+    "wall_time_s": (int, float),
+}
+MAX_DEPTH = 32  # of the configuration: a run's config is a few levels deep
+
+
+def check_run(run: dict[str, Any]) -> str | None:
+    """What is wrong with a field :func:`compare` reads, or None.
+
+    >>> check_run({"config": {"seed": 0}, "best_loss": "low"})
+    "best_loss: expected a number, got 'low'"
+    >>> check_run({"config": [1]})
+    'config: expected an object, got a list'
+    >>> check_run({"config": {}, "steps": 2**70})
+    'steps: expected an integer, got an integer beyond 64 bits'
+    """
+    from dlci.report.diff import describe
+
+    config = run.get("config")
+    if not isinstance(config, dict):
+        return f"config: expected an object, got {describe(config)}"
+    problem = _check_value(config, "config", 0)
+    if problem:
+        return problem
+    for key, types in TYPES.items():
+        value = run.get(key)
+        if value is None:
+            continue
+        word = "a string" if types == (str,) else "an integer" if types == (int,) else "a number"
+        if isinstance(value, bool) or not isinstance(value, types) or _too_big(value):
+            return f"{key}: expected {word}, got {describe(value)}"
+    return None
+
+
+def _too_big(value: Any) -> bool:
+    return isinstance(value, int) and abs(value) >= 2**63
+
+
+def _check_value(value: Any, where: str, depth: int) -> str | None:
+    """Configuration values a table can show: nested at most MAX_DEPTH, 64-bit integers."""
+    from dlci.report.diff import describe
+
+    if depth > MAX_DEPTH:
+        return f"{where}: nested deeper than {MAX_DEPTH} levels"
+    if _too_big(value):
+        return f"{where}: expected a 64-bit integer, got {describe(value)}"
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    for key, item in items:
+        problem = _check_value(item, f"{where}.{key}"[:200], depth + 1)
+        if problem:
+            return problem
+    return None
 
 
 def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
