@@ -12,6 +12,7 @@ from torch import nn
 from dlci.errors import DlciError
 from dlci.memorization.engine import MemorizeConfig, memorize, seed_everything
 from dlci.memorization.target import Target
+from dlci.memorization.verdict import training_time
 
 PR = MemorizeConfig(max_epochs=100, max_loss=0.5, time_cap_s=60)
 
@@ -49,11 +50,8 @@ def test_it_passes_and_stops_as_soon_as_the_threshold_is_reached() -> None:
     assert result.reason.startswith(
         f"loss {result.losses[-1]:.4g} < 0.5 at step {result.steps} in "
     )
-    total = result.wall_time_s + result.setup_time_s
-    assert result.reason.endswith(
-        f"in {result.wall_time_s:.1f} s of training "
-        f"({total:.1f} s with the set-up of batch, model and optimizer)"
-    )
+    assert result.reason.endswith(training_time(result.wall_time_s, result.setup_time_s))
+    assert " of training (" in result.reason and " with the set-up of batch, model" in result.reason
 
 
 def test_without_early_stop_it_runs_every_epoch_and_gives_the_same_verdict() -> None:

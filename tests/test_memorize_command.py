@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from dlci.cli import main
+from dlci.memorization.verdict import training_time
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits"
 
@@ -269,11 +270,9 @@ def test_the_changes_are_printed_before_training_and_the_time_says_what_it_count
     ]
     assert progress and max(changes) < min(progress)  # before the first step, not after
     report = json.loads((tmp_path / "memorization.json").read_text())
-    total = report["wall_time_s"] + report["setup_time_s"]
     assert captured.out.splitlines()[0] == (
         f"memorization PASS: loss {report['final_loss']:.4g} < 1 at step {report['steps']} "
-        f"in {report['wall_time_s']:.1f} s of training "
-        f"({total:.1f} s with the set-up of batch, model and optimizer)"
+        + training_time(report["wall_time_s"], report["setup_time_s"])
     )
     assert "before training" not in captured.out  # said once, on stderr, before training
 

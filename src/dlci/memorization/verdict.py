@@ -56,11 +56,18 @@ def training_time(wall: float, setup: float) -> str:
 
     >>> training_time(3.21, 0.3)
     'in 3.2 s of training (3.5 s with the set-up of batch, model and optimizer)'
+    >>> training_time(0.042, 0.0061)
+    'in 42 ms of training (48 ms with the set-up of batch, model and optimizer)'
     """
-    total = wall + setup
     return (
-        f"in {wall:.1f} s of training ({total:.1f} s with the set-up of batch, model and optimizer)"
+        f"in {_seconds(wall)} of training "
+        f"({_seconds(wall + setup)} with the set-up of batch, model and optimizer)"
     )
+
+
+def _seconds(value: float) -> str:
+    """Seconds to one decimal, or milliseconds under a second (a fast run is not '0.0 s')."""
+    return f"{value:.1f} s" if value >= 1 else f"{value * 1000:.0f} ms"
 
 
 def judge(
