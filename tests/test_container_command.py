@@ -5,17 +5,13 @@ What needs a real engine (building, running, cleanup of real containers) is in t
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from dlci.action.container import (
-    ENV_ALLOWLIST,
-    cache_mount,
-    decide_trust,
-    inputs_to_argv,
-    run_command,
-)
+from dlci.action.cache import cache_mount, decide_trust
+from dlci.action.container import ENV_ALLOWLIST, inputs_to_argv, run_command
 from dlci.action.gitview import git_view, sanitise, scan
 from dlci.action.image import input_hash
 from dlci.cli import main
@@ -92,7 +88,8 @@ def test_the_host_ipc_only_when_asked(tmp_path: Path) -> None:
     ],
 )
 def test_the_cache_volume_follows_the_event(tmp_path: Path, event: str, trust: str) -> None:
-    environ = {"GITHUB_EVENT_NAME": event} if event else {}
+    environ = {"GITHUB_REF": "refs/heads/main", "DLCI_DEFAULT_BRANCH": "main"}
+    environ |= {"GITHUB_EVENT_NAME": event} if event else {}
     assert decide_trust("auto", environ) == trust
     cmd = command(tmp_path, trust=trust, created=1700000000)
     mount = cmd[cmd.index("--mount") + 1]
@@ -383,3 +380,32 @@ def test_the_git_view_of_odd_workspaces(tmp_path: Path) -> None:
     assert [rel for _, rel in view.mounts] == [".git/config"]
     assert view.mounts[0][0].read_text() == ""  # a link is never read through
     assert view.hidden == {".git/config": ["symbolic link"]}
+
+
+@pytest.mark.parametrize(
+    ("ref", "actor", "trusted_refs", "trust"),
+    [
+        ("refs/heads/main", "alice", "", "trusted"),  # the default branch, from the payload
+        ("refs/heads/feature", "alice", "", "untrusted"),  # an unreviewed branch
+        ("refs/heads/dependabot/pip/torch-2.14", "dependabot[bot]", "", "untrusted"),
+        ("refs/heads/main", "dependabot[bot]", "", "untrusted"),  # a bot, even on main
+        ("refs/heads/release/1.x", "alice", "refs/heads/release/1.x", "trusted"),  # protected
+    ],
+)
+def test_a_push_is_trusted_only_on_the_default_branch_or_a_listed_ref(
+    tmp_path: Path, ref: str, actor: str, trusted_refs: str, trust: str
+) -> None:
+    payload = tmp_path / "event.json"
+    payload.write_text(json.dumps({"ref": ref, "repository": {"default_branch": "main"}}))
+    environ = {"GITHUB_EVENT_NAME": "push", "GITHUB_REF": ref, "GITHUB_ACTOR": actor}
+    environ |= {"GITHUB_EVENT_PATH": str(payload), "DLCI_TRUSTED_REFS": trusted_refs}
+    assert decide_trust("auto", environ) == trust
+
+
+def test_a_push_without_a_known_default_branch_is_untrusted(tmp_path: Path) -> None:
+    environ = {"GITHUB_EVENT_NAME": "push", "GITHUB_REF": "refs/heads/main"}
+    assert decide_trust("auto", environ) == "untrusted"
+    (tmp_path / "fifo").mkdir()  # an unreadable payload is no default branch either
+    assert decide_trust("auto", {**environ, "GITHUB_EVENT_PATH": str(tmp_path / "fifo")}) == (
+        "untrusted"
+    )

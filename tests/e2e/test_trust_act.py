@@ -148,12 +148,22 @@ def attacked(tmp_path_factory: pytest.TempPathFactory, kit_image: str, act_bin: 
             }
         )
     )
+    # a push to the default branch, the one kind of push that may write the trusted cache
+    push = tmp_path / "push.json"
+    push.write_text(
+        json.dumps(
+            {
+                "ref": "refs/heads/main",
+                "repository": {"full_name": "org/project", "default_branch": "main"},
+            }
+        )
+    )
     volumes = ["dlci-cache-trusted", "dlci-cache-untrusted"]
     subprocess.run(["docker", "volume", "rm", "-f", *volumes], capture_output=True, check=False)
     runs = {}
     for name, extra in (
         ("pr", {"event": "pull_request", "payload": event}),
-        ("push", {}),
+        ("push", {"payload": push}),
         ("pr2", {"event": "pull_request", "payload": event}),
     ):
         folder = tmp_path / name

@@ -171,6 +171,8 @@ def test_a_pull_request_cannot_poison_the_trusted_cache(
     assert (planter / "dlci-artifacts" / "run.json").exists()
 
     monkeypatch.setenv("GITHUB_EVENT_NAME", "push")  # a later push to main: trusted
+    monkeypatch.setenv("GITHUB_REF", "refs/heads/main")
+    monkeypatch.setenv("DLCI_DEFAULT_BRANCH", "main")
     trusted = workspace(tmp_path, "trusted", LOOK)
     assert job(kit_image, trusted, f"t-look-{cache}", "--cache-volume", cache) == 0
     assert artifact(trusted, "look.json") is False

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import secrets
 import shlex
 import signal
@@ -24,25 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dlci.action.cache import CACHE_PREFIX, UNTRUSTED, cache_mount, decide_trust
 from dlci.action.gates import RECORD_VARIABLE, Parts
 from dlci.action.gitview import hide_credentials, host_temp
 from dlci.action.image import say
 from dlci.errors import DlciError
 
 JOB_LABEL = "dlci.job"
-# pip, torch hub, datasets: a volume that survives between jobs on one runner, one per trust
-# level (dlci-cache-trusted, dlci-cache-untrusted): a pull request never writes what a push reads
-CACHE_PREFIX = "dlci-cache"
-CACHE_LABEL = "dlci.cache"  # trusted | untrusted, for the runner's prune hook
-CACHE_CREATED_LABEL = "dlci.cache.created"  # epoch seconds when the volume was made
-TRUSTED, UNTRUSTED = "trusted", "untrusted"
-# Events whose code is the repository's own; every other event (pull_request,
-# pull_request_target, issue_comment, workflow_run, one GitHub adds later) is untrusted.
-TRUSTED_EVENTS = frozenset({"push", "schedule", "workflow_dispatch", "merge_group", "release"})
 SHM_SIZE = "2g"  # DataLoader workers pass tensors through /dev/shm; Docker gives 64 MB
 IPC_MODES = ("private", "host")
 PIDS_LIMIT = 32768  # a fork bomb stops here; DataLoader workers and threads stay far below
-CONTAINER_HOME = "/home/dlci"
 WORKSPACE = "/workspace"
 # Variables that enter the container. Nothing else does: no secrets, no tokens.
 ENV_ALLOWLIST = (
@@ -131,42 +121,6 @@ def run_command(
             cmd += ["-e", key]  # the value comes from docker's own environment, not argv
     cmd += ["-e", "DLCI_IN_CONTAINER=1", image, *inner]
     return cmd
-
-
-def cache_mount(trust: str, prefix: str = CACHE_PREFIX, created: int = 0) -> str:
-    """The ``--mount`` of the cache volume for this trust level, labelled when Docker makes it.
-
-    >>> cache_mount("untrusted", created=5)  # doctest: +NORMALIZE_WHITESPACE
-    'type=volume,src=dlci-cache-untrusted,dst=/home/dlci/.cache,volume-label=dlci.cache=untrusted,volume-label=dlci.cache.created=5'
-    """
-    if trust not in (TRUSTED, UNTRUSTED):
-        raise DlciError(f"--trust {trust!r}: expected trusted or untrusted")
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", prefix):
-        raise DlciError(f"--cache-volume {prefix!r}: not a volume name")
-    volume = f"{prefix}-{trust}"
-    labels = f"volume-label={CACHE_LABEL}={trust},volume-label={CACHE_CREATED_LABEL}={created}"
-    return f"type=volume,src={volume},dst={CONTAINER_HOME}/.cache,{labels}"
-
-
-def decide_trust(asked: str, environ: dict[str, str]) -> str:
-    """trusted or untrusted: from GITHUB_EVENT_NAME, unless asked; never raised on a PR.
-
-    >>> decide_trust("", {"GITHUB_EVENT_NAME": "push"}), decide_trust("", {})
-    ('trusted', 'untrusted')
-    """
-    event = environ.get("GITHUB_EVENT_NAME", "")
-    decided = TRUSTED if event in TRUSTED_EVENTS else UNTRUSTED
-    if asked in ("", "auto"):
-        return decided
-    if asked not in (TRUSTED, UNTRUSTED):
-        raise DlciError(f"--trust {asked!r}: expected trusted, untrusted or auto")
-    if asked == TRUSTED and decided == UNTRUSTED and environ.get("GITHUB_ACTIONS") == "true":
-        raise DlciError(
-            f"--trust trusted on a {event or 'unknown'} event: that job runs code nobody has "
-            "merged, and what it writes to the cache would be read by trusted jobs",
-            hint="leave --trust out (decided from GITHUB_EVENT_NAME) or pass untrusted",
-        )
-    return asked
 
 
 def inputs_to_argv(environ: dict[str, str]) -> list[str]:
@@ -364,7 +318,9 @@ def _watch(
         thread.join(5)
         with lock:
             closed.set()
-            print(f"::{token}::", flush=True)
+            # on a line of its own: after a last line without a newline, "x::TOKEN::" would
+            # not resume, and every later step's workflow commands would stay stopped
+            print(f"\n::{token}::", flush=True)
     return child.returncode, tail
 
 
