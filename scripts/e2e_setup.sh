@@ -8,12 +8,16 @@
 #   wheels  docker/wheelhouse/: the torch wheel and every wheel dl-ci[train] needs
 #   image   the kit image, built from docker/Dockerfile on that base with no network
 #           (runs base and wheels first)
-# Usage: scripts/e2e_setup.sh [all|engine|act|base|wheels|image]...   (default: all)
+#   torchbase  a base that already has PyTorch: the offline base with the wheelhouse's CPU torch
+#           installed into its system python, built with no network (runs base and wheels
+#           first); not part of all (tests/e2e/test_torch_base.py runs it)
+# Usage: scripts/e2e_setup.sh [all|engine|act|base|wheels|image|torchbase]...   (default: all)
 # Each part is skipped when it is already there, so a second run takes seconds.
 # Environment: VENV, PYTHON and TORCH_SPEC as in scripts/_venv.sh, and
 #   DLCI_E2E_CACHE            cache folder (default ${XDG_CACHE_HOME:-$HOME/.cache}/dlci-e2e)
 #   DLCI_E2E_BASE_IMAGE       base image tag (default dlci-e2e-base:bookworm)
 #   DLCI_E2E_IMAGE            kit image tag (default dl-ci:e2e)
+#   DLCI_E2E_TORCH_BASE       tag of the base with torch (default dlci-e2e-torchbase:bookworm)
 #   DLCI_E2E_SUITE            Debian suite of the base (default bookworm: python 3.11)
 #   DLCI_E2E_MIRROR           Debian mirror for debootstrap (default: the one apt uses here)
 #   DLCI_E2E_WHEEL_PYTHON     python version the wheels are for (default 3.11, bookworm's)
@@ -26,6 +30,7 @@ cd "$(dirname "$0")/.."
 cache=${DLCI_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dlci-e2e}
 base_image=${DLCI_E2E_BASE_IMAGE:-dlci-e2e-base:bookworm}
 kit_image=${DLCI_E2E_IMAGE:-dl-ci:e2e}
+torch_base=${DLCI_E2E_TORCH_BASE:-dlci-e2e-torchbase:bookworm}
 suite=${DLCI_E2E_SUITE:-bookworm}
 wheel_python=${DLCI_E2E_WHEEL_PYTHON:-3.11}
 # what the bundled example needs in the image besides dl-ci (its data comes from scikit-learn)
@@ -295,6 +300,41 @@ ensure_image() {
   docker image prune --force --filter label=dlci.e2e=kit >/dev/null || true
 }
 
+# The offline base with torch in its system python, as pytorch/pytorch and NVIDIA's images ship
+# it: two stages, so that only what pip installed (/usr/local) reaches the image, not the
+# wheelhouse. Rebuilt when TORCH_SPEC changes (a label records it).
+ensure_torchbase() {
+  ensure_base
+  ensure_wheels
+  local start=$SECONDS log=$cache/torchbase-build.log have
+  have=$(docker image inspect --format '{{index .Config.Labels "dlci.e2e.torch"}}' "$torch_base" \
+    2>/dev/null || true)
+  if [ "$have" = "$torch_spec" ]; then
+    say "torchbase: $torch_base is there ($torch_spec)"
+    return 0
+  fi
+  say "torchbase: building $torch_base = $base_image + $torch_spec in its system python," \
+    "with no network (log: $log; about a minute)"
+  if ! with_heartbeat "building $torch_base" docker build --network none --force-rm \
+    --build-arg "BASE=$base_image" --build-arg "TORCH_SPEC=$torch_spec" \
+    --label dlci.e2e=torchbase --label "dlci.e2e.torch=$torch_spec" \
+    --tag "$torch_base" --file - "$wheelhouse" >"$log" 2>&1 <<'EOF'; then
+ARG BASE
+FROM ${BASE} AS install
+ARG TORCH_SPEC
+COPY . /wheels/
+RUN pip install --no-cache-dir --break-system-packages --no-index --find-links /wheels "$TORCH_SPEC"
+FROM ${BASE}
+COPY --from=install /usr/local/ /usr/local/
+RUN python3 -c "import torch; print('torch', torch.__version__, torch.__file__)"
+EOF
+    tail -n 30 "$log" >&2
+    die "docker build of $torch_base failed (log: $log)"
+  fi
+  say "torchbase: $torch_base built after $(seconds_since "$start")"
+  docker image prune --force --filter label=dlci.e2e=torchbase >/dev/null || true
+}
+
 [ "$#" -gt 0 ] || set -- all
 for part in "$@"; do
   case $part in
@@ -308,7 +348,8 @@ for part in "$@"; do
   base) ensure_base ;;
   wheels) ensure_wheels ;;
   image) ensure_image ;;
-  *) die "unknown part '$part' (all, engine, act, base, wheels, image)" ;;
+  torchbase) ensure_torchbase ;;
+  *) die "unknown part '$part' (all, engine, act, base, wheels, image, torchbase)" ;;
   esac
 done
 say "e2e setup done in ${SECONDS}s"

@@ -409,3 +409,134 @@ def test_a_push_without_a_known_default_branch_is_untrusted(tmp_path: Path) -> N
     assert decide_trust("auto", {**environ, "GITHUB_EVENT_PATH": str(tmp_path / "fifo")}) == (
         "untrusted"
     )
+
+
+# ------------------------------------------------------ build arguments and torch's origin
+
+# A stand-in docker for `dlci container build`: no image yet, every call's argv appended to
+# calls.jsonl, `cp` answers with the tar stream in record.tar (or fails when there is none).
+BUILD_DOCKER = """
+import json, os, pathlib
+here = pathlib.Path(sys.argv[0]).parent
+with open(here / "calls.jsonl", "a") as log:
+    log.write(json.dumps(sys.argv[1:]) + "\\n")
+verb = sys.argv[1]
+if verb == "image":
+    sys.exit(1)
+if verb == "build":
+    sys.stdin.read() if sys.argv[-1] == "-" else None
+    sys.exit(int(os.environ.get("FAKE_BUILD_EXIT", "0")))
+if verb == "create":
+    print("c0ffee")
+if verb == "cp":
+    record = here / "record.tar"
+    if not record.exists():
+        sys.exit(1)
+    sys.stdout.buffer.write(record.read_bytes())
+"""
+
+
+def _tar(name: str, data: bytes, *, symlink: bool = False) -> bytes:
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        if symlink:
+            info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+            tar.addfile(info)
+        else:
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _calls(tmp_path: Path) -> list[list[str]]:
+    lines = (tmp_path / "bin" / "calls.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def test_pip_options_become_build_arguments_only_when_set(tmp_path: Path) -> None:
+    from dlci.action.image import build_arguments
+
+    assert build_arguments("", [], EXTRA_PIP="", PIP_INDEX_URL="") == {}
+    both = build_arguments("b:1", ["EXTRA_PIP=x"], EXTRA_PIP="a b", PIP_INDEX_URL="https://m/s")
+    assert both == {"BASE_IMAGE": "b:1", "EXTRA_PIP": "a b", "PIP_INDEX_URL": "https://m/s"}
+    (tmp_path / "Dockerfile").write_text("FROM scratch\n")
+    plain = input_hash(tmp_path / "Dockerfile", tmp_path, build_arguments("", []))
+    assert plain == input_hash(tmp_path / "Dockerfile", tmp_path, build_arguments("", [], X=""))
+    assert plain != input_hash(tmp_path / "Dockerfile", tmp_path, both)
+
+
+def test_a_build_labels_the_image_with_its_torch_record(
+    tmp_path: Path, fake_docker, capsys
+) -> None:
+    fake_docker(BUILD_DOCKER)
+    record = {"torch": "2.5.1+cu124", "cuda": "12.4", "source": "base", "file": "/x/torch/i.py"}
+    (tmp_path / "bin" / "record.tar").write_bytes(_tar("torch.json", json.dumps(record).encode()))
+    (tmp_path / "Dockerfile").write_text("FROM scratch\n")
+    args = ["container", "build", "--dockerfile", str(tmp_path / "Dockerfile")]
+    args += ["--context", str(tmp_path), "--extra-pip", "scikit-learn rich"]
+    assert main([*args, "--pip-index-url", "https://mirror.invalid/simple"]) == 0
+    captured = capsys.readouterr()
+    calls = _calls(tmp_path)
+    build = next(c for c in calls if c[0] == "build" and c[-1] != "-")
+    assert "--force-rm" in build  # a failed build leaves no container behind
+    assert "EXTRA_PIP=scikit-learn rich" in build
+    assert "PIP_INDEX_URL=https://mirror.invalid/simple" in build
+    tag = captured.out.strip()
+    assert ["create", "--network", "none", tag, "dlci-never-started"] in calls  # never started
+    assert ["cp", "c0ffee:/etc/dlci/torch.json", "-"] in calls
+    assert ["rm", "--force", "c0ffee"] in calls
+    relabel = next(c for c in calls if c[0] == "build" and c[-1] == "-")
+    assert relabel[relabel.index("-t") + 1] == tag
+    assert "dlci.torch.version=2.5.1+cu124" in relabel
+    assert "dlci.torch.cuda=12.4" in relabel and "dlci.torch.source=base" in relabel
+    assert "torch 2.5.1+cu124 (CUDA 12.4), the base image's" in captured.err
+
+
+def test_an_image_without_a_torch_record_is_not_relabelled(
+    tmp_path: Path, fake_docker, capsys
+) -> None:
+    fake_docker(BUILD_DOCKER)
+    (tmp_path / "Dockerfile").write_text("FROM scratch\n")
+    args = ["container", "build", "--dockerfile", str(tmp_path / "Dockerfile")]
+    assert main([*args, "--context", str(tmp_path)]) == 0
+    calls = _calls(tmp_path)
+    builds = [c for c in calls if c[0] == "build"]
+    assert len(builds) == 1 and builds[0][-1] != "-"  # the main build only, no relabelling
+    assert not any("EXTRA_PIP" in " ".join(c) for c in calls)  # no option, no build argument
+    assert "no torch labels" in capsys.readouterr().err
+
+
+def test_a_failed_build_points_to_the_offline_route(
+    tmp_path: Path, fake_docker, capsys, monkeypatch
+) -> None:
+    fake_docker(BUILD_DOCKER)
+    monkeypatch.setenv("FAKE_BUILD_EXIT", "1")
+    (tmp_path / "Dockerfile").write_text("FROM scratch\n")
+    args = ["container", "build", "--dockerfile", str(tmp_path / "Dockerfile")]
+    assert main([*args, "--context", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "docker build of" in err and "offline route in docs/container.md" in err
+
+
+@pytest.mark.parametrize(
+    ("archive", "expected"),
+    [
+        (_tar("torch.json", b'{"torch": "2.13.0+cpu", "cuda": null, "source": "base"}'), True),
+        (_tar("torch.json", b"", symlink=True), False),  # a link is never followed
+        (_tar("torch.json", b'{"torch": "' + b"x" * 70000 + b'"}'), False),  # over the cap
+        (_tar("torch.json", b"not json"), False),
+        (_tar("torch.json", b'{"cuda": "12.4"}'), False),  # no version
+        (b"not a tar stream", False),
+    ],
+)
+def test_the_torch_record_is_read_only_when_it_is_sound(archive: bytes, expected: bool) -> None:
+    from dlci.action.image import parse_torch_record
+
+    record = parse_torch_record(archive)
+    assert (record is not None) is expected
+    if expected:
+        assert record == {"torch": "2.13.0+cpu", "cuda": None, "source": "base"}

@@ -2,22 +2,27 @@
 
 Host-side (the runner), never imports torch. A built image is tagged by a hash of its inputs
 (the Dockerfile, the build arguments and the files of the build context), so a rebuild is
-skipped when that tag already exists.
+skipped when that tag already exists. dl-ci's Dockerfile records where the image's torch came
+from in /etc/dlci/torch.json; a build copies that file out (no code of the image runs) into
+the image's labels ``dlci.torch.version``, ``dlci.torch.cuda`` and ``dlci.torch.source``.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import hashlib
+import io
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dlci import jsonio
 from dlci.errors import DlciError
@@ -25,6 +30,13 @@ from dlci.report.text import clean
 
 _NON_ASCII = re.compile("[^\x00-\x7e]")  # what json.dumps escaped (ensure_ascii)
 ALWAYS_IGNORED = (".git", ".venv", "dlci-artifacts", "__pycache__", ".pytest_cache", ".mypy_cache")
+TORCH_RECORD = "/etc/dlci/torch.json"  # written by docker/Dockerfile
+TORCH_LABELS = {"version": "torch", "cuda": "cuda", "source": "source"}  # dlci.torch.<name>: key
+_RECORD_MAX_BYTES = 64 << 10
+OFFLINE_HINT = (
+    "see the offline route in docs/container.md (a wheelhouse of wheels and PIP_OFFLINE=1: "
+    "no index needed), or give a prebuilt image"
+)
 
 
 def say(message: str) -> None:
@@ -33,14 +45,19 @@ def say(message: str) -> None:
 
 
 def docker(
-    args: list[str], *, timeout: float | None = None, check: bool = True
+    args: list[str], *, timeout: float | None = None, check: bool = True, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run ``docker ARGS``; with ``check``, a failure is a DlciError saying what went wrong."""
     if shutil.which("docker") is None:
         raise DlciError("the docker command is not installed", hint="run dlci preflight first")
     try:
         done = subprocess.run(
-            ["docker", *args], capture_output=True, text=True, timeout=timeout, check=False
+            ["docker", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            input=stdin,
         )
     except subprocess.TimeoutExpired:
         raise DlciError(
@@ -144,11 +161,12 @@ def _ascii_escape(match: re.Match[str]) -> str:
     return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
-def build_arguments(base_image: str, items: Sequence[str]) -> dict[str, str]:
-    """``--build-arg`` values from ``NAME=VALUE`` items, BASE_IMAGE first when given.
+def build_arguments(base_image: str, items: Sequence[str], **named: str) -> dict[str, str]:
+    """``--build-arg`` values from ``NAME=VALUE`` items, BASE_IMAGE first when given; ``named``
+    values (from options such as --extra-pip) last, and only when not empty.
 
-    >>> build_arguments("python:3.12", ["A=1"])
-    {'BASE_IMAGE': 'python:3.12', 'A': '1'}
+    >>> build_arguments("python:3.12", ["A=1"], EXTRA_PIP="", PIP_INDEX_URL="https://m/simple")
+    {'BASE_IMAGE': 'python:3.12', 'A': '1', 'PIP_INDEX_URL': 'https://m/simple'}
     """
     build_args: dict[str, str] = {}
     if base_image:
@@ -158,6 +176,7 @@ def build_arguments(base_image: str, items: Sequence[str]) -> dict[str, str]:
         if not sep or not name:
             raise DlciError(f"--build-arg {item!r}: expected NAME=VALUE")
         build_args[name] = value
+    build_args.update({name: value for name, value in named.items() if value})
     return build_args
 
 
@@ -189,6 +208,8 @@ class ImageRequest:
     kit: str = ""
     base_image: str = ""
     build_arg: Sequence[str] = ()  # NAME=VALUE items
+    extra_pip: str = ""  # EXTRA_PIP: more packages for the image, space-separated
+    pip_index_url: str = ""  # PIP_INDEX_URL: a package index (a private mirror)
     repository: str = "dlci-local"
     timeout: float = 3600.0
 
@@ -210,14 +231,22 @@ def provide(request: ImageRequest) -> Image:
             docker(["pull", request.image], timeout=request.timeout)
         return Image(request.image, built=False)
     dockerfile, context = build_sources(request.dockerfile, request.context, request.kit)
-    build_args = build_arguments(request.base_image, request.build_arg)
+    build_args = build_arguments(
+        request.base_image,
+        request.build_arg,
+        EXTRA_PIP=request.extra_pip,
+        PIP_INDEX_URL=request.pip_index_url,
+    )
     start = time.perf_counter()
     tag = f"{request.repository}:{input_hash(dockerfile, context, build_args)}"
     if image_exists(tag):
         say(f"{tag} is up to date (inputs hashed in {time.perf_counter() - start:.1f} s)")
+        say(describe_torch(torch_labels(tag)))
         return Image(tag, built=False)
     build(dockerfile, context, tag, build_args, timeout=request.timeout)
+    labels = label_torch(tag, read_torch_record(tag), timeout=request.timeout)
     say(f"built {tag} in {time.perf_counter() - start:.1f} s")
+    say(describe_torch(labels))
     return Image(tag, built=True)
 
 
@@ -225,7 +254,8 @@ def build(
     dockerfile: Path, context: Path, tag: str, build_args: dict[str, str], *, timeout: float
 ) -> None:
     """``docker build``, its progress streamed to stderr, stopped after ``timeout`` seconds."""
-    cmd = ["docker", "build", "-f", str(dockerfile), "-t", tag, "--label", "dlci.built=1"]
+    cmd = ["docker", "build", "--force-rm", "-f", str(dockerfile), "-t", tag]
+    cmd += ["--label", "dlci.built=1"]
     for name, value in build_args.items():
         cmd += ["--build-arg", f"{name}={value}"]
     cmd.append(str(context))
@@ -244,5 +274,90 @@ def build(
     if code != 0:
         raise DlciError(
             f"docker build of {dockerfile} failed (exit code {code}); its output is above",
-            hint="fix the Dockerfile, or give a prebuilt image",
+            hint=f"fix the Dockerfile or its build arguments; where the runner cannot reach an "
+            f"index: {OFFLINE_HINT}",
         )
+
+
+# ---------------------------------------------------------------------------- torch's origin
+
+
+def read_torch_record(tag: str, *, timeout: float = 120.0) -> dict[str, Any] | None:
+    """The image's /etc/dlci/torch.json, copied out of a created container that never starts
+    (so no code of the image runs); None when the image has none (a Dockerfile of your own)."""
+    created = docker(["create", "--network", "none", tag, "dlci-never-started"], timeout=timeout)
+    container = created.stdout.strip()
+    try:
+        copied = subprocess.run(
+            ["docker", "cp", f"{container}:{TORCH_RECORD}", "-"],
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+    finally:
+        docker(["rm", "--force", container], timeout=timeout, check=False)
+    if copied.returncode != 0:
+        return None
+    return parse_torch_record(copied.stdout)
+
+
+def parse_torch_record(archive: bytes) -> dict[str, Any] | None:
+    """The record from ``docker cp``'s tar stream: one regular file, small, a JSON object with
+    a torch version; None for anything else."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            member = tar.next()
+            if member is None or not member.isfile() or member.size > _RECORD_MAX_BYTES:
+                return None
+            handle = tar.extractfile(member)
+            record = jsonio.decode(handle.read()) if handle is not None else None
+    except (tarfile.TarError, ValueError):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("torch"), str):
+        return None
+    return record
+
+
+def label_torch(tag: str, record: dict[str, Any] | None, *, timeout: float) -> dict[str, str]:
+    """Put the record into ``tag``'s labels: a build of ``FROM tag`` with docker's --label,
+    its Dockerfile from stdin (no context). Returns the labels (none without a record)."""
+    if record is None:
+        return {}
+    labels = {}
+    for name, key in TORCH_LABELS.items():
+        value = record.get(key)
+        labels[f"dlci.torch.{name}"] = clean(str(value)) if value is not None else "none"
+    args = ["build", "--force-rm", "-t", tag]
+    for name, value in labels.items():
+        args += ["--label", f"{name}={value}"]
+    docker([*args, "-"], timeout=timeout, stdin=f"FROM {tag}\n")
+    return labels
+
+
+def torch_labels(tag: str) -> dict[str, str]:
+    """The ``dlci.torch.*`` labels of a local image."""
+    fmt = "{{json .Config.Labels}}"
+    done = docker(["image", "inspect", "--format", fmt, tag], timeout=60, check=False)
+    try:
+        labels = jsonio.decode(done.stdout) if done.returncode == 0 else None
+    except ValueError:
+        labels = None
+    if not isinstance(labels, dict):
+        return {}
+    return {k: str(v) for k, v in labels.items() if k.startswith("dlci.torch.")}
+
+
+def describe_torch(labels: dict[str, str]) -> str:
+    """One line about the image's torch, from its labels.
+
+    >>> describe_torch({"dlci.torch.version": "2.5.1", "dlci.torch.cuda": "12.4",
+    ...                 "dlci.torch.source": "base"}).split(": ")[0]
+    "torch 2.5.1 (CUDA 12.4), the base image's"
+    """
+    if "dlci.torch.version" not in labels:
+        return f"no torch labels (no {TORCH_RECORD} in the image: a Dockerfile of your own?)"
+    cuda = labels.get("dlci.torch.cuda", "none")
+    origin = "the base image's" if labels.get("dlci.torch.source") == "base" else "installed"
+    names = (f"dlci.torch.{name}" for name in TORCH_LABELS)
+    pairs = " ".join(f"{name}={labels[name]}" for name in names if name in labels)
+    return f"torch {labels['dlci.torch.version']} (CUDA {cuda}), {origin}: {pairs}"

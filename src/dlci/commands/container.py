@@ -52,6 +52,8 @@ def _build(argv: list[str]) -> int:
     )
     p.add_argument("--base-image", default="", metavar="IMAGE", help="--build-arg BASE_IMAGE")
     p.add_argument("--build-arg", action="append", default=[], metavar="NAME=VALUE")
+    p.add_argument("--extra-pip", default="", metavar="PKGS", help="--build-arg EXTRA_PIP")
+    p.add_argument("--pip-index-url", default="", metavar="URL", help="--build-arg PIP_INDEX_URL")
     p.add_argument("--repository", default="dlci-local", help="the tag's repository name")
     p.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS")
     args = p.parse_args(argv)
