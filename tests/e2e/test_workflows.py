@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
-from test_act import ROOT, ActRun, make_repo, run_act
+from test_act import ROOT, SMOKE_ACTION, ActRun, make_repo, run_act, workflow
 from test_action import (  # noqa: F401 (no_job_containers: a fixture)
     SECRET,
     WHEELHOUSE,
@@ -197,3 +199,49 @@ def test_the_nightly_example_runs_a_leg_and_diffs_against_last_night(
     assert "### Utilization diff passed" in summary
     assert uploaded(run).startswith("nightly-cpu-")  # prefix-class-jobid: legs never collide
     print(f"examples/workflows/nightly.yml (one leg) under act: {run.seconds:.1f} s")
+
+
+ACT_LOCAL = ROOT / "scripts" / "act_local.sh"
+
+
+def act_local(act_bin: Path, repo: Path, cache: Path, *args: str) -> ActRun:
+    """scripts/act_local.sh, as a user runs it in their repository, with act's --json log."""
+    env = {**os.environ, "ACT": str(act_bin), "XDG_CACHE_HOME": str(cache)}
+    for name in ("GITHUB_TOKEN", "GH_TOKEN", "ACTIONS_RUNTIME_TOKEN"):
+        env.pop(name, None)
+    argv = ["bash", str(ACT_LOCAL), "--offline", *args, "push", "--json"]
+    proc = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    log = "\n".join(str(e.get("msg", "")) for e in events)
+    return ActRun(proc.returncode, 0.0, events, proc.stderr, log)
+
+
+def test_act_local_maps_every_pinned_action_and_the_kit(act_bin: Path, tmp_path: Path) -> None:
+    """Every `uses: owner/repo@<sha>` of action.yml, run by act offline, is the script's stand-in;
+    `org/dl-ci@v1` is the kit it is given: here the smoke action with action.yml's pinned steps
+    (no container, so the test takes seconds)."""
+    text = (ROOT / "action.yml").read_text()
+    pinned = sorted(set(re.findall(r"uses:\s*(\S+@[0-9a-f]{40})", text)))
+    assert len(pinned) >= 2  # the upload actions
+    kit = tmp_path / "kit"
+    kit.mkdir()
+    uses = "".join(f"    - uses: {ref}  # vX\n      with:\n        name: x\n" for ref in pinned)
+    (kit / "action.yml").write_text(SMOKE_ACTION + uses)
+    repo = make_repo(
+        tmp_path / "repo",
+        {
+            ".github/workflows/e2e.yml": workflow(
+                "- id: kit\n  uses: org/dl-ci@v1\n  with:\n    who: act_local\n"
+            )
+        },
+    )
+    run = act_local(act_bin, repo, tmp_path / "cache", "--kit", str(kit))
+    assert run.returncode == 0, run.explain()
+    assert run.job_result() == "success", run.explain()
+    for ref in pinned:
+        assert f"stand-in for {ref.split('@')[0]}" in run.log, ref
+    assert run.outputs("kit") == {"greeting": "hello act_local"}
+    # the control: stand-ins told to fail turn the job red, so it was they that ran
+    failing = act_local(act_bin, repo, tmp_path / "cache", "--kit", str(kit), "--failing-stand-ins")
+    assert failing.returncode != 0
+    assert failing.job_result() == "failure", failing.explain()
