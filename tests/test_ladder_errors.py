@@ -199,6 +199,33 @@ CASES = [
         "ladder.yaml:4: classes.T 4: invalid name 'T 4'",
         "use lower-case letters, digits, '-', '_' or '.', such as 'a100' or 'rtx-4090'",
     ),
+    (
+        "epochs beyond 64 bits",
+        lambda t: edit(t, "max_epochs: 100", f"max_epochs: {2**64}"),
+        "ladder.yaml:7: budgets.pr.cpu.max_epochs: must be at most 9223372036854775807, "
+        "got 18446744073709551616",
+        "use a whole number of epochs such as 100",
+    ),
+    (
+        "a speed beyond a float",
+        lambda t: edit(t, "speed: 1.0", "speed: " + "9" * 400),
+        "ladder.yaml:4: classes.t4.speed: must be a finite number, got a 400-digit integer",
+        "use a positive number, such as 4.0 for an A100",
+    ),
+    (
+        "a time cap beyond a week",
+        lambda t: edit(t, "time_cap_minutes: 3", "time_cap_minutes: 10081"),
+        "ladder.yaml:7: budgets.pr.cpu.time_cap_minutes: must be at most 10080, got 10081",
+        "use a positive number of minutes such as 5",
+    ),
+    (
+        "an alias",
+        lambda t: edit(t, "nightly:\n    cpu: null", "nightly:\n    cpu: *row").replace(
+            "  merge:\n    cpu: {", "  merge:\n    cpu: &row {"
+        ),
+        "ladder.yaml:13: aliases (*row) are not allowed in a ladder",
+        "write the value out; to share values between ladders use 'extends'",
+    ),
 ]
 
 
@@ -233,7 +260,8 @@ def test_a_missing_ladder_file_is_named(tmp_path) -> None:
     with pytest.raises(DlciError) as info:
         load_ladder(tmp_path / "nope.yaml")
     assert str(info.value) == (
-        f"{tmp_path}/nope.yaml: no such file\n  hint: check the path given to --ladder"
+        f"{tmp_path}/nope.yaml: no such ladder file\n"
+        "  hint: check the path given to --ladder or to 'extends'"
     )
 
 

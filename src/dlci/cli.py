@@ -13,11 +13,11 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from dlci import __version__
-from dlci.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, DlciError
+from dlci.errors import EXIT_FAIL, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, DlciError
 
 # verb -> one-line summary; the order is the order of a CI job.
 VERBS: dict[str, str] = {
@@ -93,6 +93,47 @@ def run_verb(verb: str, argv: Sequence[str]) -> int:
     return int(module.main(list(argv)))
 
 
+def closed_stdout_is_quiet(call: Callable[[], int]) -> int:
+    """``call()``, then standard output flushed; if its reader has gone (``dlci tier --json - |
+    head -c1``), the BrokenPipeError ends the verb quietly with its own exit code, or 1 when
+    it had none yet (a gate cut short has no verdict, so it must not read as a pass): standard
+    output is pointed at the null device, so nothing later (nor the flush at exit) raises
+    again. A BrokenPipeError on any other pipe stays a bug (exit 3). ``--help`` exits through
+    SystemExit after printing, and is flushed the same way; rich points standard output at
+    the null device itself and exits 1, which counts as none yet.
+    """
+    code: int | None = None
+    try:
+        code = call()
+        sys.stdout.flush()
+    except SystemExit as exc:
+        if isinstance(exc.__context__, BrokenPipeError):  # rich's Console exits 1 on one
+            return EXIT_FAIL
+        closed_stdout_is_quiet(lambda: 0)
+        raise
+    except BrokenPipeError:
+        if not _stdout_gone():
+            raise
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
+    return EXIT_FAIL if code is None else code
+
+
+def _stdout_gone() -> bool:
+    """Whether standard output is a pipe (or socket) whose reader has closed it."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(event & (select.POLLERR | select.POLLHUP) for _, event in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll() here, or no descriptor
+        return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dlci`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -105,14 +146,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:  # --help and --version exit 0; anything else is a usage error
             parser.parse_args(argv[:1])
         except SystemExit as exc:
-            return int(exc.code or 0)
+            code = int(exc.code or 0)
+            return closed_stdout_is_quiet(lambda: code)
         print(
             f"dlci: unknown command {verb!r}; choose from: {', '.join(VERBS)}",
             file=sys.stderr,
         )
         return EXIT_USAGE
     try:
-        return run_verb(verb, argv[1:])
+        return closed_stdout_is_quiet(lambda: run_verb(verb, argv[1:]))
     except DlciError as exc:
         from dlci.report.console import print_error
 

@@ -14,6 +14,8 @@ from dlci.ladder.yamlsource import KeyPath, YamlSource, dotted
 FORMAT_DOC = "docs/budget-ladder.md"
 NAME_PATTERN = "^[a-z0-9][a-z0-9_.-]*$"
 REQUIRED_BUDGETS = ("pr", "merge", "nightly")
+INT_MAX = 2**63 - 1  # every count is a 64-bit integer in the reports and to torch
+TIME_CAP_MAX = 7 * 24 * 60  # minutes: a week, past any CI job's limit (timers need a bound)
 SCHEMA_ID = "https://github.com/org/dl-ci/blob/v1/budgets/ladder.schema.json"
 
 
@@ -31,6 +33,7 @@ class FieldSpec:
     required: bool = True
     minimum: float | None = None  # inclusive
     exclusive_minimum: float | None = None
+    maximum: float | None = None  # inclusive
     default: Any = None
 
 
@@ -41,6 +44,7 @@ TIER_FIELDS: tuple[FieldSpec, ...] = (
         "Epochs the memorization test may run; one epoch is one pass over the memorized batch.",
         "use a whole number of epochs such as 100",
         minimum=1,
+        maximum=INT_MAX,
     ),
     FieldSpec(
         "max_loss",
@@ -55,6 +59,7 @@ TIER_FIELDS: tuple[FieldSpec, ...] = (
         "Wall-clock limit of the memorization test, in minutes.",
         "use a positive number of minutes such as 5",
         exclusive_minimum=0,
+        maximum=TIME_CAP_MAX,
     ),
     FieldSpec(
         "profile_steps",
@@ -62,6 +67,7 @@ TIER_FIELDS: tuple[FieldSpec, ...] = (
         "Training steps recorded by the profiling step.",
         "use a whole number of steps such as 5",
         minimum=1,
+        maximum=INT_MAX,
     ),
     FieldSpec(
         "nproc",
@@ -69,6 +75,7 @@ TIER_FIELDS: tuple[FieldSpec, ...] = (
         "Processes (one per GPU) the memorization test runs under torchrun; 1 means no DDP.",
         "use 1, or the number of GPUs on the runner",
         minimum=1,
+        maximum=INT_MAX,
     ),
     FieldSpec(
         "batch_size",
@@ -77,6 +84,7 @@ TIER_FIELDS: tuple[FieldSpec, ...] = (
         "use a small batch such as 16",
         required=False,
         minimum=1,
+        maximum=INT_MAX,
         default=16,
     ),
 )
@@ -140,8 +148,8 @@ def check_value(source: YamlSource, path: KeyPath, value: Any, spec: FieldSpec) 
         raise source.error(
             path, f"expected {expected}, got {show(value)} ({kind(value)})", hint=spec.hint
         )
-    if spec.kind == "number" and not math.isfinite(value):
-        raise source.error(path, f"must be a finite number, got {value}", hint=spec.hint)
+    if spec.kind == "number" and not _finite(value):
+        raise source.error(path, f"must be a finite number, got {num(value)}", hint=spec.hint)
     if spec.minimum is not None and value < spec.minimum:
         raise source.error(
             path, f"must be at least {num(spec.minimum)}, got {num(value)}", hint=spec.hint
@@ -152,7 +160,23 @@ def check_value(source: YamlSource, path: KeyPath, value: Any, spec: FieldSpec) 
             f"must be greater than {num(spec.exclusive_minimum)}, got {num(value)}",
             hint=spec.hint,
         )
+    if spec.maximum is not None and value > spec.maximum:
+        raise source.error(
+            path, f"must be at most {num(spec.maximum)}, got {num(value)}", hint=spec.hint
+        )
     return value
+
+
+def _finite(value: float) -> bool:
+    """Whether a number is finite as a float: an integer beyond 1.8e308 is not.
+
+    >>> _finite(1.0), _finite(float("nan")), _finite(10**400)
+    (True, False, False)
+    """
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def check_keys(
@@ -202,9 +226,11 @@ def closest(word: str, choices: Mapping[str, Any] | list[str]) -> str | None:
 
 
 def suggest(word: str, choices: Mapping[str, Any] | list[str], what: str) -> str:
-    """A hint naming the nearest choice, then every choice."""
+    """A hint naming the nearest choice, then the choices (the first 20 of a long list)."""
     close = closest(word, choices)
-    listing = f"{what}: {', '.join(choices)}"
+    names = list(choices)
+    more = f" and {len(names) - 20} more" if len(names) > 20 else ""
+    listing = f"{what}: {', '.join(names[:20])}{more}"
     return f"did you mean '{close}'? {listing}" if close else listing
 
 
@@ -227,9 +253,18 @@ def show(value: Any) -> str:
 
 
 def num(value: float) -> str:
-    return (
-        str(int(value)) if float(value).is_integer() and not isinstance(value, bool) else str(value)
-    )
+    """A number for a message; an integer too long to read is given by its digits.
+
+    >>> num(3.0), num(0.5), num(-(10**40))
+    ('3', '0.5', 'a 41-digit negative integer')
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) >= 10**20:
+            sign = " negative" if value < 0 else ""
+            return f"a {len(str(abs(value)))}-digit{sign} integer"
+        return str(value)
+    whole = not isinstance(value, bool) and math.isfinite(value) and float(value).is_integer()
+    return str(int(value)) if whole and abs(value) < 1e20 else str(value)
 
 
 _JSON_TYPES = {"int": "integer", "number": "number", "string": "string"}
@@ -244,6 +279,8 @@ def _field_schema(spec: FieldSpec) -> dict[str, Any]:
         schema["minimum"] = spec.minimum
     if spec.exclusive_minimum is not None:
         schema["exclusiveMinimum"] = spec.exclusive_minimum
+    if spec.maximum is not None:
+        schema["maximum"] = spec.maximum
     if spec.default is not None and spec.default != "":
         schema["default"] = spec.default
     schema["description"] = spec.description

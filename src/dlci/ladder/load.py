@@ -27,7 +27,7 @@ from dlci.ladder.format import (
     FieldSpec,
 )
 from dlci.ladder.model import CPU_CLASS, HardwareClass, Ladder, Tier, TierRow
-from dlci.ladder.yamlsource import KeyPath, YamlSource, load_yaml, parse_yaml
+from dlci.ladder.yamlsource import KeyPath, YamlSource, chain_link, load_yaml, parse_yaml
 
 # the data classes live in dlci.ladder.model; their old import path here keeps working
 __all__ = [
@@ -149,10 +149,11 @@ def extend(source: YamlSource, read_parent: Callable[[str], YamlSource]) -> Yaml
             f"({fmt.kind(parent_ref)})",
             hint="write 'extends: default' to start from dl-ci's own ladder",
         )
-    if parent_ref == DEFAULT_LADDER:
-        parent = _read_chain(default_ladder_path(), DEFAULT_DISPLAY, ())
-    else:
-        parent = read_parent(parent_ref)
+    with chain_link(source):  # at most MAX_EXTENDS files, from the tree or from a commit
+        if parent_ref == DEFAULT_LADDER:
+            parent = _read_chain(default_ladder_path(), DEFAULT_DISPLAY, ())
+        else:
+            parent = read_parent(parent_ref)
     merged = _merge(parent.data, {k: v for k, v in data.items() if k != "extends"})
     lines = {**parent.lines, **source.lines}
     files = (*parent.files, source.file)
@@ -261,33 +262,33 @@ def _build_budgets(
             rows[cls] = TierRow(
                 **_fields(source, path, fmt.mapping(source, path, row), TIER_FIELDS)
             )
-        for cls in classes:
-            if _resolve_row(rows, classes, cls) is _MISSING:
-                raise source.error(
-                    ("budgets", budget),
-                    f"no tier for hardware class '{cls}', and the class has no fallback",
-                    hint=f"add budgets.{budget}.{cls}, give classes.{cls} a 'fallback', or write "
-                    f"'{cls}: null' if this budget must not run on it",
-                )
+        owners = _row_classes(rows, classes)
+        for cls in [cls for cls in classes if owners[cls] is None][:1]:
+            raise source.error(
+                ("budgets", budget),
+                f"no tier for hardware class '{cls}', and the class has no fallback",
+                hint=f"add budgets.{budget}.{cls}, give classes.{cls} a 'fallback', or write "
+                f"'{cls}: null' if this budget must not run on it",
+            )
         budgets[budget] = rows
     return budgets
 
 
-_MISSING = object()
-
-
-def _resolve_row(
-    rows: Mapping[str, TierRow | None], classes: Mapping[str, HardwareClass], cls: str
-) -> tuple[str, TierRow | None] | object:
-    """Follow ``fallback`` links from ``cls`` to the first class that has a row."""
-    seen: list[str] = []
-    current: str | None = cls
-    while current is not None and current not in seen:
-        if current in rows:
-            return current, rows[current]
-        seen.append(current)
-        current = classes[current].fallback
-    return _MISSING
+def _row_classes(
+    rows: Mapping[str, TierRow | None], classes: Mapping[str, HardwareClass]
+) -> dict[str, str | None]:
+    """Each class -> the class whose row it uses (its own, else along its fallback chain), or
+    None. Each class is visited once: thousands of chained classes cost no more than their size."""
+    owner: dict[str, str | None] = {cls: cls for cls in rows if cls in classes}
+    for start in classes:
+        chain: list[str] = []
+        current: str | None = start
+        while current is not None and current not in owner:
+            owner[current] = None  # on the chain being followed: a loop ends here
+            chain.append(current)
+            current = classes[current].fallback
+        owner.update(dict.fromkeys(chain, owner[current] if current is not None else None))
+    return owner
 
 
 def _fields(
@@ -366,9 +367,9 @@ def select_tier(
             f"ladder {ladder.source!r}: unknown hardware class {hardware_class!r}",
             hint=fmt.suggest(hardware_class, ladder.classes, "classes in this ladder"),
         )
-    found = _resolve_row(ladder.budgets[budget], ladder.classes, hardware_class)
-    assert isinstance(found, tuple), "load_ladder guarantees every class resolves"
-    row_class, row = found
+    row_class = _row_classes(ladder.budgets[budget], ladder.classes)[hardware_class]
+    assert row_class is not None, "load_ladder guarantees every class resolves"
+    row = ladder.budgets[budget][row_class]
     if row is None:
         file, line = ladder.where("budgets", budget, row_class)
         raise DlciError(

@@ -1,7 +1,18 @@
-"""Read YAML keeping the line of every key, so errors can say where a bad value is."""
+"""Read YAML keeping the line of every key, so errors can say where a bad value is.
+
+A ladder is outside input (a pull request may write one), so what it may cost is bounded
+before a Python object is built: the file is read only if it is a regular file of at most
+``LADDER_LIMIT`` bytes (``dlci.fsutil.read_input``), an alias (``*name``) is refused where the
+composer meets it (the billion-laughs bomb expands aliases; the format has no use for them),
+and so are nesting deeper than ``MAX_DEPTH`` and more than ``MAX_NODES`` keys and values
+(pure-Python YAML builds a node per value). What remains is linear in the file's size.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -9,8 +20,18 @@ from typing import Any
 import yaml
 
 from dlci.errors import DlciError
+from dlci.fsutil import read_input
 
 KeyPath = tuple[str | int, ...]
+
+LADDER_LIMIT = (
+    1 << 20
+)  # bytes of one ladder file: the shipped ladder is 4 KiB (docs/budget-ladder.md)
+MAX_DEPTH = 20  # nested collections; a ladder needs 4 (budgets.pr.cpu.{...})
+MAX_NODES = 20_000  # keys and values: the shipped ladder has 631; a flat 1 MiB list 500 000
+PART_LIMIT = 60  # characters of one key shown in a message
+MAX_EXTENDS = 16  # files one 'extends' chain may add: 16 MiB at most
+_CHAIN_DEPTH = contextvars.ContextVar("dlci_extends_depth", default=0)
 
 
 def dotted(path: KeyPath) -> str:
@@ -23,6 +44,8 @@ def dotted(path: KeyPath) -> str:
     """
     text = ""
     for part in path:
+        if isinstance(part, str) and len(part) > PART_LIMIT:  # a key of a hostile file
+            part = part[: PART_LIMIT - 3] + "..."
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text
 
@@ -54,25 +77,99 @@ class YamlSource:
         return DlciError(message, hint=hint, file=file, line=line)
 
 
-def load_yaml(path: Path, display: str | None = None) -> YamlSource:
-    """Parse one YAML file; malformed YAML or a duplicate key is a located DlciError."""
-    display = display or str(path)
+@contextlib.contextmanager
+def chain_link(source: YamlSource) -> Iterator[None]:
+    """Around reading the file ``source`` extends: more than MAX_EXTENDS files in one chain
+    is a located error (counted here, so a chain read from a commit is bounded too)."""
+    depth = _CHAIN_DEPTH.get()
+    if depth >= MAX_EXTENDS:
+        raise source.error(
+            ("extends",),
+            f"more than {MAX_EXTENDS} files in the 'extends' chain",
+            hint="extend a ladder that extends 'default' directly",
+        )
+    token = _CHAIN_DEPTH.set(depth + 1)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+        yield
+    finally:
+        _CHAIN_DEPTH.reset(token)
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """The safe loader, refusing aliases and nesting deeper than MAX_DEPTH as it composes."""
+
+    def __init__(self, text: str, display: str) -> None:
+        super().__init__(text)  # rejects control characters at once (ReaderError)
+        self.display = display
+        self.depth = self.nodes = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        line = event.start_mark.line + 1 if event.start_mark else None
+        if isinstance(event, yaml.AliasEvent):
+            raise DlciError(
+                f"aliases (*{str(event.anchor)[:PART_LIMIT]}) are not allowed in a ladder",
+                hint="write the value out; to share values between ladders use 'extends'",
+                file=self.display,
+                line=line,
+            )
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise DlciError(
+                f"more than {MAX_NODES} keys and values; a ladder has a few hundred",
+                hint="see docs/budget-ladder.md for the layout of a ladder",
+                file=self.display,
+                line=line,
+            )
+        if self.depth >= MAX_DEPTH:
+            raise DlciError(
+                f"nested deeper than {MAX_DEPTH} levels; a ladder needs 4",
+                hint="see docs/budget-ladder.md for the layout of a ladder",
+                file=self.display,
+                line=line,
+            )
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
+def load_yaml(path: Path, display: str | None = None) -> YamlSource:
+    """Parse one YAML file; malformed YAML or a duplicate key is a located DlciError.
+
+    Only a regular file of at most LADDER_LIMIT bytes is read (``/dev/zero``, a FIFO or a
+    50 MB file is refused before it is parsed).
+    """
+    display = display or str(path)
+    blob = read_input(
+        path,
+        what="ladder file",
+        limit=LADDER_LIMIT,
+        hint="check the path given to --ladder or to 'extends'",
+    )
+    try:
+        text = blob.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise DlciError(
-            f"{display}: no such file", hint="check the path given to --ladder"
+            f"not UTF-8 text (byte {exc.start})",
+            hint="a ladder is a YAML text file in UTF-8",
+            file=display,
         ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DlciError(f"{display}: cannot read the file ({exc})") from None
     return parse_yaml(text, display)
 
 
 def parse_yaml(text: str, display: str) -> YamlSource:
-    """Parse YAML text named ``display`` in messages."""
-    loader: yaml.SafeLoader | None = None
+    """Parse YAML text named ``display`` in messages (at most LADDER_LIMIT bytes of it)."""
+    if len(text) > LADDER_LIMIT or len(text.encode("utf-8", "surrogatepass")) > LADDER_LIMIT:
+        raise DlciError(
+            f"more than the {LADDER_LIMIT >> 20} MiB dl-ci reads as a ladder file",
+            hint="a ladder is a few kilobytes; check the file (docs/budget-ladder.md)",
+            file=display,
+        )
+    loader: _BoundedLoader | None = None
     try:
-        loader = yaml.SafeLoader(text)  # rejects control characters at once (ReaderError)
+        loader = _BoundedLoader(text, display)
         node = loader.get_single_node()
         if node is None:
             return YamlSource(data=None, file=display)

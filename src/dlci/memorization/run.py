@@ -76,6 +76,7 @@ def run_memorize(request: MemorizeRequest, say: Say) -> MemorizeOutcome:
     from dlci.ladder.tiers import choose_tier
     from dlci.memorization.target import resolve_spec
 
+    check_out(request.out)
     spec = resolve_spec(request.target)
     tier = choose_tier(
         budget=request.budget,
@@ -91,6 +92,24 @@ def run_memorize(request: MemorizeRequest, say: Say) -> MemorizeOutcome:
 
         return MemorizeOutcome(launch(request.argv, nproc, say, quiet=request.quiet))
     return _run(request, spec, tier, say)
+
+
+def check_out(out: str) -> None:
+    """--out is a directory, or a path where one can be made: not a file, nor under one.
+
+    Checked before anything runs, so the mistake is one message, not a crash at the end.
+    """
+    path = Path(out)
+    for place in (path, *path.parents):
+        if place.is_dir():
+            return
+        if os.path.lexists(place):
+            what = "is a file" if place.is_file() else "is not a directory"
+            where = "" if place == path else f" (its parent {place} {what})"
+            raise DlciError(
+                f"--out {out}: " + (what if place == path else "cannot be made") + where,
+                hint="give --out a directory for the reports; it is made if it does not exist",
+            )
 
 
 def _run(request: MemorizeRequest, spec: str, tier: Any, say: Say) -> MemorizeOutcome:
