@@ -267,3 +267,14 @@ def test_control_a_broken_pipe_elsewhere_is_still_a_bug(tmp_path, monkeypatch, c
     monkeypatch.setenv("DLCI_LOG_DIR", str(tmp_path))
     assert main(["tier"]) == 3
     assert "failed unexpectedly (BrokenPipeError" in capsys.readouterr().err
+
+
+def test_a_pr_ladder_that_is_a_symlink_to_dev_zero_is_not_read(tmp_path: Path) -> None:
+    """Preflight compares the working tree's ladder with the base commit's: a committed symlink
+    to /dev/zero must not be read (it would grow until the machine runs out of memory)."""
+    from dlci.ladder.trust import _same
+
+    (tmp_path / "ladder.yaml").symlink_to("/dev/zero")
+    assert _same(tmp_path / "ladder.yaml", "version: 1\n") is False
+    (tmp_path / "plain.yaml").write_text("version: 1\n")  # the control: a regular file is read
+    assert _same(tmp_path / "plain.yaml", "version: 1\n") is True

@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from dlci.errors import DlciError
+from dlci.fsutil import read_input
 from dlci.ladder.load import build_ladder, check_version, extend, load_ladder
 from dlci.ladder.model import Ladder, Tier, TierRow
-from dlci.ladder.yamlsource import YamlSource, parse_yaml
+from dlci.ladder.yamlsource import LADDER_LIMIT, YamlSource, parse_yaml
 
 GIT_TIMEOUT_S = 30.0
 SYMLINK_HOPS = 8
@@ -70,6 +71,9 @@ class CommitFiles:
             mode, kind, blob = info.split(" ")
             if kind != "blob":
                 raise Unverifiable(f"{path} is not a file in the base commit")
+            size = self.git("cat-file", "-s", blob).strip()
+            if not size.isdigit() or int(size) > LADDER_LIMIT:  # never read a huge blob whole
+                raise Unverifiable(f"{path} in the base commit is larger than a ladder may be")
             content = self.git("cat-file", "blob", blob)
             if mode != "120000":
                 try:
@@ -120,9 +124,11 @@ def ladder_at_commit(path: str, commit: str, cwd: Path | None = None) -> tuple[L
 
 
 def _same(path: Path, text: str) -> bool:
+    """Whether the working tree's file holds ``text`` (a symlink to /dev/zero, a FIFO or a huge
+    file is simply not the same: read_input reads regular files under the cap only)."""
     try:
-        return path.read_text(encoding="utf-8") == text
-    except (OSError, UnicodeDecodeError):
+        return read_input(path, what="ladder", limit=LADDER_LIMIT).decode("utf-8") == text
+    except (DlciError, UnicodeDecodeError):
         return False
 
 
