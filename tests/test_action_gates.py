@@ -32,7 +32,8 @@ def test_the_output_sits_between_stop_commands_and_its_token(capsys, exit_code: 
     code, tail = container._watch(cmd, "unused", 1.0)
     assert code == exit_code
     token, lines = markers(capsys.readouterr().out)
-    assert lines[1:] == ["::error::pwned", "::add-mask::x", f"::{token}::"]
+    # the resume line starts a line of its own, after a newline of the host's
+    assert lines[1:] == ["::error::pwned", "::add-mask::x", "", f"::{token}::"]
     assert tail == ["::error::pwned\n", "::add-mask::x\n"]
 
 
@@ -40,7 +41,7 @@ def test_each_run_has_a_new_token(capsys) -> None:
     for _ in range(2):
         container._watch([sys.executable, "-c", "pass"], "unused", 1.0)
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 4 and lines[0].split("::")[2] != lines[2].split("::")[2]
+    assert len(lines) == 6 and lines[0].split("::")[2] != lines[3].split("::")[2]
 
 
 def test_commands_resume_after_a_timeout(capsys, monkeypatch) -> None:
@@ -133,3 +134,274 @@ def test_a_gate_whose_install_failed_is_an_error(tmp_path, monkeypatch) -> None:
     job.collect(plan[1], 1)
     memorize = next(s for s in job.finish(plan)["run"]["steps"] if s["name"] == "memorize")
     assert memorize["status"] == "error" and "install step failed" in memorize["reason"]
+
+
+# The step rule: a step passes only on the report it wrote itself, whatever its exit code
+# (dlci.action.gates.judge, used by dlci run in the container and by the host on the copies).
+
+REPORTS = {
+    "memorize": {"memorization.json": {"verdict": "pass", "stopped_by": "threshold"}},
+    "doctor": {"doctor.json": {"verdict": "pass", "checks": [{"id": "a", "status": "pass"}]}},
+    "profile": {"utilization.json": {"gpu_utilization_pct": None}, "trace.json.gz": ""},
+}
+FAILING = {
+    "memorize": {"verdict": "fail", "stopped_by": "epochs", "reason": "loss 2 >= 1"},
+    "doctor": {"verdict": "fail", "checks": [{"id": "a", "status": "fail"}]},
+}
+
+
+def write_reports(folder: Path, gate: str, **changes: dict) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, value in {**REPORTS[gate], **changes}.items():
+        text = value if isinstance(value, str) else json.dumps(value)
+        (folder / name).write_text(text)
+    return folder
+
+
+def status_of(gate: str, code: int, folder: Path, **rules: bool) -> tuple[str, str]:
+    from dlci.action.gates import judge
+    from dlci.action.job import classify
+
+    record = classify(gate, code, False, "")
+    record.update(judge(gate, code, record["status"], folder, **rules))
+    return record["status"], record.get("reason", "")
+
+
+@pytest.mark.parametrize("gate", ["memorize", "doctor", "profile"])
+def test_exit_0_without_a_report_fails_and_says_so(tmp_path: Path, gate: str) -> None:
+    status, reason = status_of(gate, 0, tmp_path)
+    assert status == "failed"
+    missing = (
+        "trace.json.gz" if gate == "profile" else f"{gate.replace('memorize', 'memorization')}.json"
+    )
+    assert reason == f"the target exited before a verdict: {gate} exited 0 without {missing}"
+
+
+@pytest.mark.parametrize("gate", ["memorize", "doctor", "profile"])
+def test_exit_0_with_a_passing_report_passes(tmp_path: Path, gate: str) -> None:
+    assert status_of(gate, 0, write_reports(tmp_path, gate)) == ("passed", "")
+
+
+@pytest.mark.parametrize("gate", ["memorize", "doctor", "profile"])
+def test_control_the_exit_code_alone_would_pass_a_step_without_its_report(
+    tmp_path: Path, gate: str
+) -> None:
+    from dlci.action.job import classify
+
+    assert classify(gate, 0, False, "") == {"status": "passed"}  # the rule is what fails it
+
+
+@pytest.mark.parametrize("gate", ["memorize", "doctor"])
+def test_exit_0_with_a_failing_report_fails(tmp_path: Path, gate: str) -> None:
+    name = "memorization.json" if gate == "memorize" else "doctor.json"
+    folder = write_reports(tmp_path, gate, **{name: FAILING[gate]})
+    status, reason = status_of(gate, 0, folder)
+    assert status == "failed"
+    assert reason.startswith(f"no positive verdict: {gate} exited 0 but {name} says fail")
+
+
+def test_exit_0_with_a_failing_gpu_gate_fails_and_without_the_gate_passes(tmp_path: Path) -> None:
+    gate = {"passed": False, "message": "GPU utilization 3.0% is below the minimum of 50%"}
+    folder = write_reports(tmp_path, "profile", **{"utilization.json": {"gate": gate}})
+    status, reason = status_of("profile", 0, folder, gpu_gate=True)
+    assert status == "failed" and reason.endswith("is below the minimum of 50%")
+    assert status_of("profile", 0, write_reports(tmp_path, "profile"), gpu_gate=True)[0] == "failed"
+    assert status_of("profile", 0, folder)[0] == "passed"  # control: no --min-gpu-util
+
+
+@pytest.mark.parametrize(
+    ("stopped_by", "extra", "words"),
+    [
+        ("exited", {}, "(exited): the run ended before a verdict"),
+        ("watchdog", {"stuck_at": "t.py:9 in step"}, "(watchdog): cap passed; stuck at: t.py:9"),
+        ("error", {}, "(error): the run ended before a verdict"),
+    ],
+)
+def test_a_partial_memorization_report_is_named_with_its_reason(
+    tmp_path: Path, stopped_by: str, extra: dict, words: str
+) -> None:
+    reason = "cap passed" if stopped_by == "watchdog" else "the run ended before a verdict"
+    report = {"verdict": "fail", "stopped_by": stopped_by, "reason": reason, **extra}
+    folder = write_reports(tmp_path, "memorize", **{"memorization.json": report})
+    status, said = status_of("memorize", 0, folder)
+    assert status == "failed"
+    assert said.startswith("the target exited before a verdict: memorize exited 0 with a partial")
+    assert words in said
+
+
+def test_a_partial_doctor_report_is_named(tmp_path: Path) -> None:
+    report = {"verdict": "fail", "checks": [], "reason": "the doctor ended before a verdict"}
+    folder = write_reports(tmp_path, "doctor", **{"doctor.json": report})
+    status, said = status_of("doctor", 0, folder)
+    assert status == "failed"
+    assert said.endswith(
+        "with a partial doctor.json (no checks ran): the doctor ended before a verdict"
+    )
+
+
+@pytest.mark.parametrize("gate", ["memorize", "doctor", "profile"])
+def test_exit_1_with_a_passing_report_fails(tmp_path: Path, gate: str) -> None:
+    status, reason = status_of(gate, 1, write_reports(tmp_path, gate))
+    assert status == "failed" and f"{gate} exited 1 although" in reason
+
+
+def test_exit_1_without_a_report_names_the_missing_report(tmp_path: Path) -> None:
+    assert status_of("memorize", 1, tmp_path) == (
+        "failed",
+        "memorize exited 1 without memorization.json",
+    )
+
+
+def junit(folder: Path, tests: int, failures: int = 0) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "junit.xml").write_text(
+        f'<testsuites><testsuite tests="{tests}" failures="{failures}" errors="0" skipped="0">'
+        "</testsuite></testsuites>"
+    )
+    return folder
+
+
+def test_pytest_exit_5_fails_unless_the_user_allows_no_tests(tmp_path: Path) -> None:
+    status, reason = status_of("tests", 5, junit(tmp_path, 0))
+    assert status == "failed" and reason.startswith("no tests were collected: pytest exited 5")
+    assert "allow-no-tests: true" in reason
+    assert status_of("tests", 5, tmp_path, allow_no_tests=True)[0] == "passed"
+
+
+def test_the_tests_pass_only_on_a_junit_file_that_agrees(tmp_path: Path) -> None:
+    assert status_of("tests", 0, junit(tmp_path / "ok", 3)) == ("passed", "")
+    status, reason = status_of("tests", 0, tmp_path / "none")
+    assert (status, reason) == (
+        "failed",
+        "the tests exited before a verdict: pytest exited 0 without junit.xml",
+    )
+    assert status_of("tests", 0, junit(tmp_path / "bad", 3, failures=1))[0] == "failed"
+    assert status_of("tests", 0, junit(tmp_path / "zero", 0))[0] == "failed"  # no tests ran
+    assert status_of("tests", 0, tmp_path / "zero", allow_no_tests=True)[0] == "passed"
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "junit.xml").write_text("<testsuite")
+    assert "unreadable junit.xml" in status_of("tests", 0, tmp_path / "broken")[1]
+
+
+STAND_IN = (
+    "import json, pathlib, sys; out = pathlib.Path(sys.argv[1]); "
+    "[(out / n).write_text(json.dumps(v)) for n, v in json.loads(sys.argv[2]).items()]; "
+    "sys.exit(int(sys.argv[3]))"
+)
+
+
+def step_record(out: Path, gate: str, code: int, writes: dict) -> dict:
+    from dlci.action.job import Runner
+
+    runner = Runner(out)
+    try:
+        command = [sys.executable, "-c", STAND_IN, str(out), json.dumps(writes), str(code)]
+        runner.step(gate, command)
+    finally:
+        runner.finish()
+    return runner.steps[-1]
+
+
+def test_dlci_run_deletes_a_stale_report_before_the_step(tmp_path: Path) -> None:
+    out = write_reports(tmp_path / "out", "memorize")  # an earlier run's passing report
+    record = step_record(out, "memorize", 0, {})  # this one exits 0 and writes nothing
+    assert record["status"] == "failed"
+    assert record["reason"].endswith("memorize exited 0 without memorization.json")
+    # control: the same step writing its own passing report passes
+    passing = REPORTS["memorize"]
+    assert step_record(out, "memorize", 0, passing)["status"] == "passed"
+
+
+def test_control_a_stale_report_left_in_place_would_count(tmp_path: Path) -> None:
+    from dlci.action.gates import judge
+
+    out = write_reports(tmp_path / "out", "memorize")
+    assert judge("memorize", 0, "passed", out) == {}  # hence the deletion before the step
+
+
+def test_the_host_decides_a_gate_from_the_report_it_copied(tmp_path, monkeypatch) -> None:
+    def gate_status(code: int, claim: str, report: dict | None, name: str) -> dict:
+        job = parts(tmp_path / name, ["--no-doctor", "--no-profile"], monkeypatch)
+        plan = job.plan()
+        job.collect(plan[0], 0)
+        assert plan[1].out is not None
+        steps = [{"name": "install", "status": "passed"}, {"name": "memorize", "status": claim}]
+        (plan[1].out / "run.json").write_text(json.dumps({"steps": steps}))
+        if report is not None:
+            (plan[1].out / "memorization.json").write_text(json.dumps(report))
+        job.collect(plan[1], code)
+        run = job.finish(plan)["run"]
+        job.close()
+        return next(s for s in run["steps"] if s["name"] == "memorize")
+
+    passing, failing = REPORTS["memorize"]["memorization.json"], FAILING["memorize"]
+    step = gate_status(0, "passed", None, "none")  # the claim says passed: no report
+    assert step["status"] == "failed"
+    assert (
+        step["reason"]
+        == "the target exited before a verdict: memorize's container exited 0 without "
+        "memorization.json"
+    )
+    assert gate_status(0, "passed", failing, "failing")["status"] == "failed"
+    step = gate_status(1, "passed", passing, "exit1")
+    assert step["status"] == "failed"
+    assert (
+        step["reason"] == "memorize's container exited 1 although memorization.json says it passed"
+    )
+    assert gate_status(0, "passed", passing, "ok")["status"] == "passed"  # control
+
+
+def test_the_host_holds_the_tests_claim_against_junit(tmp_path, monkeypatch) -> None:
+    job = parts(tmp_path, ["--no-memorize", "--no-doctor", "--no-profile"], monkeypatch)
+    plan = job.plan()
+    art = tmp_path / "ws" / "dlci-artifacts"
+    steps = [
+        {"name": "install", "status": "passed"},
+        {"name": "tests", "status": "passed", "exit_code": 0},
+    ]
+    (art / "run.json").write_text(json.dumps({"steps": steps}))
+    job.collect(plan[0], 0)
+    tests = next(s for s in job.finish(plan)["run"]["steps"] if s["name"] == "tests")
+    assert tests["status"] == "failed" and "without junit.xml" in tests["reason"]
+    junit(art, 2)  # control: the same claim with a junit.xml that agrees
+    (art / "run.json").write_text(json.dumps({"steps": steps}))
+    tests = next(s for s in job.finish(plan)["run"]["steps"] if s["name"] == "tests")
+    assert tests["status"] == "passed"
+    job.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "allow"),
+    [
+        ([], False),
+        (["--allow-no-tests"], True),
+        (["--allow-no-tests", "--no-doctor"], True),
+        (["--allow-no-tests=false"], False),
+        (["--allow-no-tests=True"], True),
+        (["--allow-no-tests", "false"], False),
+        (["--allow-no-tests=maybe"], False),
+    ],
+)
+def test_the_host_reads_allow_no_tests(tmp_path, monkeypatch, args: list, allow: bool) -> None:
+    job = parts(tmp_path, args, monkeypatch)
+    assert job.rules()["allow_no_tests"] is allow
+    job.close()
+
+
+def test_junit_is_read_as_a_stream_with_the_failed_cases_capped(tmp_path: Path) -> None:
+    from dlci.action.summary import MAX_FAILED_CASES, junit_counts
+
+    cases = "".join(
+        f'<testcase classname="t" name="c{i}"><failure message="m{i}"/></testcase>'
+        for i in range(MAX_FAILED_CASES + 50)
+    )
+    (tmp_path / "junit.xml").write_text(
+        f'<testsuites><testsuite tests="{MAX_FAILED_CASES + 50}" failures="{MAX_FAILED_CASES + 50}"'
+        f' errors="0" skipped="0">{cases}</testsuite>'
+        '<testsuite tests="2" failures="0" errors="1" skipped="1"/></testsuites>'
+    )
+    counts = junit_counts(tmp_path / "junit.xml")
+    assert counts is not None
+    assert counts["tests"] == MAX_FAILED_CASES + 52 and counts["errors"] == 1
+    assert counts["passed"] == 0 and len(counts["failed_cases"]) == MAX_FAILED_CASES
+    assert counts["failed_cases"][0] == {"name": "t::c0", "file": "", "line": "", "message": "m0"}

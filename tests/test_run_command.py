@@ -193,3 +193,64 @@ def test_the_time_cap_stops_memorization_and_keeps_the_partial_report(
     assert main(["summary", "--artifacts", str(out), "--markdown", str(md)]) == 1
     assert "- step memorize failed" in md.read_text()
     assert "time cap of 0.02 min reached" in md.read_text()
+
+
+NO_GATES = [*BASE, "--no-memorize", "--no-doctest", "--no-coverage"]
+
+
+def step_of_tests(out: Path) -> dict:
+    return next(s for s in run_json(out)["steps"] if s["name"] == "tests")
+
+
+def test_no_tests_collected_is_a_failure(project: Path, capsys) -> None:
+    """pytest's exit code 5: a -k that deselects every test is not a pass."""
+    out = project / "dlci-artifacts"
+    assert main([*NO_GATES, "--out", str(out), "--pytest-args", "-k no_such_test"]) == 1
+    step = step_of_tests(out)
+    assert step["status"] == "failed" and step["exit_code"] == 5
+    assert step["reason"].startswith("no tests were collected: pytest exited 5")
+    assert "dlci run: tests: no tests were collected" in capsys.readouterr().out
+    # a tests path without tests, too
+    (project / "empty").mkdir()
+    assert main([*NO_GATES, "--out", str(out), "--tests", "empty"]) == 1
+    assert step_of_tests(out)["status"] == "failed"
+
+
+def test_control_a_k_that_selects_a_test_passes(project: Path) -> None:
+    out = project / "dlci-artifacts"
+    assert main([*NO_GATES, "--out", str(out), "--pytest-args", "-k double"]) == 0
+    assert step_of_tests(out)["status"] == "passed"
+
+
+@pytest.mark.parametrize("flag", ["--allow-no-tests", "--allow-no-tests=true"])
+def test_allow_no_tests_passes_when_none_are_collected(project: Path, flag: str) -> None:
+    out = project / "dlci-artifacts"
+    argv = [*NO_GATES, "--out", str(out), "--pytest-args", "-k no_such_test", flag]
+    assert main(argv) == 0
+    step = step_of_tests(out)
+    assert (
+        step["status"] == "passed" and step["reason"] == "no tests were collected (allow-no-tests)"
+    )
+
+
+def test_allow_no_tests_false_and_a_bad_value(project: Path, capsys) -> None:
+    out = project / "dlci-artifacts"
+    argv = [*NO_GATES, "--out", str(out), "--pytest-args", "-k no_such_test"]
+    assert main([*argv, "--allow-no-tests=false"]) == 1
+    assert main([*argv, "--allow-no-tests=maybe"]) == 2
+    assert "expected true or false, got 'maybe'" in capsys.readouterr().err
+
+
+def test_a_target_that_exits_0_fails_the_memorize_step(project: Path) -> None:
+    """os._exit(0) in the target's factory: exit 0, a partial report, a failed step."""
+    (project / "tinyproj" / "quits.py").write_text(
+        "import os\n\ndef make_target():\n    os._exit(0)\n"
+    )
+    out = project / "dlci-artifacts"
+    argv = [*BASE, "--out", str(out), "--no-doctest", "--no-coverage"]
+    assert main([*argv, "--target", "tinyproj.quits:make_target"]) == 1
+    memorize = next(s for s in run_json(out)["steps"] if s["name"] == "memorize")
+    assert memorize["exit_code"] == 0 and memorize["status"] == "failed"
+    assert memorize["reason"].startswith(
+        "the target exited before a verdict: memorize exited 0 with a partial memorization.json"
+    )

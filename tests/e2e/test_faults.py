@@ -211,3 +211,40 @@ def test_two_jobs_on_one_host_keep_their_gpus_and_artifacts_apart(
         junit = (ws / "dlci-artifacts" / "junit.xml").read_text()
         assert 'tests="1"' in junit
         assert leftovers(f"f-share-{index}") == []
+
+
+@pytest.mark.parametrize("hostile", ["train_step:os_exit0", ""])
+def test_a_target_that_exits_0_in_train_step_fails_its_gate(
+    kit_image: str, tmp_path: Path, monkeypatch, hostile: str
+) -> None:
+    """``os._exit(0)`` in the target's train_step: the memorize gate's container exits with
+    the step failed and saying why, not passed on exit code 0. Control (no misbehaviour):
+    the same flow passes."""
+    ws = workspace(tmp_path, {"test_ok.py": "def test_ok():\n    pass\n"})
+    shutil.copyfile(ROOT / "tests" / "hostile_targets.py", ws / "hostile_targets.py")
+    monkeypatch.setenv("DLCI_HOSTILE", hostile)
+    job = "f-exit0" if hostile else "f-exit0-control"
+    argv = ["container", "run", "--image", kit_image, "--workspace", str(ws), "--job", job]
+    argv += ["--env", "DLCI_HOSTILE", "--", "--out", "/workspace/dlci-artifacts", *BASE]
+    argv += ["--target", "hostile_targets:make_target", "--no-doctor", "--no-profile"]
+    argv += ["--no-coverage"]
+    assert main(argv) == (1 if hostile else 0)
+    memorize = next(s for s in run_json(ws)["steps"] if s["name"] == "memorize")
+    assert leftovers(job) == []
+    if not hostile:
+        assert memorize["status"] == "passed" and memorize["container_exit_code"] == 0
+        assert (
+            json.loads((ws / "dlci-artifacts" / "memorization.json").read_text())["verdict"]
+            == "pass"
+        )
+        return
+    assert memorize["status"] == "failed" and memorize["exit_code"] == 0
+    assert memorize["reason"].startswith(
+        "the target exited before a verdict: memorize exited 0 with a partial "
+        "memorization.json (exited): the run ended before a verdict"
+    )
+    report = json.loads((ws / "dlci-artifacts" / "memorization.json").read_text())
+    assert report["verdict"] == "fail" and report["stopped_by"] == "exited"
+    code, text = summary_of(ws, tmp_path)
+    assert code == 1
+    assert "- step memorize failed (the target exited before a verdict: memorize exited 0" in text

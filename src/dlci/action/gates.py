@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from dlci import jsonio
+from dlci.action.summary import EVIDENCE, evidence
 from dlci.errors import DlciError
 
 HOST_MOUNT = "/dlci/host"  # read-only: the host's decisions
@@ -45,6 +46,12 @@ GATE_FILES = {
     "profile": ("utilization.json", "utilization.md", "utilization.png", "trace.json.gz"),
 }
 BAD = ("failed", "error", "interrupted", "running")
+TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
+NO_TESTS = (
+    "no tests were collected: {how} (a -k or -m that deselects every test, or test paths "
+    "without tests); if the project has none, say so with allow-no-tests: true "
+    "(dlci run --allow-no-tests)"
+)
 
 
 @dataclass
@@ -173,6 +180,7 @@ class Parts:
         """run.json: the tests container's steps (its own claims), then each gate's step."""
         tests = _load(self.artifacts / "run.json") if "tests" in self.exit_codes else None
         steps = [s for s in (tests or {}).get("steps", []) if s.get("name") in ("install", "tests")]
+        steps = [self._tests_step(s) if s.get("name") == "tests" else s for s in steps]
         if tests is None:
             steps.append(_missing("tests", self.exit_codes.get("tests")))
         for part in planned[1:]:
@@ -207,9 +215,43 @@ class Parts:
         if install.get("status") in ("failed", "error", "interrupted"):
             step = {**step, "status": "error"}
             step["reason"] = "the install step failed in the gate's own container"
-        if code not in (0, 1) and step.get("status") == "passed":
+        elif code not in (0, 1) and step.get("status") == "passed":
             step = {**step, "status": "error", "reason": f"its container exited {code}"}
+        elif code in (0, 1) and step.get("status") in ("passed", "failed"):
+            # the host's own verdict: the container's exit code and the report it copied
+            status = "passed" if code == 0 and step.get("status") == "passed" else "failed"
+            gpu_gate = self.rules()["gpu_gate"]
+            who = f"{gate}'s container"
+            found = judge(gate, code, status, self.collected[gate], gpu_gate=gpu_gate, who=who)
+            if step.get("status") == status == "failed" and step.get("reason"):
+                found.pop("reason", None)  # the step's own words, from inside, say more
+            step = {**step, "status": status, **found}
         return {**step, "container_exit_code": code, "isolated": True}
+
+    def rules(self) -> dict[str, bool]:
+        """judge's options from dlci run's arguments: the GPU gate, allow-no-tests."""
+        allow = False
+        for index, arg in enumerate(self.args):
+            name, eq, value = arg.partition("=")
+            if name != "--allow-no-tests":
+                continue
+            following = self.args[index + 1 : index + 2]
+            if not eq and following and not following[0].startswith("-"):
+                value = following[0]
+            try:  # a bad value: dlci run refuses it in the container (exit 2)
+                allow = as_bool(value) if eq or value else True
+            except ValueError:
+                allow = False
+        gpu = any(a.partition("=")[0] == "--min-gpu-util" for a in self.args)
+        return {"gpu_gate": gpu, "allow_no_tests": allow}
+
+    def _tests_step(self, step: dict[str, Any]) -> dict[str, Any]:
+        """The tests container's claim that its tests passed, held against junit.xml."""
+        code = step.get("exit_code")
+        if step.get("status") != "passed" or not isinstance(code, int):
+            return step
+        allow = self.rules()["allow_no_tests"]
+        return {**step, **judge("tests", code, "passed", self.artifacts, allow_no_tests=allow)}
 
     def installed(self) -> bool:
         """Whether the tests container's install step passed (or had nothing to do)."""
@@ -255,3 +297,63 @@ def _skipped(name: str, why: str) -> dict[str, Any]:
 def _missing(name: str, code: int | None) -> dict[str, Any]:
     why = f"its container wrote no record (exit code {code})"
     return {"name": name, "status": "error", "reason": why, "duration_s": 0.0}
+
+
+def stale_files(name: str) -> tuple[str, ...]:
+    """What a step writes as its verdict: deleted before it runs, so a stale one never counts."""
+    return ("junit.xml",) if name == "tests" else GATE_FILES.get(name, ())
+
+
+def as_bool(value: str) -> bool:
+    """An action input or option value as a boolean; ValueError for anything else.
+
+    >>> as_bool("True"), as_bool(""), as_bool("off")
+    (True, False, False)
+    """
+    word = value.strip().lower()
+    if word in TRUE or word in FALSE:
+        return word in TRUE
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def judge(
+    name: str,
+    code: int,
+    status: str,
+    folder: Path,
+    *,
+    gpu_gate: bool = False,
+    allow_no_tests: bool = False,
+    who: str = "",
+) -> dict[str, Any]:
+    """What a step's evidence changes in its record (``{}``: nothing).
+
+    ``status`` is what the exit code alone says; a step passes only when its report agrees.
+    ``who`` exited with ``code``: the step (default), or on the host the gate's container.
+
+    >>> judge("tests", 5, "failed", Path("/nonexistent"))["reason"][:29]
+    'no tests were collected: pyte'
+    """
+    if name not in EVIDENCE or status not in ("passed", "failed"):
+        return {}
+    if name == "tests" and code == 5:
+        if allow_no_tests:
+            return {"status": "passed", "reason": "no tests were collected (allow-no-tests)"}
+        return {"status": "failed", "reason": NO_TESTS.format(how="pytest exited 5")}
+    kind, words = evidence(name, folder, gpu_gate=gpu_gate)
+    who = who or ("pytest" if name == "tests" else name)
+    if kind == "none" and not allow_no_tests:
+        return {"status": "failed", "reason": NO_TESTS.format(how=f"{who} exited {code} {words}")}
+    if kind in ("pass", "none"):
+        if status == "passed":
+            return {}
+        return {"reason": f"{who} exited {code} although {EVIDENCE[name]} says it passed"}
+    if status == "failed":  # a failing report explains itself; a missing one is named
+        return {} if kind == "fail" else {"reason": f"{who} exited {code} {words}"}
+    if kind == "fail":
+        return {"status": "failed", "reason": f"no positive verdict: {who} exited {code} {words}"}
+    lead = "the tests" if name == "tests" else "the target"
+    return {
+        "status": "failed",
+        "reason": f"{lead} exited before a verdict: {who} exited {code} {words}",
+    }

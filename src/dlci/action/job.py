@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from dlci import jsonio
+from dlci.report.text import clean
 
 REPORT_NAME = "run.json"
 STEPS = ("install", "tests", "memorize", "doctor", "profile")
@@ -54,6 +55,7 @@ class JobOptions:
     min_gpu_util: float | None = None
     tier_json: str | None = None
     phase: str = "all"  # all, tests, or one gate
+    allow_no_tests: bool = False  # pytest's exit code 5 (no tests collected) passes
 
 
 def run_job(options: JobOptions) -> int:
@@ -64,6 +66,10 @@ def run_job(options: JobOptions) -> int:
 
         tier_from_file(options.tier_json)  # a bad file is one clear error, before any step
     runner = Runner(options.out)
+    runner.rules = {
+        "gpu_gate": options.min_gpu_util is not None,
+        "allow_no_tests": options.allow_no_tests,
+    }
     if options.tier_json:
         from dlci.ladder.tiers import TIER_JSON_VARIABLE
 
@@ -196,20 +202,20 @@ def relative_coverage(path: Path, root: Path) -> None:
 
 
 def classify(name: str, code: int, stopping: bool, running_test: str) -> dict[str, Any]:
-    """A step's status (and reason) from its exit code.
+    """A step's status (and reason) from its exit code alone; its report must agree
+    (dlci.action.gates.judge), and pytest's 5 (no tests collected) is a failure there unless
+    allowed.
 
     >>> classify("tests", 5, False, "")
-    {'status': 'passed', 'reason': 'pytest collected no tests'}
+    {'status': 'failed'}
     >>> classify("memorize", -9, False, "")["killed"]
     'oom-or-kill'
     """
     if stopping:
         return {"status": "interrupted"}
-    if name == "tests" and code == 5:
-        return {"status": "passed", "reason": "pytest collected no tests"}
     if code == 0:
         return {"status": "passed"}
-    if code == 1 or (name == "tests" and code in (1, 2, 3, 4)):
+    if code == 1 or (name == "tests" and code in (1, 2, 3, 4, 5)):
         return {"status": "failed"}
     if not (code < 0 or code >= 128):
         return {"status": "error"}
@@ -234,6 +240,7 @@ class Runner:
         self.child: subprocess.Popen[str] | None = None
         self.stopping = False
         self.env: dict[str, str] = {}  # for every step's process
+        self.rules: dict[str, bool] = {}  # gates.judge's options: gpu_gate, allow_no_tests
         self._previous = signal.signal(signal.SIGTERM, self._terminate)
 
     def _terminate(self, signum: int, frame: Any) -> None:
@@ -269,7 +276,13 @@ class Runner:
         env: dict[str, str] | None = None,
         current_test: Path | None = None,
     ) -> None:
-        """Run one step (or record why it is skipped), and save run.json before and after."""
+        """Run one step (or record why it is skipped), and save run.json before and after.
+
+        The step passes only on the report it writes now: an earlier one is deleted first."""
+        from dlci.action.gates import judge, stale_files
+
+        for stale in stale_files(name):
+            (self.out / stale).unlink(missing_ok=True)
         why = _skip_reason(name, command, blocked, self.stopping)
         if why or command is None:
             self.skip(name, why)
@@ -284,7 +297,13 @@ class Runner:
         record["duration_s"] = round(time.perf_counter() - start, 3)
         record["log_tail"] = tail
         record.update(classify(name, code, self.stopping, _read(current_test)))
+        gate, allow = self.rules.get("gpu_gate", False), self.rules.get("allow_no_tests", False)
+        record.update(
+            judge(name, code, record["status"], self.out, gpu_gate=gate, allow_no_tests=allow)
+        )
         print(f"dlci run: {name} {record['status']} in {record['duration_s']:.1f} s", flush=True)
+        if record.get("reason"):
+            print(f"dlci run: {name}: {clean(record['reason'])}", flush=True)
         self._save()
 
     def _execute(

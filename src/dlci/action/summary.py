@@ -23,7 +23,17 @@ from typing import Any
 from dlci import jsonio
 
 MAX_TEST_ANNOTATIONS = 20
+MAX_FAILED_CASES = 200  # kept from junit.xml (the summary shows fewer)
 GATE_REPORTS = ("memorization", "doctor", "utilization")
+# The report that is a step's positive verdict: a step passes only on the one it wrote itself,
+# whatever its exit code (docs/action.md, "A positive verdict").
+EVIDENCE = {
+    "tests": "junit.xml",
+    "memorize": "memorization.json",
+    "doctor": "doctor.json",
+    "profile": "utilization.json",
+}
+PARTIAL = ("exited", "error", "watchdog")  # a memorization.json the run did not finish
 # The tier's values a gate report must share with the host's (a different one is a forgery
 # or a step that selected its own tier).
 TIER_KEYS = (
@@ -181,37 +191,105 @@ def problems(pre: dict[str, Any] | None, run: dict[str, Any] | None) -> list[str
     return found
 
 
+def evidence(name: str, folder: Path, *, gpu_gate: bool = False) -> tuple[str, str]:
+    """What the report a step wrote in ``folder`` says: ``(kind, words)``.
+
+    kind is ``pass``, ``missing`` (no report, or one that does not parse), ``partial`` (the run
+    ended inside the target's code: the report's reason), ``none`` (pytest ran no test) or
+    ``fail``; the words complete "memorize exited 0 ...".
+    """
+    file = EVIDENCE[name]
+    if name == "tests":
+        return _junit(folder / file)
+    if name == "profile" and not (folder / "trace.json.gz").is_file():
+        return "missing", "without trace.json.gz"
+    report = _load(folder / file) if (folder / file).is_file() else None
+    if report is None:
+        broken = (folder / file).exists()
+        return "missing", f"with an unreadable {file}" if broken else f"without {file}"
+    if name == "profile":
+        gate = report.get("gate")
+        if gpu_gate and not (isinstance(gate, dict) and gate.get("passed") is True):
+            said = gate.get("message") if isinstance(gate, dict) else "no gate in the report"
+            return "fail", f"but {file}'s GPU utilization gate did not pass: {said}"
+        return "pass", ""
+    verdict, reason = report.get("verdict"), str(report.get("reason") or "")
+    partial = report.get("stopped_by") in PARTIAL or (name == "doctor" and not report.get("checks"))
+    if verdict == "pass" and not partial:
+        return "pass", ""
+    if partial:
+        stopped = report.get("stopped_by") or "no checks ran"
+        stuck = report.get("stuck_at")
+        if stuck and str(stuck) not in reason:
+            reason += f"; stuck at: {stuck}"
+        return "partial", f"with a partial {file} ({stopped}): {reason or 'no reason given'}"
+    return "fail", f"but {file} says {verdict}: {reason or 'no reason given'}"
+
+
+def _junit(path: Path) -> tuple[str, str]:
+    counts = junit_counts(path)
+    if counts is None:
+        return (
+            "missing",
+            f"with an unreadable {path.name}" if path.exists() else "without junit.xml",
+        )
+    if counts["failures"] or counts["errors"]:
+        return (
+            "fail",
+            f"but junit.xml counts {counts['failures']} failures, {counts['errors']} errors",
+        )
+    if not counts["tests"]:
+        return "none", "but junit.xml counts no tests"
+    return "pass", ""
+
+
 def junit_counts(path: Path) -> dict[str, Any] | None:
-    """Test counts and the failed cases of a JUnit XML file; None when there is none."""
+    """Test counts and the failed cases of a JUnit XML file; None when there is none.
+
+    Read as a stream (each test case dropped once read), so a huge file from the pull
+    request's tests costs its parse time, not its tree; the first MAX_FAILED_CASES failed
+    cases are kept. Expat refuses entity bombs (None: unreadable).
+    """
     if not path.is_file():
         return None
     import xml.etree.ElementTree as ET
 
+    counts: dict[str, Any] = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    failed: list[dict[str, str]] = []
+    depth, root_is_suite = 0, False
     try:
-        root = ET.parse(path).getroot()  # noqa: S314 - pytest wrote it in this job
+        for event, elem in ET.iterparse(path, events=("start", "end")):  # noqa: S314
+            if event == "start":
+                root_is_suite = root_is_suite or (depth == 0 and elem.tag == "testsuite")
+                if elem.tag == "testsuite" and (depth == 0 or not root_is_suite):
+                    for key in ("tests", "failures", "errors", "skipped"):
+                        with contextlib.suppress(ValueError):
+                            counts[key] += int(elem.get(key, 0))
+                depth += 1
+                continue
+            depth -= 1
+            if elem.tag == "testcase":
+                if len(failed) < MAX_FAILED_CASES:
+                    _failed_case(elem, failed)
+                elem.clear()
     except ET.ParseError:
         return None
-    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
-    counts: dict[str, Any] = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    for suite in suites:
-        for key in ("tests", "failures", "errors", "skipped"):
-            with contextlib.suppress(ValueError):
-                counts[key] += int(suite.get(key, 0))
-    failed = []
-    for case in root.iter("testcase"):
-        problem = case.find("failure") if case.find("failure") is not None else case.find("error")
-        if problem is not None:
-            failed.append(
-                {
-                    "name": f"{case.get('classname', '')}::{case.get('name', '')}".strip(":"),
-                    "file": case.get("file", ""),
-                    "line": case.get("line", ""),
-                    "message": (problem.get("message") or "").strip()[:300],
-                }
-            )
     counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
     counts["failed_cases"] = failed
     return counts
+
+
+def _failed_case(case: Any, failed: list[dict[str, str]]) -> None:
+    problem = case.find("failure") if case.find("failure") is not None else case.find("error")
+    if problem is not None:
+        failed.append(
+            {
+                "name": f"{case.get('classname', '')}::{case.get('name', '')}".strip(":"),
+                "file": case.get("file", ""),
+                "line": case.get("line", ""),
+                "message": (problem.get("message") or "").strip()[:300],
+            }
+        )
 
 
 def coverage_rate(path: Path) -> float | None:

@@ -19,6 +19,15 @@ def _flag(p: argparse.ArgumentParser, name: str, help_on: str) -> None:
     )
 
 
+def _boolean(value: str) -> bool:
+    from dlci.action.gates import as_bool
+
+    try:
+        return as_bool(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _common.parser(
         "run",
@@ -51,6 +60,16 @@ def _parser() -> argparse.ArgumentParser:
     _flag(p, "doctor", "the debugging checks")
     _flag(p, "profile", "the profile and its analysis")
     p.add_argument("--min-gpu-util", type=float, metavar="PCT", help="the utilization gate")
+    p.add_argument(
+        "--allow-no-tests",
+        nargs="?",
+        const="true",
+        default="false",
+        type=_boolean,
+        metavar="BOOL",
+        help="pass the tests step when pytest collects no tests (exit code 5); without it "
+        "that is a failure (the action's input allow-no-tests passes true or false)",
+    )
     p.add_argument(
         "--tier-json",
         metavar="FILE",
@@ -91,5 +110,6 @@ def main(argv: Sequence[str]) -> int:
             min_gpu_util=args.min_gpu_util,
             tier_json=args.tier_json,
             phase=args.phase,
+            allow_no_tests=args.allow_no_tests,
         )
     )
