@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import sys
 import threading
@@ -27,9 +26,14 @@ class Answer:
     peak_mib: float
 
 
-def _limits(memory: int, cpu: int) -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+def _peak_mib(peak_file: Path, maxrss_kib: int) -> float:
+    """The child's own VmHWM when it wrote it (a normal exit), else wait4's figure."""
+    try:
+        text = peak_file.read_text().strip()
+        peak_file.unlink()
+        return int(text) / 1024
+    except (OSError, ValueError):
+        return maxrss_kib / 1024
 
 
 def run_dlci(
@@ -46,14 +50,28 @@ def run_dlci(
     env = {**os.environ, "DLCI_LOG_DIR": str(cwd / "logs"), "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("GITHUB_ACTIONS", None)
     start = time.monotonic()
+    # the limits are set by the child itself, first thing: a preexec_fn would make subprocess
+    # fork this (large, torch-holding) process, whose pages would count in the child's peak
+    # Its peak memory is its own VmHWM, written at exit: wait4's ru_maxrss would also count the
+    # pages of this (large, torch-holding) process that the fork copied before the exec.
+    peak_file = cwd / f".peak-{os.getpid()}-{time.monotonic_ns()}"
+    limits = (
+        "import resource, atexit\n"
+        f"resource.setrlimit(resource.RLIMIT_AS, ({memory}, {memory}))\n"
+        f"resource.setrlimit(resource.RLIMIT_CPU, ({cpu}, {cpu}))\n"
+        "def _peak():\n"
+        "    lines = open('/proc/self/status').read().splitlines()\n"
+        "    kib = [l.split()[1] for l in lines if l.startswith('VmHWM:')]\n"
+        f"    open({str(peak_file)!r}, 'w').write(kib[0] if kib else '')\n"
+        "atexit.register(_peak)\n"
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, *args],
+        [sys.executable, "-c", limits + code, *args],
         cwd=cwd,
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        preexec_fn=lambda: _limits(memory, cpu),
     )
     out: dict[str, bytes] = {}
     pumps = [
@@ -75,7 +93,7 @@ def run_dlci(
         out.get("out", b"").decode("utf-8", "replace"),
         out.get("err", b"").decode("utf-8", "replace"),
         seconds,
-        usage.ru_maxrss / 1024,
+        _peak_mib(peak_file, usage.ru_maxrss),
     )
     if what:
         STATS[what].append((answer.code, seconds, answer.peak_mib))
