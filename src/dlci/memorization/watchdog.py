@@ -54,6 +54,12 @@ class Watchdog:
             self._cond.notify()
         if fired:
             self._finished.wait()
+        elif self._thread.is_alive():
+            # joined, and the callback dropped: a thread left holding the run (a DDP model and
+            # its process group) until interpreter exit made gloo abort there ("terminate
+            # called without an active exception", one run in three)
+            self._thread.join(5)
+        self._on_expiry = _nothing
 
     def _run(self) -> None:
         with self._cond:
@@ -73,6 +79,10 @@ class Watchdog:
             sys.stderr.flush()
             self._finished.set()
             self._exit(1)
+
+
+def _nothing(stuck_at: str, stack: list[str]) -> None:
+    """The callback of a watchdog that has stopped."""
 
 
 def stack_of(thread_id: int) -> tuple[str, list[str]]:
