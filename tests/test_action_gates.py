@@ -365,6 +365,7 @@ def test_the_host_holds_the_tests_claim_against_junit(tmp_path, monkeypatch) -> 
     assert tests["status"] == "failed" and "without junit.xml" in tests["reason"]
     junit(art, 2)  # control: the same claim with a junit.xml that agrees
     (art / "run.json").write_text(json.dumps({"steps": steps}))
+    job.collect(plan[0], 0)  # the host copies the tests' files when their container has gone
     tests = next(s for s in job.finish(plan)["run"]["steps"] if s["name"] == "tests")
     assert tests["status"] == "passed"
     job.close()
@@ -405,3 +406,300 @@ def test_junit_is_read_as_a_stream_with_the_failed_cases_capped(tmp_path: Path) 
     assert counts["tests"] == MAX_FAILED_CASES + 52 and counts["errors"] == 1
     assert counts["passed"] == 0 and len(counts["failed_cases"]) == MAX_FAILED_CASES
     assert counts["failed_cases"][0] == {"name": "t::c0", "file": "", "line": "", "message": "m0"}
+
+
+# The host's file handling (issue 13's review): a container can leave links, FIFOs, devices,
+# folders and sparse giants where the host reads and writes. Each test plays the container's
+# part with the files it could leave, and its control shows what the old handling did.
+
+CANARY = "host-secret-canary-8f2e"
+
+
+def secret_file(tmp_path: Path) -> Path:
+    """A host file the container must never get into the artifacts (~/.docker/config.json)."""
+    secret = tmp_path / "host-home" / "config.json"
+    secret.parent.mkdir(parents=True)
+    secret.write_text(json.dumps({"auth": CANARY}))
+    return secret
+
+
+def plant_in_gate_out(out: Path, secret: Path) -> None:
+    """What a gate's code can leave in /dlci/out: links to host files, a FIFO, a sparse giant,
+    a name no gate writes."""
+    import os
+
+    (out / "leak").mkdir()
+    (out / "leak" / "env").symlink_to("/proc/self/environ")
+    (out / "memorization.json").symlink_to(secret)
+    (out / "tensorboard" / "run").mkdir(parents=True)
+    (out / "tensorboard" / "run" / "events.out.tfevents.1").write_bytes(b"ok")
+    (out / "tensorboard" / "run" / "config.json").symlink_to(secret)
+    (out / "tensorboard" / "home").symlink_to(secret.parent)
+    os.mkfifo(out / "doctor.json")
+    with (out / "trace.json.gz").open("wb") as giant:
+        giant.truncate((1 << 30) + 1)  # sparse: costs no disk, a GiB to read
+    (out / "evil.pth").write_text("import os; os.system('touch /tmp/pwned')\n")
+    (out / "utilization.json").write_text('{"gpu_utilization_pct": null}')
+
+
+def everything_under(*folders: Path) -> str:
+    text = []
+    for folder in folders:
+        for path in folder.rglob("*") if folder.is_dir() else ():
+            if path.is_file() and not path.is_symlink():
+                text.append(path.read_bytes().decode(errors="replace"))
+    return "\n".join(text)
+
+
+def host_env() -> str:
+    """A line of the host process's own /proc/self/environ (what a link to it would leak)."""
+    return Path("/proc/self/environ").read_bytes().split(b"\0")[0].decode(errors="replace")
+
+
+def test_the_host_copies_only_regular_files_of_the_gates_names(tmp_path, monkeypatch) -> None:
+    secret = secret_file(tmp_path)
+    job = parts(tmp_path, ["--no-doctor", "--no-memorize"], monkeypatch)
+    plan = job.plan()
+    (tmp_path / "ws" / "dlci-artifacts" / "run.json").write_text(json.dumps({"steps": []}))
+    job.collect(plan[0], 0)
+    assert plan[1].out is not None
+    plant_in_gate_out(plan[1].out, secret)
+    job.collect(plan[1], 0)  # finishes: the FIFO is never opened for a blocking read
+    record = job.finish(plan)
+    art = tmp_path / "ws" / "dlci-artifacts"
+    assert CANARY not in everything_under(job.reports, art)
+    assert host_env() not in everything_under(job.reports, art)
+    kept = sorted(p.relative_to(job.reports).as_posix() for p in job.reports.rglob("*"))
+    assert kept == [
+        "run.json", "tensorboard", "tensorboard/run", "tensorboard/run/events.out.tfevents.1",
+        "utilization.json",
+    ]  # fmt: skip
+    assert not any(p.is_symlink() for p in [*job.reports.rglob("*"), *art.rglob("*")])
+    refused = "\n".join(record["refused"])
+    for name in ("leak", "evil.pth", "memorization.json", "doctor.json", "trace.json.gz"):
+        assert f"profile: {name}" in refused
+    assert "memorization.json: is a symbolic link" in refused
+    assert "doctor.json: not a regular file (a FIFO)" in refused
+    assert "trace.json.gz: 1 GiB, more than" in refused
+    assert "tensorboard/run/config.json: is a symbolic link" in refused
+    assert "tensorboard/home: is a symbolic link" in refused
+    assert any("evil.pth" in p for p in record["refused"])
+    assert not any("evil.pth" in p for p in record["problems"])  # an unknown name: a note
+    assert any("memorization.json: is a symbolic link" in p for p in record["problems"])
+    job.close()
+
+
+def test_control_the_old_copies_follow_the_gates_links_into_the_host(tmp_path) -> None:
+    """What Parts.collect and finish did before: copytree(symlinks=True), then (symlinks=False)."""
+    import shutil
+
+    out, kept, art = tmp_path / "out", tmp_path / "kept", tmp_path / "art"
+    out.mkdir()
+    (out / "leak").mkdir()
+    (out / "leak" / "env").symlink_to("/proc/self/environ")
+    (out / "leak" / "docker.json").symlink_to(secret_file(tmp_path))
+    shutil.copytree(out, kept, symlinks=True)
+    shutil.copytree(kept / "leak", art / "leak", symlinks=False)
+    assert host_env() in (art / "leak" / "env").read_bytes().decode(errors="replace")
+    assert CANARY in (art / "leak" / "docker.json").read_text()
+
+
+def swap_artifacts_for_a_link(ws: Path, victim: Path) -> None:
+    """What a gate's install step can do: /workspace/dlci-artifacts -> a host folder (its path
+    is in /proc/self/mountinfo), e.g. the host venv's site-packages."""
+    import shutil
+
+    shutil.rmtree(ws / "dlci-artifacts")
+    (ws / "dlci-artifacts").symlink_to(victim)
+
+
+def test_the_host_never_writes_through_a_swapped_artifacts_folder(tmp_path, monkeypatch) -> None:
+    victim = tmp_path / "host-venv" / "site-packages"
+    victim.mkdir(parents=True)
+    job = parts(tmp_path, ["--no-doctor", "--no-profile"], monkeypatch)
+    plan = job.plan()
+    ws = tmp_path / "ws"
+    steps = [{"name": "install", "status": "passed"}, {"name": "tests", "status": "passed"}]
+    (ws / "dlci-artifacts" / "run.json").write_text(json.dumps({"steps": steps}))
+    job.collect(plan[0], 0)
+    assert plan[1].out is not None
+    (plan[1].out / "memorization.json").write_text('{"verdict": "pass"}')
+    (plan[1].out / "evil.pth").write_text("import os\n")
+    swap_artifacts_for_a_link(ws, victim)
+    job.collect(plan[1], 0)
+    record = job.finish(plan)
+    assert list(victim.iterdir()) == []  # nothing written through the link
+    assert (ws / "dlci-artifacts").is_symlink()
+    assert any("is a symbolic link" in p for p in record["problems"])
+    assert (job.reports / "memorization.json").is_file()  # the host's own folder has them
+    # the summary fails the job, and its upload folder is the host's, not the link
+    from dlci.action.summary import summarize
+
+    summary = summarize(ws / "dlci-artifacts", host_record=tmp_path / "record.json")
+    assert summary.verdict == "fail"
+    assert any("symbolic link" in a[1] for a in summary.annotations)
+    upload = Path(summary.outputs["artifacts-dir"])
+    assert upload.parent.parent == tmp_path and not upload.is_symlink()
+    assert "evil.pth" not in [p.name for p in upload.rglob("*")]
+    job.close()
+
+
+def test_control_writing_into_the_swapped_folder_lands_in_the_host(tmp_path) -> None:
+    """The old finish: mkdir(exist_ok) and copyfile into the artifacts path follow the link."""
+    import shutil
+
+    victim = tmp_path / "site-packages"
+    victim.mkdir()
+    ws = tmp_path / "ws"
+    (ws / "dlci-artifacts").mkdir(parents=True)
+    swap_artifacts_for_a_link(ws, victim)
+    (ws / "dlci-artifacts").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "evil.pth").write_text("import os\n")
+    shutil.copyfile(tmp_path / "evil.pth", ws / "dlci-artifacts" / "evil.pth")
+    assert (victim / "evil.pth").read_text() == "import os\n"
+
+
+def test_the_upload_folder_holds_only_regular_files_the_host_wrote(tmp_path, monkeypatch) -> None:
+    """dlci-artifacts committed as a link (or holding links): upload-artifact would follow them;
+    the action uploads the summary's own folder instead."""
+    import os
+
+    from dlci.action.summary import summarize
+
+    secret = secret_file(tmp_path)
+    ws = tmp_path / "ws"
+    (ws / "dlci-artifacts").mkdir(parents=True)
+    art = ws / "dlci-artifacts"
+    (art / "preflight.json").write_text(json.dumps({"passed": True, "tier": {"budget": "pr"}}))
+    (art / "cleanup.json").symlink_to(secret)
+    (art / "junit.xml").symlink_to(secret)
+    (art / "docker").symlink_to(secret.parent)
+    os.mkfifo(art / "run.json")
+    record = tmp_path / "temp" / "record.json"
+    record.parent.mkdir()
+    summary = summarize(art, host_record=record, artifact_prefix="dlci")
+    upload = Path(summary.outputs["artifacts-dir"])
+    assert upload.name == "dlci-artifacts" and upload.parent.parent == record.parent
+    assert sorted(p.name for p in upload.iterdir()) == ["preflight.json"]
+    assert CANARY not in everything_under(upload)
+    assert summary.verdict == "fail"
+    said = " ".join(a[1] for a in summary.annotations)
+    assert "cleanup.json: is a symbolic link" in said and "run.json: not a regular file" in said
+    # control: the workspace's folder, which the upload step took before, reaches the secret
+    assert CANARY in (art / "docker" / "config.json").read_text()
+
+
+@pytest.mark.parametrize("name", ["run.json", "preflight.json", "cleanup.json"])
+def test_a_fifo_at_a_file_the_host_reads_does_not_hang_it(tmp_path, monkeypatch, name) -> None:
+    import os
+    import threading
+
+    from dlci.action.summary import summarize
+
+    job = parts(tmp_path, ["--no-memorize", "--no-doctor", "--no-profile"], monkeypatch)
+    art = tmp_path / "ws" / "dlci-artifacts"
+    os.mkfifo(art / name)
+    done: list[object] = []
+
+    def host() -> None:
+        plan = job.plan()
+        job.collect(plan[0], 0)
+        job.finish(plan)
+        done.append(summarize(art, host_record=tmp_path / "record.json"))
+
+    thread = threading.Thread(target=host, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert done, "the host blocked on the FIFO"
+    job.close()
+
+
+def test_control_a_plain_read_of_the_fifo_blocks(tmp_path) -> None:
+    import os
+    import threading
+
+    fifo = tmp_path / "run.json"
+    os.mkfifo(fifo)
+    thread = threading.Thread(target=fifo.read_bytes, daemon=True)
+    thread.start()
+    thread.join(0.5)
+    assert thread.is_alive()  # blocked, waiting for a writer
+    os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # release it
+    thread.join(5)
+
+
+def test_a_folder_planted_at_a_report_name_does_not_crash_finish(tmp_path, monkeypatch) -> None:
+    job = parts(tmp_path, ["--no-doctor", "--no-profile"], monkeypatch)
+    plan = job.plan()
+    art = tmp_path / "ws" / "dlci-artifacts"
+    (art / "junit.xml").mkdir()
+    (art / "memorization.json").mkdir()
+    (art / "memorization.json" / "x").write_text("x")
+    job.collect(plan[0], 0)
+    assert plan[1].out is not None
+    (plan[1].out / "memorization.json").write_text('{"verdict": "fail"}')
+    job.collect(plan[1], 1)
+    record = job.finish(plan)
+    assert any("memorization.json" in p for p in record["problems"])
+    assert (job.reports / "memorization.json").read_text() == '{"verdict": "fail"}'
+    job.close()
+
+
+def test_git_is_mounted_read_only_under_the_covers_and_a_moved_one_stops_the_job(
+    tmp_path: Path,
+) -> None:
+    """`mv /workspace/.git /workspace/.gitx` in one container, and the next one's cover over
+    .git/config would land on a new empty path: .git is a read-only mount of its own, and the
+    host checks the covered files before each container (the e2e test moves it for real)."""
+    import os
+
+    ws = tmp_path / "ws"
+    (ws / ".git").mkdir(parents=True)
+    (ws / ".git" / "config").write_text("[core]\n")
+    cover = tmp_path / "cover"
+    cover.write_text("")
+    cmd = container.run_command(
+        image="img", name="n", job="j", workspace=ws, workdir=".", gpus="none", shm_size="",
+        env_names=(), environ={}, inner=["true"], uid=1, gid=1,
+        hidden_files=[(cover, ".git/config")],
+    )  # fmt: skip
+    mounts = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "-v"]
+    assert mounts[:3] == [
+        f"{ws.resolve()}:/workspace",
+        f"{ws.resolve() / '.git'}:/workspace/.git:ro",
+        f"{cover}:/workspace/.git/config:ro",
+    ]
+    pins = {".git/config": container._identity(ws / ".git" / "config")}
+    container.check_hidden(ws, pins)  # unchanged: the next container may run
+    os.rename(ws / ".git", ws / ".gitx")  # what the mount stops in the container
+    with pytest.raises(DlciError, match="moved or replaced"):
+        container.check_hidden(ws, pins)
+    (ws / ".git").mkdir()
+    (ws / ".git" / "config").write_text("")  # an empty stand-in: another inode
+    with pytest.raises(DlciError, match="moved or replaced"):
+        container.check_hidden(ws, pins)
+
+
+def test_the_host_sees_what_the_tests_step_changed_for_the_gates(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "pkg").mkdir(parents=True)
+    (ws / "pkg" / "model.py").write_text("x = 1\n")
+    (ws / "data.csv").write_text("1\n")
+    before = container.tree_state(ws)
+    # what an install and pytest leave: egg-info, __pycache__, the artifacts, .coverage
+    for folder in ("pkg.egg-info", "pkg/__pycache__", "dlci-artifacts", "build/lib"):
+        (ws / folder).mkdir(parents=True)
+        (ws / folder / "x.py").write_text("")
+    (ws / ".coverage").write_text("")
+    (ws / "out.json").write_text("{}")
+    assert container.tree_changes(ws, before) == []
+    # what a conftest could do for the gates: rewrite the target, plant pip/, a .so, a .pth
+    (ws / "pkg" / "model.py").write_text("x = 22\n")
+    (ws / "pip").mkdir()
+    (ws / "pip" / "__main__.py").write_text("")
+    (ws / "pkg" / "model.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+    (ws / "evil.pth").write_text("")
+    assert container.tree_changes(ws, before) == [
+        "evil.pth", "pip/__main__.py", "pkg/model.cpython-311-x86_64-linux-gnu.so",
+        "pkg/model.py",
+    ]  # fmt: skip

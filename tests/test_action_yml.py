@@ -55,7 +55,9 @@ def test_uploads_always_run_with_unique_names_and_a_flag_per_class() -> None:
     codecov = next(s for s in STEPS if s.get("uses", "").startswith("codecov/codecov-action@"))
     assert codecov["if"].startswith("always()")
     assert codecov["with"]["flags"] == "${{ steps.preflight.outputs.hardware-class }}"
-    assert codecov["with"]["files"].endswith("dlci-artifacts/coverage.xml")
+    # the host's own copy of the reports (regular files only), never the workspace's folder
+    assert upload["with"]["path"] == "${{ steps.summary.outputs.artifacts-dir }}"
+    assert codecov["with"]["files"] == "${{ steps.summary.outputs.artifacts-dir }}/coverage.xml"
 
 
 def test_cleanup_and_summary_always_run_after_the_container() -> None:

@@ -417,3 +417,21 @@ def test_the_container_uses_the_tier_the_host_selected(tmp_path: Path, monkeypat
     path.write_text(json.dumps({"tier": {"budget": "pr"}}))
     with pytest.raises(DlciError, match="the tier lacks"):
         tier_from_file(str(path))
+
+
+def test_a_committed_artifacts_link_is_not_written_through(tmp_path, monkeypatch, capsys) -> None:
+    """A pull request that commits dlci-artifacts as a link to a host folder does not get the
+    host's preflight.json (or cleanup.json) written there."""
+    from dlci.cli import main
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (tmp_path / "dlci-artifacts").symlink_to(victim)
+    assert main(["preflight", "--out", str(tmp_path / "dlci-artifacts")]) == 1
+    assert "is a symbolic link; refusing to write through it" in capsys.readouterr().err
+    assert main(["container", "cleanup", "--out", str(tmp_path / "dlci-artifacts")]) == 1
+    assert list(victim.iterdir()) == []
+    # the control: a real folder gets the report
+    (tmp_path / "real").mkdir()
+    main(["preflight", "--out", str(tmp_path / "real")])
+    assert (tmp_path / "real" / "preflight.json").exists()

@@ -9,9 +9,12 @@ file (or where nothing is): ``--json /dev/null`` must not replace the device, ev
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import stat
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -66,6 +69,11 @@ def open_input(
         raise DlciError(f"{target}: is a directory, not a {what}", hint=hint) from None
     except OSError as exc:
         raise DlciError(f"{target}: cannot read ({exc.strerror or exc})", hint=hint) from None
+    return _checked(fd, target, what, limit, hint)
+
+
+def _checked(fd: int, target: Path, what: str, limit: int, hint: str | None) -> BinaryIO:
+    """The open descriptor as a file if it is a regular file of at most ``limit`` bytes."""
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -93,14 +101,108 @@ def read_input(
     path: str | os.PathLike[str], *, what: str, limit: int = REPORT_LIMIT, hint: str | None = None
 ) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes (see :func:`open_input`)."""
-    with open_input(path, what=what, limit=limit, hint=hint) as handle:
+    return _read_all(open_input(path, what=what, limit=limit, hint=hint), path, what, limit)
+
+
+def _read_all(handle: BinaryIO, path: object, what: str, limit: int) -> bytes:
+    with handle:
         try:
             data = handle.read(limit + 1)
         except OSError as exc:
             raise DlciError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if len(data) > limit:  # it grew while we read it
-        raise DlciError(f"{path}: more than the {_size(limit)} dl-ci reads as a {what}", hint=hint)
+        raise DlciError(f"{path}: more than the {_size(limit)} dl-ci reads as a {what}")
     return data
+
+
+# ------------------------------------------- beneath a folder a container could have changed
+# A container that shares a folder with the host can replace any path in it by a symbolic link
+# to a host file (or a FIFO, a device): below ``root`` (a folder the container cannot replace)
+# these never follow a link, at any level, and never block.
+
+
+def _parts(rel: str) -> list[str]:
+    parts = [p for p in Path(rel).parts if p not in ("", ".")]
+    if os.path.isabs(rel) or ".." in parts:
+        raise DlciError(f"{rel}: not a path inside its folder")
+    return parts
+
+
+def _kind_at(name: str, folder: int, exc: OSError) -> str:
+    try:
+        mode = os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode
+    except OSError:
+        return str(exc.strerror or exc)
+    return "a symbolic link" if stat.S_ISLNK(mode) else _kind(mode)
+
+
+def open_dir_beneath(root: str | os.PathLike[str], rel: str = ".", *, create: bool = False) -> int:
+    """A descriptor of the directory ``root/rel``, no symbolic link below ``root`` followed;
+    missing folders are made when ``create``. DlciError when one is a link or not a folder."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in _parts(rel):
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=fd)
+            try:
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                why = _kind_at(part, fd, exc)
+                raise DlciError(f"{Path(root) / rel}: {part} is {why}, not a folder") from None
+            os.close(fd)
+            fd = inner
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_beneath(
+    root: str | os.PathLike[str], rel: str, *, what: str, limit: int = REPORT_LIMIT
+) -> BinaryIO:
+    """:func:`open_input` for ``root/rel``, no symbolic link below ``root`` followed."""
+    parent, name = os.path.split(os.path.normpath(rel))
+    target = Path(root) / rel
+    folder = open_dir_beneath(root, parent or ".")
+    try:
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+        fd = os.open(name, flags, dir_fd=folder)
+    except FileNotFoundError:
+        raise DlciError(f"{target}: no such {what}") from None
+    except OSError as exc:
+        why = "is a symbolic link" if exc.errno == errno.ELOOP else f"cannot read ({exc.strerror})"
+        raise DlciError(f"{target}: {why}; dl-ci reads only regular files") from None
+    finally:
+        os.close(folder)
+    return _checked(fd, target, what, limit, None)
+
+
+def read_beneath(
+    root: str | os.PathLike[str], rel: str, *, what: str, limit: int = REPORT_LIMIT
+) -> bytes:
+    """The bytes of ``root/rel`` (see :func:`open_beneath`)."""
+    handle = open_beneath(root, rel, what=what, limit=limit)
+    return _read_all(handle, Path(root) / rel, what, limit)
+
+
+def write_beneath(root: str | os.PathLike[str], rel: str, data: bytes) -> None:
+    """Write ``root/rel`` as a new regular file, no symbolic link below ``root`` followed:
+    what is there (a file, a link, a FIFO) is removed first; a folder there is refused."""
+    parent, name = os.path.split(os.path.normpath(rel))
+    folder = open_dir_beneath(root, parent or ".", create=True)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=folder)
+        fd = os.open(
+            name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=folder
+        )
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+    except OSError as exc:
+        raise DlciError(f"{Path(root) / rel}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        os.close(folder)
 
 
 def check_output(target: Path) -> None:
@@ -165,3 +267,77 @@ def _umask() -> int:
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     """``atomic_write_bytes`` for UTF-8 text."""
     return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+NOT_ALLOWED = "not a file dl-ci writes there"  # copy_beneath's words for a name it skips
+
+
+def mirror_beneath(
+    source: Path, root: str | os.PathLike[str], rel: str, remove: Iterable[str] = ()
+) -> None:
+    """The files of the host folder ``source`` into ``root/rel``, no symbolic link below
+    ``root`` followed (:func:`write_beneath`), after the names in ``remove`` are deleted."""
+    folder = open_dir_beneath(root, rel, create=True)
+    try:
+        for name in remove:
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                os.unlink(name, dir_fd=folder)
+    finally:
+        os.close(folder)
+    for item in sorted(source.rglob("*")):
+        if item.is_file():
+            write_beneath(root, f"{rel}/{item.relative_to(source).as_posix()}", item.read_bytes())
+
+
+def copy_beneath(
+    root: str | os.PathLike[str],
+    rel: str,
+    into: Path,
+    allowed: Callable[[str], bool],
+    *,
+    limit: int = REPORT_LIMIT,
+    total: int = REPORT_LIMIT,
+) -> list[str]:
+    """Copy the regular files of ``root/rel`` whose relative path ``allowed`` accepts (a folder's
+    path ends in ``/``) into the host folder ``into``, each under ``limit`` bytes, all under
+    ``total``, no symbolic link followed; what was left out, one line each."""
+    left: list[str] = []
+    room = [total]
+
+    def walk(sub: str) -> None:
+        fd = open_dir_beneath(root, os.path.join(rel, sub))
+        try:
+            entries = sorted((e.name, e.is_dir(follow_symlinks=False)) for e in os.scandir(fd))
+        finally:
+            os.close(fd)
+        for name, is_dir in entries:
+            path = os.path.join(sub, name)
+            if not allowed(path + "/" if is_dir else path):
+                left.append(f"{path}: {NOT_ALLOWED}")
+            elif is_dir:
+                walk(path)
+            else:
+                try:
+                    data = read_beneath(
+                        root, os.path.join(rel, path), what="report", limit=min(limit, room[0])
+                    )
+                except DlciError as exc:
+                    left.append(exc.message.replace(f"{Path(root) / rel}/", "", 1))
+                    continue
+                room[0] -= len(data)
+                (into / path).parent.mkdir(parents=True, exist_ok=True)
+                (into / path).write_bytes(data)
+
+    into.mkdir(parents=True, exist_ok=True)
+    walk("")
+    return left
+
+
+def refuse_link(folder: str | os.PathLike[str], what: str) -> None:
+    """Refuse a report folder that is a symbolic link: in a checkout it may be the pull
+    request's, pointing the host's writes at a folder of its choosing (the host venv, a hook)."""
+    if os.path.islink(folder):
+        raise DlciError(
+            f"{folder}: the {what} folder is a symbolic link; refusing to write through it",
+            hint="a committed dlci-artifacts link is the pull request's: remove it from the tree",
+        )

@@ -31,7 +31,7 @@ HEADER = "AUTHORIZATION: basic " + base64.b64encode(f"x-access-token:{TOKEN}".en
 
 # The pull request's own test file: the attacker. It never spells the token out (the file is in
 # the workspace it searches), it rebuilds it from pieces.
-ATTACK = r'''
+ATTACK = r"""
 import base64, json, os, pathlib
 
 TOKEN = "ghs_" + "e2eFakeCheckoutToken" + "0123456789"
@@ -93,7 +93,7 @@ def test_the_pull_request_attacks():
             out.write("::add-mask::pwnedword\npwnedword-visible\n")
             out.write("::error::pwned-by-the-pull-request\n")
     pathlib.Path("attack.json").write_text(json.dumps(found))
-'''
+"""
 
 
 def workflow(kit_image: str) -> str:

@@ -266,3 +266,62 @@ def test_a_setuid_binary_does_not_make_the_job_root(
         timeout=120,
     )
     assert done.stdout.strip() == "0"
+
+
+# The attacker moves .git away, so that the next container's cover over .git/config lands on
+# a new empty path and the real config (with the token) sits at .gitx/config.
+MOVE_GIT = """
+import errno, json, os
+from pathlib import Path
+
+def test_move():
+    found = {}
+    for name, act in (("rename", lambda: os.rename("/workspace/.git", "/workspace/.gitx")),
+                      ("write", lambda: Path("/workspace/.git/HEAD").write_text("x"))):
+        try:
+            act()
+            found[name] = "done"
+        except OSError as exc:
+            found[name] = errno.errorcode.get(exc.errno, str(exc.errno))
+    Path("/workspace/dlci-artifacts/move.json").write_text(json.dumps(found))
+"""
+
+
+def test_moving_git_away_does_not_uncover_the_token(
+    kit_image: str, cache: str, tmp_path: Path, capsys
+) -> None:
+    ws = workspace(tmp_path, "move", MOVE_GIT)
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    with (ws / ".git" / "config").open("a") as config:
+        config.write(CHECKOUT)
+    assert job(kit_image, ws, f"t-move-{cache}", "--cache-volume", cache) == 0
+    assert artifact(ws, "move.json") == {"rename": "EBUSY", "write": "EROFS"}
+    assert (ws / ".git" / "config").is_file() and not (ws / ".gitx").exists()
+    # the next job on the same workspace still finds no token
+    (ws / "tests" / "test_attack.py").write_text(TOKEN_PROBE)
+    assert job(kit_image, ws, f"t-move2-{cache}", "--cache-volume", cache) == 0
+    found = artifact(ws, "probe.json")
+    assert isinstance(found, dict) and found["hits"] == []
+
+    # the control: the flags before .git had a mount of its own (the workspace and the cover
+    # only): the move succeeds, and the next container reads the token at .gitx/config
+    from dlci.action.container import _identity, check_hidden
+    from dlci.errors import DlciError
+
+    pins = {".git/config": _identity(ws / ".git" / "config")}
+    cover = tmp_path / "cover"
+    cover.write_text("")
+    user = f"{os.getuid()}:{os.getgid()}"
+    old = ["docker", "run", "--rm", "--user", user, "-v", f"{ws}:/workspace"]
+    old += ["-v", f"{cover}:/workspace/.git/config:ro", kit_image]
+    mover = [*old, "python", "/workspace/tests/test_move.py"]
+    (ws / "tests" / "test_move.py").write_text(MOVE_GIT + "\ntest_move()\n")
+    subprocess.run(mover, capture_output=True, check=True, timeout=120)
+    moved = artifact(ws, "move.json")
+    assert isinstance(moved, dict) and moved["rename"] == "done"
+    reader = [*old, "cat", "/workspace/.gitx/config"]
+    seen = subprocess.run(reader, capture_output=True, text=True, check=True, timeout=120)
+    assert BASIC in seen.stdout
+    # and the host's check before each container would have stopped the next one
+    with pytest.raises(DlciError, match="moved or replaced"):
+        check_hidden(ws, pins)

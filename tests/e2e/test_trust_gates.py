@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -55,13 +56,24 @@ def test_attack():
     fake = {{"schema_version": 1, "kind": "memorization", "verdict": "pass", "best_loss": 0.01,
             "threshold": 100.0, "tier": {{"budget": "pr", "hardware_class": "cpu", **FORGED}}}}
     (art / "memorization.json").write_text(json.dumps(fake))
-    pkg = pathlib.Path("/workspace/dlci")
-    pkg.mkdir(exist_ok=True)
-    (pkg / "__init__.py").write_text(
-        "import pathlib\\npathlib.Path('/workspace/shadowed').write_text('imported')\\n"
-        "raise SystemExit(0)\\n"
-    )
     pathlib.Path("/workspace/attack.json").write_text(json.dumps(done))
+"""
+# Code for the gates' containers, planted by the tests step in the shared workspace: a `dlci`
+# package (``python -m dlci``), a `pip` package (``python -m pip`` in the install step), and
+# the target's module rewritten to memorize by construction.
+SHADOW = """
+import pathlib
+
+
+def test_shadow():
+    for name in ("dlci", "pip"):
+        pkg = pathlib.Path("/workspace") / name
+        pkg.mkdir(exist_ok=True)
+        code = "import pathlib\\npathlib.Path('/workspace/shadowed').write_text('imported')\\n"
+        (pkg / "__init__.py").write_text(code + "raise SystemExit(0)\\n")
+        (pkg / "__main__.py").write_text(code)
+    target = pathlib.Path("/workspace/digits_example/broken.py")
+    target.write_text(target.read_text() + "\\n# rewritten by the tests step\\n")
 """
 
 COMMANDS = """
@@ -157,7 +169,7 @@ def test_control_the_same_attack_passes_the_gate_in_one_shared_container(
     kit_image: str, tmp_path: Path
 ) -> None:
     """The old flow (one container, the tier read from the workspace): the attack works."""
-    ws = digits(tmp_path, {"test_zz_attack.py": ATTACK})
+    ws = digits(tmp_path, {"test_zz_attack.py": ATTACK + SHADOW})
     host_preflight(ws)
     inner = ["dlci", "run", "--out", "/workspace/dlci-artifacts", *INNER, "--target", BROKEN]
     inner += ["--tier-json", "/workspace/dlci-artifacts/preflight.json", "--phase", "all"]
@@ -224,3 +236,150 @@ def test_the_containers_output_cannot_issue_workflow_commands(
     assert {"::error::pwned", "::add-mask::x", "::set-output name=verdict::pass"} <= set(
         commands_seen(raw)
     )
+
+
+# The gate's install step (code of the pull request, run in the memorize container): it
+# leaves links to host files, a FIFO and a .pth in its report folder, and replaces the
+# workspace's dlci-artifacts by a link to a host folder (the host's paths are in
+# /proc/self/mountinfo; here the test hands them over in files of the workspace).
+PLANT = """if [ -d /dlci/out ]; then
+  mkdir -p /dlci/out/leak /dlci/out/tensorboard/run
+  ln -s /proc/self/environ /dlci/out/leak/env
+  ln -s "$(cat /workspace/secret-path)" /dlci/out/tensorboard/run/config.json
+  ln -s "$(cat /workspace/secret-path)" /dlci/out/doctor.md
+  mkfifo /dlci/out/utilization.json
+  printf 'import os\\n' > /dlci/out/evil.pth
+  rm -rf /workspace/dlci-artifacts
+  ln -s "$(cat /workspace/victim-path)" /workspace/dlci-artifacts
+fi
+python -m pip install --no-build-isolation --quiet -e ."""
+CANARY = "host-secret-canary-e2e-5a1c"
+OK_TEST = "def test_ok():\n    assert True\n"
+
+
+def _text_under(*folders: Path) -> str:
+    found = [
+        path.read_bytes().decode(errors="replace")
+        for folder in folders
+        for path in folder.rglob("*")
+        if path.is_file() and not path.is_symlink()
+    ]
+    return "\n".join(found)
+
+
+def test_a_gate_cannot_make_the_host_copy_or_write_through_links(
+    kit_image: str, tmp_path: Path, monkeypatch
+) -> None:
+    import dlci.action.gates as gates
+
+    ws = digits(tmp_path, {"test_zz_ok.py": OK_TEST})
+    preflight = host_preflight(ws)
+    secret = tmp_path / "host-home" / ".docker" / "config.json"
+    secret.parent.mkdir(parents=True)
+    secret.write_text(json.dumps({"auths": {"ghcr.io": {"auth": CANARY}}}))
+    victim = tmp_path / "host-venv" / "site-packages"
+    victim.mkdir(parents=True)
+    (ws / "secret-path").write_text(str(secret))
+    (ws / "victim-path").write_text(str(victim))
+    record = tmp_path / "host" / "record.json"
+    record.parent.mkdir()
+    monkeypatch.setenv("DLCI_HOST_RECORD", str(record))
+    raw = tmp_path / "raw"  # for the control: the gate's folder as its container left it
+    collect = gates.Parts.collect
+
+    def keep_raw(self: gates.Parts, part: gates.Part, code: int) -> None:
+        if part.out is not None:
+            shutil.copytree(
+                part.out,
+                raw / part.name,
+                symlinks=True,
+                ignore_dangling_symlinks=True,
+                ignore=shutil.ignore_patterns("utilization.json"),
+            )  # the FIFO
+        collect(self, part, code)
+
+    monkeypatch.setattr(gates.Parts, "collect", keep_raw)
+    argv = ["container", "run", "--image", kit_image, "--workspace", str(ws), "--job", "g-files"]
+    argv += ["--", "--out", "/workspace/dlci-artifacts", "--tier-json", str(preflight), *INNER]
+    argv += ["--target", BROKEN, "--no-doctor", "--no-profile", "--tests", "tests/test_zz_ok.py"]
+    argv += ["--install", PLANT]
+    started = time.monotonic()
+    assert main(argv) == 1  # the broken target fails memorization; the host did not hang
+    print(f"gate file attack: {time.monotonic() - started:.1f} s")
+    assert (raw / "memorize" / "leak" / "env").is_symlink()  # the attack ran in the gate
+    assert (ws / "dlci-artifacts").is_symlink()
+    assert list(victim.iterdir()) == []  # nothing written through the swapped folder
+    host_env = Path("/proc/self/environ").read_bytes().split(b"\0")[0].decode()
+    reports = gates.reports_dir(str(record))
+    assert (reports / "memorization.json").is_file()
+    kept = _text_under(reports)
+    assert CANARY not in kept and host_env not in kept
+    facts = json.loads(record.read_text())
+    said = "\n".join(facts["problems"])
+    for name in (
+        "doctor.md: is a symbolic link",
+        "utilization.json: not a regular file",
+        "tensorboard/run/config.json: is a symbolic link",
+        "dlci-artifacts is a symbolic link",
+    ):
+        assert name in said
+    # the summary fails the job and hands the upload its own folder of regular files
+    md = tmp_path / "summary.md"
+    out = tmp_path / "outputs"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(out))
+    argv = ["summary", "--artifacts", str(ws / "dlci-artifacts"), "--markdown", str(md)]
+    assert main([*argv, "--host-record", str(record), "--artifact-prefix", "dlci"]) == 1
+    found = re.search(r"^artifacts-dir=(.*)$", out.read_text(), re.MULTILINE)
+    assert found is not None
+    upload = Path(found.group(1))
+    assert upload.parent.parent == record.parent and upload.is_dir()
+    assert not any(p.is_symlink() for p in upload.rglob("*"))
+    assert "evil.pth" not in {p.name for p in upload.rglob("*")}
+    uploaded = _text_under(upload)
+    assert CANARY not in uploaded and host_env not in uploaded
+    # the control: the old handling of the same folder (copytree symlinks=True, then False
+    # into the workspace's artifacts) copies the host's files, and writes through the link
+    shutil.copytree(raw / "memorize" / "leak", tmp_path / "old" / "leak", symlinks=False)
+    shutil.copytree(raw / "memorize" / "tensorboard", tmp_path / "old" / "tb", symlinks=False)
+    assert host_env in _text_under(tmp_path / "old" / "leak")
+    assert CANARY in _text_under(tmp_path / "old" / "tb")
+    shutil.copyfile(raw / "memorize" / "evil.pth", ws / "dlci-artifacts" / "evil.pth")
+    assert (victim / "evil.pth").read_text() == "import os\n"
+
+
+def test_code_the_tests_step_plants_for_the_gates_stops_them(
+    kit_image: str, tmp_path: Path, monkeypatch
+) -> None:
+    ws = digits(tmp_path, {"test_zz_shadow.py": SHADOW})
+    preflight = host_preflight(ws)
+    record = tmp_path / "host" / "record.json"
+    record.parent.mkdir()
+    monkeypatch.setenv("DLCI_HOST_RECORD", str(record))
+    argv = ["container", "run", "--image", kit_image, "--workspace", str(ws), "--job", "g-shadow"]
+    argv += ["--", "--out", "/workspace/dlci-artifacts", "--tier-json", str(preflight), *INNER]
+    argv += [
+        "--target",
+        BROKEN,
+        "--no-doctor",
+        "--no-profile",
+        "--tests",
+        "tests/test_zz_shadow.py",
+    ]
+    assert main(argv) == 1
+    assert not (ws / "shadowed").exists()  # no gate ran the planted code
+    steps = {s["name"]: s for s in json.loads(record.read_text())["run"]["steps"]}
+    assert steps["tests"]["status"] == "passed" and steps["memorize"]["status"] == "skipped"
+    reason = steps["memorize"]["reason"]
+    assert reason.startswith("not run: the tests step changed the workspace (")
+    for name in ("digits_example/broken.py", "dlci/__init__.py", "pip/__main__.py"):
+        assert name in reason
+    problems = json.loads(record.read_text())["problems"]
+    assert any("the gates did not run" in p for p in problems)  # the summary fails the job
+    # the control: the plant is real, and `python -m pip` from the workspace runs it
+    cmd = run_command(
+        image=kit_image, name="dlci-g-shadow-old", job="g-shadow-old", workspace=ws, workdir=".",
+        gpus="none", shm_size="", env_names=(), environ={}, inner=["python", "-m", "pip", "-V"],
+        uid=os.getuid(), gid=os.getgid(),
+    )  # fmt: skip
+    subprocess.run(cmd, capture_output=True, timeout=120)
+    assert (ws / "shadowed").read_text() == "imported"

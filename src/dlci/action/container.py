@@ -9,6 +9,7 @@ chosen by trust, a label for cleanup and a timeout; inside, it runs ``dlci run .
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import secrets
@@ -90,7 +91,8 @@ def run_command(
     """The docker run command line (a function, so tests can check every flag).
 
     ``hidden_files``: (host file, path relative to the workspace) mounted read-only over the
-    workspace's own file (the sanitised git config of dlci.action.gitview).
+    workspace's own file (the sanitised git config of dlci.action.gitview), on top of the
+    workspace's ``.git`` mounted read-only of its own (``mv .git .gitx`` fails: EBUSY).
     """
     rel = os.path.normpath(workdir or ".")
     if rel.startswith("..") or os.path.isabs(rel):
@@ -112,6 +114,9 @@ def run_command(
     if gpus and gpus != "none":
         cmd += ["--gpus", gpus, "-e", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
     cmd += ["-v", f"{workspace.resolve()}:{WORKSPACE}"]
+    git = workspace / ".git"
+    if git.is_dir() and not git.is_symlink():  # a mount point: no container renames or edits it
+        cmd += ["-v", f"{workspace.resolve() / '.git'}:{WORKSPACE}/.git:ro"]
     for host, inside in hidden_files:
         cmd += ["-v", f"{host}:{WORKSPACE}/{inside}:ro"]
     cmd += ["--mount", cache_mount(trust, cache_prefix, created)]
@@ -208,6 +213,8 @@ def run(request: RunRequest) -> int:
     parts = Parts(inner, workspace, request.workdir, environ.get(RECORD_VARIABLE, ""))
     try:
         with host_temp(environ) as tmp:
+            hidden = hide_credentials(workspace, Path(tmp))
+            pins = {rel: _identity(workspace / rel) for _, rel in hidden}
             build = functools.partial(
                 run_command,
                 image=request.image,
@@ -225,26 +232,81 @@ def run(request: RunRequest) -> int:
                 trust=trust,
                 cache_prefix=request.cache_volume,
                 created=int(time.time()),
-                hidden_files=hide_credentials(workspace, Path(tmp)),
+                hidden_files=hidden,
             )
-            return _run_parts(parts, build, name, request.timeout_minutes)
+            check = functools.partial(check_hidden, workspace, pins)
+            return _run_parts(parts, build, name, request.timeout_minutes, check)
     finally:
         parts.close()
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    info = os.lstat(path) if os.path.lexists(path) else None
+    return (info.st_dev, info.st_ino) if info else None
+
+
+def check_hidden(workspace: Path, pins: dict[str, tuple[int, int] | None]) -> None:
+    """Fail closed unless each covered file is still the one covered (an earlier container
+    could have moved ``.git`` away, its real config out from under the cover)."""
+    for rel, identity in pins.items():
+        if _identity(workspace / rel) != identity:
+            raise DlciError(
+                f"{rel} was moved or replaced in the workspace by an earlier container: its "
+                "credentials would no longer be hidden, so no further container runs",
+                hint="the pull request's code tampered with the workspace's .git",
+            )
+
+
+NOT_CODE = frozenset({".git", "dlci-artifacts", "__pycache__", "build", ".pytest_cache"})
+
+
+def tree_state(workspace: Path) -> dict[str, tuple[int, int, int]]:
+    """Each file of the workspace (not .git, the artifacts, caches, builds, egg-info) by inode,
+    size and ctime: a container can write a file and reset its mtime, never its ctime."""
+    state = {}
+    for folder, dirs, files in os.walk(workspace):
+        dirs[:] = [d for d in dirs if d not in NOT_CODE and not d.endswith(".egg-info")]
+        for name in files:
+            with contextlib.suppress(OSError):
+                info = os.lstat(os.path.join(folder, name))
+                rel = os.path.relpath(os.path.join(folder, name), workspace)
+                state[rel] = (info.st_ino, info.st_size, info.st_ctime_ns)
+    return state
+
+
+def tree_changes(workspace: Path, before: dict[str, tuple[int, int, int]]) -> list[str]:
+    """What the tests step changed that a gate would run: a file that was there, new code."""
+    after = tree_state(workspace)
+    changed = [rel for rel, state in before.items() if after.get(rel) != state]
+    changed += [p for p in after if p not in before and p.endswith((".py", ".pth", ".so"))]
+    return sorted(changed)
+
+
 def _run_parts(
-    parts: Parts, build: Callable[..., list[str]], name: str, timeout_minutes: float
+    parts: Parts,
+    build: Callable[..., list[str]],
+    name: str,
+    timeout_minutes: float,
+    check: Callable[[], None] = lambda: None,
 ) -> int:
     """The tests container, then one per gate; the host's record after the last one."""
     deadline = time.monotonic() + timeout_minutes * 60
     planned = parts.plan()
-    worst = 0
+    worst, before = 0, tree_state(parts.workspace)
     try:
         for part in planned:
             if part.name != "tests" and not parts.installed():
                 parts.blocked = "not run: the install step failed"
                 break
+            changed = tree_changes(parts.workspace, before) if part.name != "tests" else []
+            if changed:  # fail closed: the gates would run what the tests step wrote
+                shown = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "")
+                parts.blocked = f"not run: the tests step changed the workspace ({shown})"
+                parts.refused.append(f"tests: {parts.blocked[9:]}: the gates did not run")
+                worst = worst or 1
+                break
             here = name if part.name == "tests" else f"{name}-{part.name}"
+            check()
             cmd = build(name=here, inner=["dlci", "run", *part.argv])
             cmd[2:2] = part.flags  # after "docker run": the part's own mounts
             say(shlex.join(cmd))

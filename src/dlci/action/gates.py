@@ -10,12 +10,13 @@ reads what the containers write as claims:
 - each gate (memorize, doctor, profile) runs in a fresh container from the image, after the
   tests container has gone, so nothing the tests changed outside the workspace is there; the
   install step runs again in it (docs/security.md says why and what it costs);
-- a gate writes its reports to /dlci/out, a fresh host directory that only its own container
-  mounts; after the last container the host copies them into the artifacts directory over
-  whatever the earlier containers planted there, and writes run.json itself;
-- the host record (the tier, each container's exit code, the SHA-256 of each report it
-  copied) goes to a host file outside the workspace (DLCI_HOST_RECORD), which ``dlci summary``
-  checks the reports against.
+- a gate writes its reports to /dlci/out, a fresh host directory only its container mounts;
+  when a container has gone the host copies out the regular files of the names it writes
+  (no link, FIFO or device; size caps: dlci.fsutil.copy_beneath), the tests' from the workspace;
+- after the last one the host writes the reports and its run.json into a host folder beside
+  its record (what ``dlci summary`` reads), then into the workspace's artifacts, never through
+  a link (a link there is a problem); the record (tier, exit codes, each report's SHA-256,
+  what was refused) is a host file outside the workspace (DLCI_HOST_RECORD).
 """
 
 from __future__ import annotations
@@ -32,19 +33,24 @@ from typing import Any
 from dlci import jsonio
 from dlci.action.summary import EVIDENCE, evidence
 from dlci.errors import DlciError
+from dlci.fsutil import NOT_ALLOWED, copy_beneath, mirror_beneath, read_input
 
 HOST_MOUNT = "/dlci/host"  # read-only: the host's decisions
 OUT_MOUNT = "/dlci/out"  # writable, one gate's reports only
 WORKSPACE = "/workspace"
 GATES = ("memorize", "doctor", "profile")
 RECORD_VARIABLE = "DLCI_HOST_RECORD"
-# What each gate writes to its --out: removed from the artifacts before the host copies the
-# gate's own files in, so a report planted by an earlier container never survives.
+# What each gate writes to its --out (a report planted in the artifacts under one is removed)
 GATE_FILES = {
     "memorize": ("memorization.json", "memorization-curve.png", "memorization.md"),
     "doctor": ("doctor.json", "doctor.md"),
     "profile": ("utilization.json", "utilization.md", "utilization.png", "trace.json.gz"),
 }
+# What the host copies out of a gate's directory (also tensorboard/, wandb/) and the tests'.
+KEPT = frozenset([*(n for names in GATE_FILES.values() for n in names), "run.json", "profiler.log"])
+TESTS_FILES = ("run.json", "junit.xml", "coverage.xml")
+FILE_LIMIT = 512 << 20  # bytes: one trace of a long profile stays far below
+TOTAL_LIMIT = 1 << 30  # bytes, per container
 BAD = ("failed", "error", "interrupted", "running")
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
 NO_TESTS = (
@@ -80,6 +86,8 @@ class Parts:
     exit_codes: dict[str, int] = field(init=False, default_factory=dict)
     collected: dict[str, Path] = field(init=False, default_factory=dict)
     blocked: str = field(init=False, default="not run: the job was stopped")
+    refused: list[str] = field(init=False, default_factory=list)  # what the host left out
+    reports: Path = field(init=False)  # the host's folder of reports, outside the workspace
 
     def __post_init__(self) -> None:
         if self.record_path:
@@ -88,6 +96,8 @@ class Parts:
         self.args = args
         self.artifacts = self._host_path(out or "dlci-artifacts")
         self.base = Path(tempfile.mkdtemp(prefix="dlci-parts-", dir=os.environ.get("RUNNER_TEMP")))
+        self.reports = reports_dir(self.record_path) if self.record_path else self.base / "reports"
+        shutil.rmtree(self.reports, ignore_errors=True)  # never an earlier job's reports
         if tier_file:
             self._take_tier(tier_file)
 
@@ -107,7 +117,7 @@ class Parts:
         if not path.is_file() and tier_file.startswith(WORKSPACE + "/"):
             path = self._host_path(tier_file)  # the workspace's copy, read before any container
         tier_from_file(str(path))  # a bad file is one clear error here, before any container
-        data = jsonio.decode(path.read_bytes())
+        data = jsonio.decode(read_input(path, what="tier file"))
         self.source = data
         self.tier = data.get("tier") if isinstance(data.get("tier"), dict) else data
         host = self.base / "host"
@@ -118,7 +128,7 @@ class Parts:
         """The tests part, then one part per gate that is not switched off."""
         tier = ["--tier-json", f"{HOST_MOUNT}/tier.json"] if self.tier is not None else []
         flags = ["-v", f"{self.base / 'host'}:{HOST_MOUNT}:ro"] if self.tier is not None else []
-        out = os.path.join(WORKSPACE, os.path.relpath(self.artifacts, self.workspace))
+        out = os.path.join(WORKSPACE, self._rel())
         parts = [Part("tests", [*self.args, "--out", out, *tier, "--phase", "tests"], flags)]
         for gate in GATES:
             if f"--no-{gate}" in self.args:
@@ -130,38 +140,46 @@ class Parts:
         return parts
 
     def collect(self, part: Part, code: int) -> None:
-        """Note the container's exit code; keep a gate's reports out of every later container."""
+        """Note the container's exit code; copy out, now that it has gone, the regular files
+        it may write (a gate's reports, the tests' files), out of every later container's reach.
+        """
         self.exit_codes[part.name] = code
+        kept = self.base / f"kept-{part.name}"
+        root, rel = (self.workspace, self._rel()) if part.out is None else (part.out, ".")
+        allowed = _tests_file if part.out is None else _gate_file
         if part.out is not None:
-            kept = self.base / f"kept-{part.name}"
-            shutil.copytree(part.out, kept, symlinks=True)
             self.collected[part.name] = kept
+        try:
+            left = copy_beneath(root, rel, kept, allowed, limit=FILE_LIMIT, total=TOTAL_LIMIT)
+        except DlciError as exc:  # the folder itself is a link (or gone)
+            left = []
+            self.refused.append(f"{part.name}: {exc.message}")
+        if part.out is None:  # the workspace holds much else: only the tests' own names count
+            left = [why for why in left if why.partition(":")[0] in TESTS_FILES]
+        self.refused += [f"{part.name}: {why}" for why in left]
 
     def finish(self, planned: Sequence[Part]) -> dict[str, Any]:
-        """Reports into the artifacts, run.json and the host record, after the last container."""
-        self.artifacts.mkdir(parents=True, exist_ok=True)
-        for gate in GATES:
-            for name in GATE_FILES[gate]:
-                (self.artifacts / name).unlink(missing_ok=True)
+        """Reports and run.json into the host's folder, then the workspace's; the host record."""
+        self.reports.mkdir(parents=True, exist_ok=True)
         reports: dict[str, Any] = {}
-        for gate, kept in self.collected.items():
-            for item in sorted(kept.iterdir()):
-                if item.name == "run.json" or item.is_symlink():
-                    continue
-                target = self.artifacts / item.name
-                if target.is_dir() and not target.is_symlink():
-                    shutil.rmtree(target)
-                else:
-                    target.unlink(missing_ok=True)
-                if item.is_dir():
-                    shutil.copytree(item, target, symlinks=False)
-                else:
-                    shutil.copyfile(item, target)
-                if item.suffix == ".json":
+        for gate, kept in [("tests", self.base / "kept-tests"), *self.collected.items()]:
+            for item in sorted(kept.rglob("*")) if kept.is_dir() else ():
+                rel = item.relative_to(kept).as_posix()
+                if rel == "run.json" or not item.is_file():
+                    continue  # copy_beneath made ``kept``: regular files and folders only
+                (self.reports / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(item, self.reports / rel)
+                if gate != "tests" and "/" not in rel and item.suffix == ".json":
                     digest = hashlib.sha256(item.read_bytes()).hexdigest()
-                    reports[item.name] = {"part": gate, "sha256": digest}
+                    reports[rel] = {"part": gate, "sha256": digest}
         run = self._run_record(planned)
-        jsonio.write(self.artifacts / "run.json", run)
+        jsonio.write(self.reports / "run.json", run)
+        problems = [f"not copied: {why}" for why in self.refused if not why.endswith(NOT_ALLOWED)]
+        try:  # for the steps after this one; never through a link a container left there
+            planted = [n for names in GATE_FILES.values() for n in names]
+            mirror_beneath(self.reports, self.workspace, self._rel(), planted)
+        except DlciError as exc:
+            problems.append(f"{exc.message}: nothing more written into the workspace")
         record = {
             "schema_version": 1,
             "kind": "host-record",
@@ -170,15 +188,21 @@ class Parts:
             "exit_codes": self.exit_codes,
             "isolated_parts": sorted(self.collected),
             "reports": reports,
+            "reports_dir": str(self.reports),
+            "refused": self.refused,
+            "problems": problems,
             "run": run,
         }
         if self.record_path:
             jsonio.write(Path(self.record_path), record)
         return record
 
+    def _rel(self) -> str:
+        return os.path.relpath(self.artifacts, self.workspace)
+
     def _run_record(self, planned: Sequence[Part]) -> dict[str, Any]:
         """run.json: the tests container's steps (its own claims), then each gate's step."""
-        tests = _load(self.artifacts / "run.json") if "tests" in self.exit_codes else None
+        tests = _load(self.base / "kept-tests" / "run.json") if "tests" in self.exit_codes else None
         steps = [s for s in (tests or {}).get("steps", []) if s.get("name") in ("install", "tests")]
         steps = [self._tests_step(s) if s.get("name") == "tests" else s for s in steps]
         if tests is None:
@@ -251,16 +275,33 @@ class Parts:
         if step.get("status") != "passed" or not isinstance(code, int):
             return step
         allow = self.rules()["allow_no_tests"]
-        return {**step, **judge("tests", code, "passed", self.artifacts, allow_no_tests=allow)}
+        kept = self.base / "kept-tests"
+        return {**step, **judge("tests", code, "passed", kept, allow_no_tests=allow)}
 
     def installed(self) -> bool:
         """Whether the tests container's install step passed (or had nothing to do)."""
-        steps = (_load(self.artifacts / "run.json") or {}).get("steps", [])
+        steps = (_load(self.base / "kept-tests" / "run.json") or {}).get("steps", [])
         install: dict[str, Any] = next((s for s in steps if s.get("name") == "install"), {})
         return install.get("status") in ("passed", "skipped")
 
     def close(self) -> None:
         shutil.rmtree(self.base, ignore_errors=True)
+
+
+def reports_dir(record_path: str) -> Path:
+    """The host's folder of reports, beside its record (outside the workspace)."""
+    record = Path(record_path)
+    return record.with_name(record.stem + "-reports")
+
+
+def _gate_file(path: str) -> bool:
+    """A file (or a folder, ending in /) that a gate writes to its --out."""
+    top = path.partition("/")[0]
+    return path in KEPT or (top in ("tensorboard", "wandb") and path.count("/") <= 6)
+
+
+def _tests_file(path: str) -> bool:
+    return path in TESTS_FILES
 
 
 def _split(inner: list[str]) -> tuple[list[str], str, str]:
@@ -284,8 +325,8 @@ def _split(inner: list[str]) -> tuple[list[str], str, str]:
 
 def _load(path: Path) -> dict[str, Any] | None:
     try:
-        value = jsonio.decode(path.read_bytes())
-    except (OSError, jsonio.DecodeError):
+        value = jsonio.decode(read_input(path, what="report"))
+    except (DlciError, jsonio.DecodeError):
         return None
     return value if isinstance(value, dict) else None
 

@@ -19,6 +19,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,8 @@ def run_job(options: JobOptions) -> int:
 
         tier_from_file(options.tier_json)  # a bad file is one clear error, before any step
     runner = Runner(options.out)
+    if os.environ.get("DLCI_IN_CONTAINER"):  # bytecode of its own: never a planted __pycache__
+        runner.env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="dlci-pycache-")
     runner.rules = {
         "gpu_gate": options.min_gpu_util is not None,
         "allow_no_tests": options.allow_no_tests,
@@ -153,8 +156,9 @@ def install_command(install: str) -> list[str] | str | None:
     if not cmd:
         return None
     # No build isolation: the container may have no network, and the build backend
-    # (setuptools) is already in its environment.
-    return [sys.executable, "-m", "pip", "install", "--no-build-isolation", *cmd]
+    # (setuptools) is already in its environment. -I: pip is never imported from the
+    # workspace (a pip/ folder planted there would run in every gate's install).
+    return [sys.executable, "-I", "-m", "pip", "install", "--no-build-isolation", *cmd]
 
 
 def pytest_command(options: JobOptions) -> list[str]:

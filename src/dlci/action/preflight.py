@@ -79,6 +79,9 @@ def _emit(report: dict[str, Any], dest: str) -> None:
     if dest == "-":
         print(jsonio.encode(report).decode(), end="", flush=True)
     else:
+        from dlci.fsutil import refuse_link
+
+        refuse_link(Path(dest).parent, "report")
         jsonio.write(dest, report)
 
 

@@ -7,7 +7,11 @@ that failed early still gets a summary of what ran.
 The container ran the pull request's code, so its files are claims. With the host's record
 of the container run (dlci.action.gates, a file outside the workspace), the tier, the
 hardware class and run.json come from that record, and each gate report must be the one the
-host copied from that gate's own directory (its SHA-256) and name the host's tier.
+host copied from that gate's own directory (its SHA-256) and name the host's tier. Nothing
+is read in place: :func:`snapshot` first copies the regular files it needs (no link
+followed, no FIFO opened, size caps) into a host folder, the host's reports from the folder
+beside its record; with a record that folder is new, beside it, and is what the action uploads
+(output ``artifacts-dir``), never the workspace's dlci-artifacts.
 """
 
 from __future__ import annotations
@@ -16,11 +20,14 @@ import contextlib
 import hashlib
 import os
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dlci import jsonio
+from dlci.errors import DlciError
+from dlci.fsutil import NOT_ALLOWED, copy_beneath, read_input
 
 MAX_TEST_ANNOTATIONS = 20
 MAX_FAILED_CASES = 200  # kept from junit.xml (the summary shows fewer)
@@ -33,6 +40,8 @@ EVIDENCE = {
     "doctor": "doctor.json",
     "profile": "utilization.json",
 }
+HOST_FILES = ("preflight.json", "cleanup.json")  # written on the host by steps of their own
+READ = (*HOST_FILES, "run.json", *(f"{k}.json" for k in GATE_REPORTS), "junit.xml", "coverage.xml")
 PARTIAL = ("exited", "error", "watchdog")  # a memorization.json the run did not finish
 # The tier's values a gate report must share with the host's (a different one is a forgery
 # or a step that selected its own tier).
@@ -62,17 +71,44 @@ def summarize(
     """Everything ``dlci summary`` reports on the artifacts in ``folder``."""
     from dlci.report.summary import render
 
-    data = collect(folder, host_record)
+    with tempfile.TemporaryDirectory(prefix="dlci-summary-") as tmp:
+        into = Path(tmp)
+        if host_record is not None:  # the upload's folder: new, beside the host's record
+            into = Path(tempfile.mkdtemp(prefix="dlci-upload-", dir=host_record.parent))
+        into /= "dlci-artifacts"
+        left = snapshot(folder, _load(host_record) if host_record else None, into)
+        data = collect(into, host_record)
+    data["problems"] += [f"not copied: {why}" for why in left]
+    data["verdict"] = "fail" if data["problems"] else "pass"
     values = outputs(data)
     if artifact_prefix:
         values["artifact-name"] = artifact_name(artifact_prefix, data)
+    if host_record is not None:
+        values["artifacts-dir"] = str(into)
     return Summary(render(data, title=title), values, error_annotations(data), data["verdict"])
+
+
+def snapshot(folder: Path, record: dict[str, Any] | None, into: Path) -> list[str]:
+    """Copy what the summary reads into the host folder ``into``: the host's reports (the
+    record's ``reports_dir``), and from the workspace's ``folder`` the host steps' files only
+    (every report it reads when there is no such folder); what was refused, one line each."""
+    reports = (record or {}).get("reports_dir")
+    left = []
+    if isinstance(reports, str) and os.path.isdir(reports):
+        left += copy_beneath(reports, ".", into, lambda p: True, limit=1 << 30, total=4 << 30)
+    names = HOST_FILES if reports else READ
+    try:
+        left += copy_beneath(folder.parent, folder.name, into, names.__contains__)
+    except DlciError as exc:
+        left.append(exc.message)
+    into.mkdir(parents=True, exist_ok=True)
+    return [why for why in left if not why.endswith(NOT_ALLOWED)]
 
 
 def _load(path: Path) -> dict[str, Any] | None:
     try:
-        value = jsonio.decode(path.read_bytes())
-    except (OSError, jsonio.DecodeError):
+        value = jsonio.decode(read_input(path, what="report"))
+    except (DlciError, jsonio.DecodeError):
         return None
     return value if isinstance(value, dict) else None
 
@@ -102,6 +138,7 @@ def collect(folder: Path, host_record: Path | None = None) -> dict[str, Any]:
         data["run"] = record.get("run") or data["run"]
     claims = claim_problems(data, folder, record, expected=host_record is not None)
     data["problems"] = problems(data["preflight"], data["run"]) + claims
+    data["problems"] += [str(p) for p in (record or {}).get("problems") or []]
     data["verified"] = verified(record)
     data["verdict"] = "fail" if data["problems"] else "pass"
     return data
@@ -164,8 +201,8 @@ def verified(record: dict[str, Any] | None) -> list[str]:
 
 def _sha256(path: Path) -> str:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
+        return hashlib.sha256(read_input(path, what="report")).hexdigest()
+    except DlciError:
         return ""
 
 

@@ -106,14 +106,15 @@ def _cleanup(argv: list[str]) -> int:
     args = p.parse_args(argv)
 
     from dlci.action.cleanup import IMAGE_IGNORED, cleanup, describe
+    from dlci.fsutil import refuse_link
     from dlci.report.console import print_warning
 
     if args.image:
         print(IMAGE_IGNORED, file=sys.stderr)
     report = cleanup(args.job, Path(args.workspace))
+    refuse_link(args.out, "report")
     _common.emit_json(report, str(Path(args.out) / "cleanup.json"))
     line, warnings = describe(report)
     print(line, file=sys.stderr)
-    for warning in warnings:
-        print_warning(warning)
+    list(map(print_warning, warnings))
     return 0
