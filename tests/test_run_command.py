@@ -7,6 +7,7 @@ temporary folder (the digits example's full run is in tests/e2e/).
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -254,3 +255,16 @@ def test_a_target_that_exits_0_fails_the_memorize_step(project: Path) -> None:
     assert memorize["reason"].startswith(
         "the target exited before a verdict: memorize exited 0 with a partial memorization.json"
     )
+
+
+def test_the_run_records_where_the_images_torch_came_from(tmp_path: Path) -> None:
+    from dlci.action.job import image_torch
+
+    record = tmp_path / "torch.json"
+    record.write_text('{"torch": "2.13.0+cpu", "cuda": null, "source": "base", "file": "/x"}')
+    assert image_torch(str(record)) == {
+        "torch": "2.13.0+cpu", "cuda": None, "source": "base", "file": "/x"
+    }  # fmt: skip
+    assert image_torch(str(tmp_path / "missing.json")) is None  # outside dl-ci's image
+    os.mkfifo(tmp_path / "fifo")
+    assert image_torch(str(tmp_path / "fifo")) is None  # never blocks on what it reads

@@ -5,8 +5,7 @@ Host-side (the runner), never imports torch. The pull request's code runs in eve
 reads what the containers write as claims:
 
 - the tier (the host's preflight.json) is copied into a host directory mounted read-only at
-  /dlci/host, outside the workspace; every part runs ``dlci run --tier-json
-  /dlci/host/tier.json``;
+  /dlci/host, outside the workspace; every part runs with ``--tier-json /dlci/host/tier.json``;
 - each gate (memorize, doctor, profile) runs in a fresh container from the image, after the
   tests container has gone, so nothing the tests changed outside the workspace is there; the
   install step runs again in it (docs/security.md says why and what it costs);
@@ -224,6 +223,7 @@ class Parts:
             "failed_steps": failed,
             "verdict": "fail" if failed else "pass",
             "isolated_gates": sorted(self.collected),
+            "torch": (tests or {}).get("torch"),  # the image's record (a claim, shown as such)
         }
 
     def _gate_step(self, gate: str) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dlci import jsonio
+from dlci.errors import DlciError
 from dlci.report.text import clean
 
 REPORT_NAME = "run.json"
@@ -263,6 +264,7 @@ class Runner:
             "steps": self.steps,
             "failed_steps": failed,
             "verdict": verdict or ("running" if not failed else "failing"),
+            "torch": image_torch(),
         }
         jsonio.write(self.out / REPORT_NAME, report)
 
@@ -379,3 +381,18 @@ def _read(path: Path | None) -> str:
 def _in_actions() -> bool:
     # in the action's container the host stops workflow commands around all output: no groups
     return os.environ.get("GITHUB_ACTIONS") == "true" and "DLCI_IN_CONTAINER" not in os.environ
+
+
+TORCH_RECORD = "/etc/dlci/torch.json"  # written by docker/Dockerfile: where torch came from
+
+
+def image_torch(path: str = TORCH_RECORD) -> dict[str, Any] | None:
+    """The image's record of its torch (version, CUDA, base or installed, file); None outside
+    dl-ci's image. Read, not imported: importing torch takes seconds."""
+    from dlci.fsutil import read_input
+
+    try:
+        data = jsonio.decode(read_input(path, what="torch record", limit=1 << 16))
+    except (DlciError, jsonio.DecodeError):
+        return None
+    return data if isinstance(data, dict) else None
