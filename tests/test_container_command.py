@@ -238,8 +238,8 @@ def test_a_container_that_cannot_start_is_explained(tmp_path: Path, fake_docker,
 
 # ------------------------------------------------------ git's credentials, hidden (gitview)
 
-FAKE = "ghs_FAKEtoken0123456789"
-BASIC = "eC1hY2Nlc3MtdG9rZW46Z2hzX0ZBS0V0b2tlbjAxMjM0NTY3ODk="  # x-access-token:FAKE, base64
+FAKE = "ghs_FAKEtoken0123456789"  # pragma: allowlist secret
+BASIC = "eC1hY2Nlc3MtdG9rZW46Z2hzX0ZBS0V0b2tlbjAxMjM0NTY3ODk="  # pragma: allowlist secret (x-access-token:FAKE, base64)
 CHECKOUT_V4 = f"""[core]
 \trepositoryformatversion = 0
 \tbare = false

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.e2e
 BASE = ["--budget", "pr", "--hardware", "cpu", "--install", "none", "--no-doctest"]
 BASE += ["--no-coverage", "--no-memorize", "--no-doctor", "--no-profile"]
 FAKE = "ghs_e2eFAKEtoken4242"
-BASIC = "eC1hY2Nlc3MtdG9rZW46Z2hzX2UyZUZBS0V0b2tlbjQyNDI="  # x-access-token:FAKE, base64
+BASIC = "eC1hY2Nlc3MtdG9rZW46Z2hzX2UyZUZBS0V0b2tlbjQyNDI="  # pragma: allowlist secret (x-access-token:FAKE, base64)
 # what actions/checkout adds to the repository's .git/config with persist-credentials
 CHECKOUT = f"""[remote "origin"]
 \turl = https://github.com/org/repo
