@@ -49,29 +49,8 @@ die() {
 }
 seconds_since() { echo "$((SECONDS - $1))s"; }
 
-# As in scripts/_venv.sh (sourced only for the parts that need the venv): run a command and say
-# every DLCI_HEARTBEAT_S seconds that it is still running, on fd 9 (the output the user reads)
-# even when the command's own output goes to a log file. A step that fails stops its heartbeat.
-exec 9>&1
-heartbeat_pid=
-with_heartbeat() {
-  local what=$1 start=$SECONDS rc=0
-  shift
-  (while sleep "${DLCI_HEARTBEAT_S:-30}" >/dev/null 2>&1; do
-    echo "    ... still $what ($((SECONDS - start))s)" >&9
-  done) &
-  heartbeat_pid=$!
-  "$@" || rc=$?
-  stop_heartbeat
-  return "$rc"
-}
-stop_heartbeat() {
-  if [ -n "$heartbeat_pid" ]; then
-    kill "$heartbeat_pid" 2>/dev/null || true
-    wait "$heartbeat_pid" 2>/dev/null || true
-    heartbeat_pid=
-  fi
-}
+# shellcheck source=scripts/_heartbeat.sh
+. scripts/_heartbeat.sh
 trap stop_heartbeat EXIT
 
 mkdir -p "$cache"
