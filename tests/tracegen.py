@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
+import msgspec
 
 HOST_PID = 4242
 MAIN_TID = 4242
@@ -155,13 +155,13 @@ class Trace:
         else:
             yield b"{\n"
             for key, value in self.header.items():
-                yield b'  "' + key.encode() + b'": ' + orjson.dumps(value) + b",\n"
+                yield b'  "' + key.encode() + b'": ' + msgspec.json.encode(value) + b",\n"
             yield b'  "traceEvents": [\n'
         first = True
         for event in self.events:
             if legacy:
                 event = _legacy(event)
-            yield (b"" if first else b",\n") + b"  " + orjson.dumps(event)
+            yield (b"" if first else b",\n") + b"  " + msgspec.json.encode(event)
             first = False
         if bare:
             yield b"\n]\n"
@@ -305,7 +305,8 @@ def write_large(path: Path, target_bytes: int, *, seed_steps: int = 50) -> tuple
     block = training_trace(steps=seed_steps, kernels=40, item_sync=True)
     span = max(e["ts"] + e.get("dur", 0) for e in block.events) - T0 + 100.0
     header = b"".join(
-        b'  "' + k.encode() + b'": ' + orjson.dumps(v) + b",\n" for k, v in block.header.items()
+        b'  "' + k.encode() + b'": ' + msgspec.json.encode(v) + b",\n"
+        for k, v in block.header.items()
     )
     written = events = 0
     opener = gzip.open if path.suffix == ".gz" else open
@@ -330,7 +331,7 @@ def write_large(path: Path, target_bytes: int, *, seed_steps: int = 50) -> tuple
                     )
                 if event["ph"] in ("s", "f"):
                     event["id"] = event["id"] + rep * 10_000_000
-                lines.append((b"" if first else b",\n") + b"  " + orjson.dumps(event))
+                lines.append((b"" if first else b",\n") + b"  " + msgspec.json.encode(event))
                 first = False
             chunk = b"".join(lines)
             out.write(chunk)
