@@ -145,6 +145,8 @@ def open_dir_beneath(root: str | os.PathLike[str], rel: str = ".", *, create: bo
             if create:
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(part, 0o755, dir_fd=fd)
+                    if os.geteuid() == 0:  # see _own
+                        os.chown(part, os.getuid(), os.getgid(), dir_fd=fd, follow_symlinks=False)
             try:
                 inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
             except OSError as exc:
@@ -186,6 +188,14 @@ def read_beneath(
     return _read_all(handle, Path(root) / rel, what, limit)
 
 
+def _own(fd: int) -> None:
+    """What the host writes into a workspace belongs to the user the job's containers run as
+    (os.getuid(), their --user): a host running as root hands it over, so the runner's user
+    can remove the workspace; otherwise it is the writer's already."""
+    if os.geteuid() == 0:
+        os.fchown(fd, os.getuid(), os.getgid())
+
+
 def write_beneath(root: str | os.PathLike[str], rel: str, data: bytes) -> None:
     """Write ``root/rel`` as a new regular file, no symbolic link below ``root`` followed:
     what is there (a file, a link, a FIFO) is removed first; a folder there is refused."""
@@ -197,6 +207,7 @@ def write_beneath(root: str | os.PathLike[str], rel: str, data: bytes) -> None:
         fd = os.open(
             name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=folder
         )
+        _own(fd)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
     except OSError as exc:

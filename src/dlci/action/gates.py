@@ -4,8 +4,8 @@ Host-side (the runner), never imports torch. The pull request's code runs in eve
 (its install step, its tests, its target), so the host keeps its decisions out of reach and
 reads what the containers write as claims:
 
-- the tier (the host's preflight.json) is copied into a host directory mounted read-only at
-  /dlci/host, outside the workspace; every part runs with ``--tier-json /dlci/host/tier.json``;
+- the tier (the host's preflight.json) is copied into a host folder mounted read-only at
+  /dlci/host, outside the workspace; each part runs with ``--tier-json /dlci/host/tier.json``;
 - each gate (memorize, doctor, profile) runs in a fresh container from the image, after the
   tests container has gone, so nothing the tests changed outside the workspace is there; the
   install step runs again in it (docs/security.md says why and what it costs);
@@ -48,14 +48,12 @@ GATE_FILES = {
 # What the host copies out of a gate's directory (also tensorboard/, wandb/) and the tests'.
 KEPT = frozenset([*(n for names in GATE_FILES.values() for n in names), "run.json", "profiler.log"])
 TESTS_FILES = ("run.json", "junit.xml", "coverage.xml")
-FILE_LIMIT = 512 << 20  # bytes: one trace of a long profile stays far below
-TOTAL_LIMIT = 1 << 30  # bytes, per container
+FILE_LIMIT, TOTAL_LIMIT = 512 << 20, 1 << 30  # bytes: one file (a long trace fits), a container
 BAD = ("failed", "error", "interrupted", "running")
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
 NO_TESTS = (
     "no tests were collected: {how} (a -k or -m that deselects every test, or test paths "
-    "without tests); if the project has none, say so with allow-no-tests: true "
-    "(dlci run --allow-no-tests)"
+    "without tests); if the project has none, say so with allow-no-tests: true"
 )
 
 
@@ -134,6 +132,8 @@ class Parts:
                 continue
             mine = self.base / f"out-{gate}"
             mine.mkdir(mode=0o755)
+            if os.geteuid() == 0:  # the container's user (run_command's --user) must write here
+                os.chown(mine, os.getuid(), os.getgid())
             argv = [*self.args, "--out", OUT_MOUNT, *tier, "--phase", gate]
             parts.append(Part(gate, argv, [*flags, "-v", f"{mine}:{OUT_MOUNT}"], mine))
         return parts
