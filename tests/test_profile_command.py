@@ -212,8 +212,9 @@ def test_torch_profiler_noise_stays_off_the_console(tmp_path: Path, capfd) -> No
             model(torch.randn(4, 8)).sum().backward()
             prof.step()
     raw = capfd.readouterr().err
-    if not any(n in raw for n in NOISE):
-        pytest.skip("this torch prints no profiler noise; the fd-level filter is tested below")
+    # the control must show the noise is real: the torch this project pins (2.13) prints it; a
+    # torch that stops printing it fails here, so the filter is looked at again, not skipped
+    assert any(n in raw for n in NOISE), f"this torch printed no profiler noise: {raw[-500:]!r}"
     log = out / "profiler.log"
     assert log.is_file() and "profiler_start" in log.read_text()
     assert f"profile: wrote {log}" in done.stderr
