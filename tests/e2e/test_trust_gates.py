@@ -120,24 +120,30 @@ def host_preflight(ws: Path) -> Path:
 INNER = ["--budget", "pr", "--hardware", "cpu", "--no-doctest", "--no-coverage"]
 
 
+def host_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where the host keeps its record of the job (outside every container's reach)."""
+    record = tmp_path / "host" / "record.json"
+    record.parent.mkdir()
+    monkeypatch.setenv("DLCI_HOST_RECORD", str(record))
+    return record
+
+
+def gate_job(
+    kit_image: str, ws: Path, preflight: Path, job: str, attack: str, *extra: str
+) -> list[str]:
+    """`dlci container run` of the memorize gate on the broken target, after `attack`'s tests."""
+    argv = ["container", "run", "--image", kit_image, "--workspace", str(ws), "--job", job]
+    argv += ["--", "--out", "/workspace/dlci-artifacts", "--tier-json", str(preflight), *INNER]
+    return [*argv, "--target", BROKEN, "--no-doctor", "--no-profile", "--tests", attack, *extra]
+
+
 def test_a_test_that_forges_the_tier_and_the_report_cannot_pass_the_gate(
     kit_image: str, tmp_path: Path, monkeypatch
 ) -> None:
     ws = digits(tmp_path, {"test_zz_attack.py": ATTACK})
     preflight = host_preflight(ws)
-    record = tmp_path / "host" / "record.json"
-    record.parent.mkdir()
-    monkeypatch.setenv("DLCI_HOST_RECORD", str(record))
-    argv = ["container", "run", "--image", kit_image, "--workspace", str(ws), "--job", "g-tier"]
-    argv += ["--", "--out", "/workspace/dlci-artifacts", "--tier-json", str(preflight), *INNER]
-    argv += [
-        "--target",
-        BROKEN,
-        "--no-doctor",
-        "--no-profile",
-        "--tests",
-        "tests/test_zz_attack.py",
-    ]
+    record = host_record(tmp_path, monkeypatch)
+    argv = gate_job(kit_image, ws, preflight, "g-tier", "tests/test_zz_attack.py")
     assert main(argv) == 1
     # the attack ran: it rewrote the workspace's tier file and could not touch the host's
     done = json.loads((ws / "attack.json").read_text())
@@ -281,9 +287,7 @@ def test_a_gate_cannot_make_the_host_copy_or_write_through_links(
     victim.mkdir(parents=True)
     (ws / "secret-path").write_text(str(secret))
     (ws / "victim-path").write_text(str(victim))
-    record = tmp_path / "host" / "record.json"
-    record.parent.mkdir()
-    monkeypatch.setenv("DLCI_HOST_RECORD", str(record))
+    record = host_record(tmp_path, monkeypatch)
     raw = tmp_path / "raw"  # for the control: the gate's folder as its container left it
     collect = gates.Parts.collect
 
@@ -352,19 +356,8 @@ def test_code_the_tests_step_plants_for_the_gates_stops_them(
 ) -> None:
     ws = digits(tmp_path, {"test_zz_shadow.py": SHADOW})
     preflight = host_preflight(ws)
-    record = tmp_path / "host" / "record.json"
-    record.parent.mkdir()
-    monkeypatch.setenv("DLCI_HOST_RECORD", str(record))
-    argv = ["container", "run", "--image", kit_image, "--workspace", str(ws), "--job", "g-shadow"]
-    argv += ["--", "--out", "/workspace/dlci-artifacts", "--tier-json", str(preflight), *INNER]
-    argv += [
-        "--target",
-        BROKEN,
-        "--no-doctor",
-        "--no-profile",
-        "--tests",
-        "tests/test_zz_shadow.py",
-    ]
+    record = host_record(tmp_path, monkeypatch)
+    argv = gate_job(kit_image, ws, preflight, "g-shadow", "tests/test_zz_shadow.py")
     assert main(argv) == 1
     assert not (ws / "shadowed").exists()  # no gate ran the planted code
     steps = {s["name"]: s for s in json.loads(record.read_text())["run"]["steps"]}
