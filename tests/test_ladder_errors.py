@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from dlci.cli import main
 from dlci.errors import DlciError
+from dlci.ladder import patterns
 from dlci.ladder.load import load_ladder, load_ladder_text
 
 SMALL_TEXT = (Path(__file__).parent / "data" / "ladders" / "small.yaml").read_text("utf-8")
@@ -177,9 +178,31 @@ CASES = [
     (
         "a bad regular expression",
         lambda t: edit(t, "match: ['\\bT4\\b']", "match: ['T4(']"),
-        "ladder.yaml:4: classes.t4.match[0]: invalid regular expression 'T4(' (missing ), "
-        "unterminated subpattern at position 2)",
-        "quote patterns with single quotes in YAML so backslashes survive",
+        "ladder.yaml:4: classes.t4.match[0]: GPU name pattern 'T4(' refused: it is not a valid "
+        "regular expression (missing ), unterminated subpattern at position 2)",
+        patterns.HINT,
+    ),
+    (
+        "a pattern with nested quantifiers (catastrophic backtracking)",
+        lambda t: edit(t, "match: ['\\bT4\\b']", "match: ['(T+)+$']"),
+        "ladder.yaml:4: classes.t4.match[0]: GPU name pattern '(T+)+$' refused: a repeated part "
+        "contains a repetition (nested quantifiers backtrack exponentially)",
+        patterns.HINT,
+    ),
+    (
+        "a pattern whose repetitions multiply (polynomial backtracking)",
+        lambda t: edit(t, "match: ['\\bT4\\b']", "match: ['T*T*T*4']"),
+        "ladder.yaml:4: classes.t4.match[0]: GPU name pattern 'T*T*T*4' refused: its repetitions "
+        "leave too many ways to match a name (about 2.1e+06, at most 166410): each one "
+        "multiplies the time a failing match takes",
+        patterns.HINT,
+    ),
+    (
+        "a back-reference",
+        lambda t: edit(t, "match: ['\\bT4\\b']", "match: ['(T)\\1']"),
+        "ladder.yaml:4: classes.t4.match[0]: GPU name pattern '(T)\\\\1' refused: it uses a "
+        "back-reference",
+        patterns.HINT,
     ),
     (
         "an unknown fallback",
@@ -338,3 +361,24 @@ def test_mutating_one_value_of_a_valid_ladder_never_crashes(data) -> None:
         assert exc.message.startswith(f"budgets.{budget}.{cls}")
     else:
         assert ladder.budgets[budget][cls] is not None
+
+
+@pytest.mark.parametrize("pattern", ["(T+)+$", "T*T*T*T*T*4"])
+def test_the_refused_patterns_really_hang_an_unguarded_match(pattern: str) -> None:
+    """The control case of the pattern guard: each refused pattern, matched by plain ``re``
+    against a 100-character GPU name, is still running after a second (the guard's own
+    ``search`` would never see it: the ladder refuses it first)."""
+    import subprocess
+    import sys
+
+    code = f"import re; re.search({pattern!r}, 'T' * 100 + '!', re.IGNORECASE)"
+    with pytest.raises(subprocess.TimeoutExpired):
+        subprocess.run([sys.executable, "-c", code], timeout=1.0, check=False)
+    assert patterns.problem(pattern)
+
+
+def test_a_gpu_name_is_cut_before_matching() -> None:
+    """A name far longer than any GPU's is cut to MAX_NAME characters before the search."""
+    name = "x" * patterns.MAX_NAME + "H100"
+    assert patterns.search("H100", name) is None
+    assert patterns.search("H100", "NVIDIA H100 80GB HBM3") is not None

@@ -9,7 +9,6 @@ function from a ladder, a budget and a hardware class to a ``Tier``.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from importlib import resources
@@ -18,6 +17,7 @@ from typing import Any
 
 from dlci.errors import DlciError
 from dlci.ladder import format as fmt
+from dlci.ladder import patterns
 from dlci.ladder.format import (
     CLASS_FIELDS,
     FORMAT_DOC,
@@ -203,14 +203,13 @@ def _build_classes(source: YamlSource, raw: dict[str, Any]) -> dict[str, Hardwar
         fmt.check_name(source, path, name)
         values = _fields(source, path, fmt.mapping(source, path, body), CLASS_FIELDS)
         for index, pattern in enumerate(values["match"]):
-            try:
-                re.compile(pattern)
-            except re.error as exc:
+            why = patterns.problem(pattern)
+            if why:
                 raise source.error(
                     (*path, "match", index),
-                    f"invalid regular expression {pattern!r} ({exc})",
-                    hint="quote patterns with single quotes in YAML so backslashes survive",
-                ) from None
+                    f"GPU name pattern {pattern!r} refused: {why}",
+                    hint=patterns.HINT,
+                )
         classes[name] = HardwareClass(
             name=name,
             match=tuple(values["match"]),

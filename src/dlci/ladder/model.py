@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dlci.errors import DlciError
+from dlci.ladder import patterns
 from dlci.ladder.yamlsource import KeyPath
 
 CPU_CLASS = "cpu"
@@ -64,7 +64,7 @@ class Ladder:
         best: tuple[int, str] | None = None
         for cls in self.classes.values():
             for pattern in cls.match:
-                found = re.search(pattern, gpu_name, flags=re.IGNORECASE)
+                found = patterns.search(pattern, gpu_name)
                 if found and (best is None or len(found.group(0)) > best[0]):
                     best = (len(found.group(0)), cls.name)
         return best[1] if best else None
