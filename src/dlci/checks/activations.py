@@ -1,107 +1,119 @@
-"""activations: dead ReLUs and saturated tanh/sigmoid units."""
+"""activations: dead and saturated units, in every activation the forward calls.
+
+The units module sees modules and functional calls alike (nn.ReLU, F.gelu, torch.tanh,
+x.sigmoid()) and knows what dead and saturated mean for each kind.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, fmt
+from dlci.checks.units import MAX_SITES, UNDERSTOOD, Recording, Site, recording
 
 EXPECTED = "under 40% dead or saturated units per layer"
+SHOWN = 20  # sites listed in the details, worst first
 
 
 def activations(ctx: Context) -> CheckResult:
-    watched = _watched(ctx.model)
-    if not watched:
-        return CheckResult(
-            "activations",
-            SKIP,
-            cause="no ReLU, Tanh or Sigmoid modules (functional calls are not seen)",
-        )
-    stats = _record(ctx, watched)
-    worst_name, worst = max(
-        ((n, max(s.get("dead", 0.0), s.get("saturated", 0.0))) for n, s in stats.items()),
-        key=lambda pair: pair[1],
-    )
-    kind = "dead" if "dead" in stats[worst_name] else "saturated"
-    measured = f"{worst_name}: {worst:.0%} {kind}"
-    details = {n: {k: fmt(v) for k, v in s.items()} for n, s in stats.items()}
+    record = _record(ctx)
+    sites = list(record.sites.values())
+    if not sites:
+        return _not_seen(ctx.model)
+    details = _details(sites, record)
+    judged = [s for s in sites if s.alive or s.elements]
+    if not judged:  # leaky ReLU and PReLU only
+        kinds = ", ".join(sorted({s.kind for s in sites}))
+        measured = f"{len(sites)} places, all {kinds}: a slope at every input, no unit can die"
+        return CheckResult("activations", PASS, measured, EXPECTED, details=details)
+    worst = max(judged, key=_score)
+    dead, saturated = worst.dead_share(), worst.saturated_share()
+    kind = "dead" if worst.alive and dead >= saturated else "saturated"
+    share = max(dead, saturated)
+    measured = f"{worst.label}: {share:.0%} {kind}"
     # ReLUs fed only positive inputs (after ReLU and pooling) leave a share of units silent
     # on a small batch at initialisation; that is not yet a dead network
-    if worst < 0.4:
+    if share < 0.4:
+        measured += f" (the worst of {len(sites)} places)" if len(sites) > 1 else " (one place)"
         return CheckResult("activations", PASS, measured, EXPECTED, details=details)
-    return _verdict(kind, worst, measured, details)
+    return _verdict(kind, worst, share, measured, details)
 
 
-def _kinds() -> tuple[tuple[type, ...], tuple[type, ...]]:
-    """The rectifying and the squashing activation modules."""
-    from torch import nn
-
-    return (nn.ReLU, nn.ReLU6), (nn.Tanh, nn.Sigmoid, nn.Hardtanh)
+def _score(site: Site) -> float:
+    return max(site.dead_share(), site.saturated_share())
 
 
-def _watched(model: Any) -> list[tuple[str, Any]]:
-    relu, squash = _kinds()
-    return [(n, m) for n, m in model.named_modules() if isinstance(m, relu + squash)]
-
-
-def _record(ctx: Context, watched: list[tuple[str, Any]]) -> dict[str, dict[str, float]]:
-    """One forward pass in eval mode, recording each watched module's output statistics."""
+def _record(ctx: Context) -> Recording:
+    """One forward pass in eval mode, every understood activation call recorded."""
     import torch
 
-    stats: dict[str, dict[str, float]] = {}
-    handles = [m.register_forward_hook(_recorder(n, m, stats)) for n, m in watched]
-    try:
-        ctx.model.eval()
-        with torch.no_grad():
-            ctx.forward()
-    finally:
-        for handle in handles:
-            handle.remove()
-    return stats
-
-
-def _recorder(
-    name: str, module: Any, stats: dict[str, dict[str, float]]
-) -> Callable[[Any, Any, Any], None]:
-    from torch import nn
-
-    relu, _ = _kinds()
-
-    def record(mod: Any, inputs: Any, output: Any) -> None:
-        out = output.detach().float()
-        units = out.transpose(0, 1).reshape(out.shape[1], -1) if out.ndim > 1 else out[None]
-        entry = {"mean": float(out.mean()), "std": float(out.std()) if out.numel() > 1 else 0.0}
-        if isinstance(module, relu):
-            entry["dead"] = float((units.max(dim=1).values <= 0).float().mean())
-        elif isinstance(module, nn.Sigmoid):
-            entry["saturated"] = float(((out < 0.01) | (out > 0.99)).float().mean())
-        else:
-            entry["saturated"] = float((out.abs() > 0.99).float().mean())
-        stats[name] = entry
-
+    ctx.model.eval()
+    with torch.no_grad(), recording(ctx.model) as record:
+        ctx.forward()
     return record
 
 
-def _verdict(kind: str, worst: float, measured: str, details: dict[str, Any]) -> CheckResult:
-    """A warning from 40% dead or saturated units in a layer, a failure from 50%."""
-    cause = (
-        "ReLU units that never fire pass no gradient and never recover"
-        if kind == "dead"
-        else "saturated units pass almost no gradient"
-    )
-    fix = (
-        "check the initialisation (Kaiming for ReLU, biases near 0), lower the learning rate, "
-        "or use LeakyReLU"
-        if kind == "dead"
-        else "normalise the inputs, initialise smaller, or add normalization before the activation"
-    )
+def _not_seen(model: Any) -> CheckResult:
+    """Nothing to measure: say why, and what would let the check run."""
+    from torch import nn
+
+    fused = sorted({type(m).__name__ for m in model.modules() if isinstance(m, nn.RNNBase)})
+    cause = "the forward called no activation dl-ci understands (" + ", ".join(UNDERSTOOD) + ")"
+    if fused:
+        cause += f"; the gates of {', '.join(fused)} run inside one fused kernel, out of sight"
     return CheckResult(
         "activations",
-        FAIL if worst >= 0.5 else WARN,
+        SKIP,
+        cause=cause,
+        fix="nothing to do if the model has no other nonlinearity; one called as a torch "
+        "function or module (F.relu, nn.GELU, torch.tanh) in forward is checked",
+    )
+
+
+def _details(sites: list[Site], record: Recording) -> dict[str, Any]:
+    shown = sorted(sites, key=_score, reverse=True)[:SHOWN]
+    details: dict[str, Any] = {
+        s.label: {
+            "kind": s.kind,
+            "units": s.units,
+            "calls": s.calls,
+            **({"dead": fmt(s.dead_share())} if s.alive else {}),
+            **({"saturated": fmt(s.saturated_share())} if s.elements else {}),
+        }
+        for s in shown
+    }
+    if len(sites) > SHOWN or record.skipped_calls:
+        details["not_shown"] = {
+            "places": max(0, len(sites) - SHOWN),
+            "calls_beyond_the_first_places": record.skipped_calls,
+            "places_recorded_at_most": MAX_SITES,
+        }
+    return details
+
+
+_CAUSES = {
+    "dead": "units whose activation is flat for every example pass no gradient and may never "
+    "recover",
+    "saturated": "saturated units pass almost no gradient",
+}
+_FIXES = {
+    "dead": "check the initialisation (Kaiming for ReLU, biases near 0) and the input scale, "
+    "lower the learning rate, or use a leaky activation",
+    "saturated": "normalise the inputs, initialise smaller, or add normalization before the "
+    "activation",
+}
+
+
+def _verdict(
+    kind: str, worst: Site, share: float, measured: str, details: dict[str, Any]
+) -> CheckResult:
+    """A warning from 40% dead or saturated units in a layer, a failure from 50%."""
+    return CheckResult(
+        "activations",
+        FAIL if share >= 0.5 else WARN,
         measured,
         EXPECTED,
-        cause=cause,
-        fix=fix,
+        cause=_CAUSES[kind],
+        fix=_FIXES[kind],
         details=details,
     )

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, fmt, layer_name
+from dlci.checks.trajectory import STEPS, Trajectory, trajectory
 
-TRAJECTORY_STEPS = 10
+# a tensor behind a zero-initialised one (the last BatchNorm gamma of a residual branch,
+# ReZero's alpha, a zero head) gets its first gradient once that one has moved: step 2, or
+# step 3 behind two of them (a ReZero branch under a zero head)
+FLOW_STEPS = 5
 
 
 def zero_grad(ctx: Context) -> CheckResult:
@@ -70,34 +73,57 @@ def zero_grad(ctx: Context) -> CheckResult:
     )
 
 
-def _captured_step(ctx: Context) -> dict[str, Any]:
-    """One training step; every gradient as it was after backward (the step may zero it)."""
-    grads: dict[str, Any] = {}
-    handles = [
-        p.register_post_accumulate_grad_hook(
-            lambda param, name=name: grads.__setitem__(name, param.grad.detach().clone())
-        )
-        for name, p in ctx.model.named_parameters()
-        if p.requires_grad
-    ]
+class _Flow:
+    """What the gradients did over the first steps of one optimizer."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, Any] = {}  # step 1's gradients, as after backward
+        self.flowing: dict[str, int] = {}  # the first step with a non-zero gradient
+        self.step = 0
+
+    def hook(self, name: str) -> Callable[[Any], None]:
+        def after_accumulate(param: Any) -> None:
+            grad = param.grad.detach()
+            if self.step == 1:
+                self.first[name] = grad.clone()
+            if name not in self.flowing and bool((grad != 0).any()):
+                self.flowing[name] = self.step
+
+        return after_accumulate
+
+
+def _captured_steps(ctx: Context, trainable: list[tuple[str, Any]]) -> _Flow:
+    """Up to FLOW_STEPS training steps, until every trainable tensor got a gradient."""
+    flow = _Flow()
+    handles = [p.register_post_accumulate_grad_hook(flow.hook(n)) for n, p in trainable]
     try:
         ctx.model.train()
-        ctx.step(ctx.model, ctx.optimizer())
+        optimizer = ctx.optimizer()
+        for step in range(1, FLOW_STEPS + 1):
+            flow.step = step
+            ctx.step(ctx.model, optimizer)
+            if len(flow.flowing) == len(trainable):
+                break
     finally:
         for handle in handles:
             handle.remove()
-    return grads
+    return flow
 
 
 def grad_flow(ctx: Context) -> CheckResult:
-    grads = _captured_step(ctx)
     trainable = [(n, p) for n, p in ctx.model.named_parameters() if p.requires_grad]
-    none = [n for n, _ in trainable if n not in grads]
-    zero = [n for n, g in grads.items() if bool((g == 0).all())]
+    flow = _captured_steps(ctx, trainable)
+    grads = flow.first
+    never = [n for n, _ in trainable if n not in flow.flowing]
+    none = [n for n in never if n not in grads]
+    zero = [n for n in never if n in grads]
     bad = [n for n, g in grads.items() if not bool(g.isfinite().all())]
-    norms = {n: float(g.norm()) for n, g in grads.items()}
-    details = {"grad_norms": {n: fmt(v) for n, v in norms.items()}}
-    expected = "every trainable tensor gets a finite, non-zero gradient"
+    norms = {n: float(g.float().norm()) for n, g in grads.items()}
+    details: dict[str, Any] = {"grad_norms": {n: fmt(v) for n, v in norms.items()}}
+    late = sorted(n for n, step in flow.flowing.items() if step > 1)
+    if late:
+        details["first_gradient_at_a_later_step"] = {n: flow.flowing[n] for n in late}
+    expected = f"every trainable tensor gets a finite, non-zero gradient within {FLOW_STEPS} steps"
     if bad:
         return CheckResult(
             "grad-flow",
@@ -108,12 +134,12 @@ def grad_flow(ctx: Context) -> CheckResult:
             fix="lower the learning rate, check for log(0) or division by zero, clip gradients",
             details=details,
         )
-    if none or zero:
-        layers = sorted({layer_name(n) for n in none + zero})
+    if never:
+        layers = sorted({layer_name(n) for n in never})
         return CheckResult(
             "grad-flow",
             FAIL,
-            f"no gradient reaches {', '.join(layers[:5])}",
+            f"no gradient reaches {', '.join(layers[:5])} in {flow.step} steps",
             expected,
             cause="those layers never learn: a detached tensor, an unused layer, or dead units "
             "between them and the loss",
@@ -122,6 +148,11 @@ def grad_flow(ctx: Context) -> CheckResult:
             details={**details, "no_gradient": none, "zero_gradient": zero},
         )
     largest = max(norms.values()) if norms else 0.0
+    measured = f"{len(trainable)} tensors, largest norm {fmt(largest)}"
+    if late:  # behind a zero-initialised tensor: healthy, and worth knowing
+        steps = sorted({flow.flowing[n] for n in late})
+        when = f"{steps[0]}" if len(steps) == 1 else f"{steps[0]}-{steps[-1]}"
+        measured += f"; {len(late)} got their first gradient at step {when}"
     if largest > 1e3:
         return CheckResult(
             "grad-flow",
@@ -133,57 +164,45 @@ def grad_flow(ctx: Context) -> CheckResult:
             fix="lower the learning rate or clip gradients "
             "(the tuning playbook suggests the 90th percentile of observed norms)",
         )
-    return CheckResult(
-        "grad-flow",
-        PASS,
-        f"{len(grads)} tensors, largest norm {fmt(largest)}",
-        expected,
-        details=details,
-    )
+    return CheckResult("grad-flow", PASS, measured, expected, details=details)
 
 
-def _trajectory(ctx: Context) -> dict[str, Any]:
-    """Weight norms and update ratios over the first steps; shared by two checks."""
-    cached: dict[str, Any] | None = getattr(ctx, "_trajectory", None)
-    if cached is not None:
-        return cached
-    ctx.model.train()
-    optimizer = ctx.optimizer()
-    weights = {n: p for n, p in ctx.model.named_parameters() if p.requires_grad and p.ndim > 1}
-    norms = {n: [float(p.detach().norm())] for n, p in weights.items()}
-    ratios: dict[str, list[float]] = {n: [] for n in weights}
-    for _ in range(TRAJECTORY_STEPS):
-        before = {n: p.detach().clone() for n, p in weights.items()}
-        ctx.step(ctx.model, optimizer)
-        for n, p in weights.items():
-            now = p.detach()
-            norms[n].append(float(now.norm()))
-            ratios[n].append(float((now - before[n]).norm() / (before[n].norm() + 1e-12)))
-    result = {"norms": norms, "ratios": ratios}
-    ctx._trajectory = result  # type: ignore[attr-defined]
-    return result
+def _nonfinite_result(check: str, path: Trajectory, expected: str) -> CheckResult:
+    """The weights hold inf or NaN: say since when, and nothing the numbers do not show."""
+    layers = ", ".join(sorted({layer_name(n) for n in path.nonfinite})[:4])
+    if path.nonfinite_step == 0:
+        measured = f"non-finite weights before the first step: {layers}"
+        cause = (
+            "the model starts with inf or NaN weights: the initialisation or a loaded checkpoint"
+        )
+        fix = "check the initialisation code and the checkpoint the model loads"
+    else:
+        measured = f"non-finite weights after step {path.nonfinite_step}: {layers}"
+        cause = "the weights became inf or NaN in the first steps: an update overflowed"
+        fix = "lower the learning rate; look for inf/NaN in the loss (log(0), division by zero)"
+    return CheckResult(check, FAIL, measured, expected, cause=cause, fix=fix)
+
+
+def _scale_note(path: Trajectory, name: str) -> str:
+    if name not in path.zero_init:
+        return ""
+    return f" (starts near zero: against a typical weight RMS, {fmt(path.scale[name])})"
 
 
 def weight_norms(ctx: Context) -> CheckResult:
-    norms = _trajectory(ctx)["norms"]
-    if not norms:
-        return CheckResult("weight-norms", SKIP, cause="no weight matrices to watch")
-    growth = {n: (v[-1] / v[0] if v[0] > 0 else math.inf) for n, v in norms.items()}
-    worst = max(growth, key=lambda n: growth[n] if math.isfinite(growth[n]) else math.inf)
-    value = growth[worst]
-    measured = f"{layer_name(worst)} x{fmt(value)} in {TRAJECTORY_STEPS} steps"
+    path = trajectory(ctx)
     expected = "weights grow at most 3x in the first steps"
-    details = {"growth": {layer_name(n): fmt(g) for n, g in growth.items()}}
-    if not math.isfinite(value) or any(not math.isfinite(x) for v in norms.values() for x in v):
-        return CheckResult(
-            "weight-norms",
-            FAIL,
-            "non-finite weights",
-            expected,
-            details=details,
-            cause="the weights overflowed",
-            fix="lower the learning rate",
-        )
+    if path.nonfinite:
+        return _nonfinite_result("weight-norms", path, expected)
+    if not path.norms:
+        return CheckResult("weight-norms", SKIP, cause="no trainable weight matrices to watch")
+    growth = path.growth()
+    worst = max(growth, key=lambda n: growth[n])
+    value = growth[worst]
+    measured = f"{layer_name(worst)} x{fmt(value)} in {STEPS} steps{_scale_note(path, worst)}"
+    details: dict[str, Any] = {"growth": {layer_name(n): fmt(g) for n, g in growth.items()}}
+    if path.zero_init:
+        details["zero_initialised"] = {n: fmt(path.scale[n]) for n in path.zero_init}
     if value > 10:
         return CheckResult(
             "weight-norms",
@@ -208,34 +227,39 @@ def weight_norms(ctx: Context) -> CheckResult:
 
 
 def update_ratio(ctx: Context) -> CheckResult:
-    ratios = _trajectory(ctx)["ratios"]
+    path = trajectory(ctx)
+    expected = "about 1e-3 per step (1e-5 to 0.1)"
+    if path.nonfinite:
+        return _nonfinite_result("update-ratio", path, expected)
+    ratios = path.ratios
     if not ratios:
-        return CheckResult("update-ratio", SKIP, cause="no weight matrices to watch")
+        return CheckResult("update-ratio", SKIP, cause="no trainable weight matrices to watch")
     medians = {n: sorted(v)[len(v) // 2] for n, v in ratios.items()}
     peaks = {n: max(v) for n, v in ratios.items()}
-    high = max(medians, key=lambda n: medians[n] if math.isfinite(medians[n]) else math.inf)
+    high = max(medians, key=lambda n: medians[n])
     low = min(medians, key=lambda n: medians[n])
-    peak = max(peaks, key=lambda n: peaks[n] if math.isfinite(peaks[n]) else math.inf)
-    expected = "about 1e-3 per step (1e-5 to 0.1)"
-    details = {
+    peak = max(peaks, key=lambda n: peaks[n])
+    details: dict[str, Any] = {
         "median_ratio": {layer_name(n): fmt(r) for n, r in medians.items()},
         "largest_ratio": {layer_name(n): fmt(r) for n, r in peaks.items()},
     }
+    if path.zero_init:
+        details["zero_initialised"] = {n: fmt(path.scale[n]) for n in path.zero_init}
     top, bottom = medians[high], medians[low]
     # Adam's first steps move every weight by about lr: an update larger than the weight
     # itself is a learning rate orders of magnitude too high, even if later ratios shrink
-    if not math.isfinite(peaks[peak]) or peaks[peak] > 1.0 or top > 0.3:
+    if peaks[peak] > 1.0 or top > 0.3:
         name, value = (peak, peaks[peak]) if peaks[peak] > 1.0 else (high, top)
         return CheckResult(
             "update-ratio",
             FAIL,
-            f"{layer_name(name)}: {fmt(value)}",
+            f"{layer_name(name)}: {fmt(value)}{_scale_note(path, name)}",
             expected,
             details=details,
             cause="each step rewrites much of the weights: the learning rate is far too high",
             fix="lower the learning rate by 10-100x (an LR range test finds a good one)",
         )
-    if max(medians.values()) < 1e-7:
+    if top < 1e-7:
         return CheckResult(
             "update-ratio",
             FAIL,
@@ -250,7 +274,7 @@ def update_ratio(ctx: Context) -> CheckResult:
         return CheckResult(
             "update-ratio",
             WARN,
-            f"{layer_name(which)}: {fmt(value)}",
+            f"{layer_name(which)}: {fmt(value)}{_scale_note(path, which)}",
             expected,
             details=details,
             cause="updates are large" if top > 0.1 else "some layer barely moves",

@@ -29,7 +29,7 @@ def lr_range(ctx: Context) -> CheckResult:
         return CheckResult(
             "lr-range",
             FAIL,
-            f"the loss diverged by lr {lrs[-1]:.1e}",
+            f"the loss diverged by lr {lrs[-1] if lrs else START:.1e}",
             "a sweep of 1e-7..10",
             cause="training diverges at every rate tried",
             fix="check the loss and the data for inf/NaN; try a smaller model scale",
@@ -104,6 +104,14 @@ def _batches(ctx: Context) -> list[Any]:
     return ctx.loader_batches(ctx.target.train_loader, STEPS) or [ctx.batch]
 
 
+def _diverged(value: float, best: float, first: float) -> bool:
+    """Above DIVERGE times the best loss; a loss that reaches zero or goes negative (a
+    Gaussian NLL, a hinge) is measured by the same span above its best, on the scale of
+    the first loss."""
+    span = best if best > 0 else max(abs(best), abs(first))
+    return value > best + (DIVERGE - 1) * span
+
+
 def _sweep(
     ctx: Context, optimizer: Any, scales: list[float], batches: list[Any]
 ) -> tuple[list[float], list[float]]:
@@ -124,6 +132,6 @@ def _sweep(
         lrs.append(lr)
         smoothed.append(value)
         best = min(best, value)
-        if step >= SKIP_FIRST and value > DIVERGE * best:  # early points are mostly noise
+        if step >= SKIP_FIRST and _diverged(value, best, smoothed[0]):  # early: mostly noise
             break
     return lrs, smoothed

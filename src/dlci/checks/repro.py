@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 from dlci.checks.base import FAIL, PASS, WARN, CheckResult, Context
@@ -29,7 +30,7 @@ def reproducibility(ctx: Context) -> CheckResult:
             seed_everything(0)
             runs.append(_train(ctx, ctx.model, ctx.target.optimizer))
         how = "two runs from the same weights with seed 0"
-    worst = max(float((a - b).abs().max()) for a, b in zip(runs[0], runs[1], strict=True))
+    worst = max((_difference(a, b) for a, b in zip(runs[0], runs[1], strict=True)), default=0.0)
     measured = f"largest parameter difference {worst:.2g} after {STEPS} steps ({how})"
     expected = "identical within 1e-6"
     workers = _unseeded_workers(ctx.target.train_loader)
@@ -56,6 +57,19 @@ def reproducibility(ctx: Context) -> CheckResult:
             "seeds NumPy and random from torch.initial_seed()",
         )
     return CheckResult("reproducibility", PASS, measured, expected)
+
+
+def _difference(a: Any, b: Any) -> float:
+    """The largest difference: equal values (NaN on both sides too) count 0, a NaN on one side
+    counts as infinitely far (a NaN would otherwise compare as "within 1e-6")."""
+    import torch
+
+    if a.numel() == 0:
+        return 0.0
+    a, b = a.float(), b.float()
+    diff = (a - b).abs()
+    same = (a == b) | (torch.isnan(a) & torch.isnan(b))
+    return float(torch.where(same, 0.0, diff.nan_to_num(nan=math.inf, posinf=math.inf)).max())
 
 
 def _train(ctx: Context, model: Any, factory: Any) -> list[Any]:
