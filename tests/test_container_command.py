@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from dlci.action.cache import cache_mount, decide_trust
-from dlci.action.container import ENV_ALLOWLIST, inputs_to_argv, run_command
+from dlci.action.container import RunRequest, run, run_command
+from dlci.action.context import input_hash
 from dlci.action.gitview import git_view, sanitise, scan
-from dlci.action.image import input_hash
+from dlci.action.inputs import ENV_ALLOWLIST, inputs_to_argv
 from dlci.cli import main
 from dlci.errors import DlciError
 
@@ -50,6 +51,7 @@ def test_the_run_command_line(tmp_path: Path) -> None:
     assert "src=dlci-cache-untrusted,dst=/home/dlci/.cache" in text and "-trusted" not in text
     assert "--label dlci.job=1" in text
     assert "--gpus" not in cmd
+    assert "--network" not in cmd  # the network input's default: Docker's default network
     # only names from the allowlist, and values never on the command line
     passed = [cmd[i + 1] for i, a in enumerate(cmd) if a == "-e"]
     assert "CI" in passed and "GITHUB_SHA" in passed
@@ -71,6 +73,44 @@ def test_the_host_ipc_only_when_asked(tmp_path: Path) -> None:
     assert "--ipc=host" in cmd and "--shm-size" not in cmd and "--ipc=private" not in cmd
     with pytest.raises(DlciError, match="expected private or host"):
         command(tmp_path, ipc="container:other")
+
+
+def test_the_network_input_none_gives_the_container_no_network(tmp_path: Path) -> None:
+    cmd = command(tmp_path, network="none")
+    assert cmd[cmd.index("--network") + 1] == "none"
+    assert cmd.index("--network") < cmd.index("dl-ci:e2e")  # a docker flag, not the job's
+    for value in ("host", "bridge", "container:db", "None"):
+        with pytest.raises(
+            DlciError, match=r"input network \(--network\): expected default or none"
+        ) as caught:
+            command(tmp_path, network=value)
+        assert "network: none" in (caught.value.hint or "")
+
+
+def test_the_job_passes_the_network_to_every_container_and_checks_it_first(
+    tmp_path: Path, fake_docker, capsys
+) -> None:
+    ws, ran = tmp_path / "ws", tmp_path / "docker-ran"
+    ws.mkdir()
+    record = {"steps": [{"name": "install", "status": "passed"}]}  # so the gates start too
+    out = ws / "dlci-artifacts"
+    fake_docker(
+        "import json, os\n"
+        "args = sys.argv[1:]\n"
+        f"open({str(ran)!r}, 'a').write(' '.join(args) + chr(10))\n"
+        "if args[-2:] == ['--phase', 'tests']:\n"
+        f"    os.makedirs({str(out)!r}, exist_ok=True)\n"
+        f"    json.dump({record!r}, open({str(out / 'run.json')!r}, 'w'))\n"
+    )
+    with pytest.raises(DlciError, match="input network"):
+        run(RunRequest(image="img:1", workspace=str(ws), job="7", network="host"))
+    assert not ran.exists()  # refused on the host, before any container
+    run(RunRequest(image="img:1", workspace=str(ws), job="7", network="none"))
+    starts = [line for line in ran.read_text().splitlines() if line.startswith("run ")]
+    phases = [line.split("--phase ")[1].split()[0] for line in starts]
+    assert phases == ["tests", "memorize", "doctor", "profile"]
+    assert all(" --network none " in line for line in starts)
+    capsys.readouterr()
 
 
 @pytest.mark.parametrize(
@@ -152,6 +192,7 @@ def test_inputs_become_arguments_not_shell() -> None:
 
 
 def test_the_build_hash_follows_the_inputs(tmp_path: Path) -> None:
+    # the context's rules in detail: tests/test_dockerignore.py
     (tmp_path / "Dockerfile").write_text("FROM scratch\n")
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "a.py").write_text("x = 1\n")
@@ -540,3 +581,22 @@ def test_the_torch_record_is_read_only_when_it_is_sound(archive: bytes, expected
     assert (record is not None) is expected
     if expected:
         assert record == {"torch": "2.13.0+cpu", "cuda": None, "source": "base"}
+
+
+def test_the_network_option_and_its_variable_reach_the_job(
+    tmp_path: Path, fake_docker, capsys, monkeypatch
+) -> None:
+    ran = tmp_path / "docker-ran"
+    fake_docker(f"open({str(ran)!r}, 'a').write(' '.join(sys.argv[1:]) + chr(10))")
+    args = ["container", "run", "--image", "img:1", "--workspace", str(tmp_path), "--job", "7"]
+    assert main([*args, "--network", "none"]) == 0
+    assert " --network none " in ran.read_text()
+    ran.unlink()
+    monkeypatch.setenv("DLCI_NETWORK", "none")  # what action.yml sets from the input
+    assert main(args) == 0
+    assert " --network none " in ran.read_text()
+    ran.unlink()
+    monkeypatch.setenv("DLCI_NETWORK", "host")
+    assert main(args) == 1
+    assert "input network (--network): expected default or none" in capsys.readouterr().err
+    assert not ran.exists()

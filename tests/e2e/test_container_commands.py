@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -314,3 +315,93 @@ def test_the_hook_prunes_old_and_large_cache_volumes_untrusted_first(
         subprocess.run(
             ["docker", "volume", "rm", "-f", *names.values()], capture_output=True, timeout=60
         )
+
+
+# ------------------------------------------------------------------- the network input
+
+# What a container can reach: its interfaces, and a TCP connection to a port the host listens
+# on at the bridge's gateway (the host as a container on Docker's default network sees it).
+NET_PROBE = """
+import errno, json, socket, sys
+names = sorted(name for _, name in socket.if_nameindex())
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10).close()
+    reached = "connected"
+except OSError as exc:
+    reached = errno.errorcode.get(exc.errno, str(exc))
+print(json.dumps({"interfaces": names, "host_port": reached}))
+"""
+
+
+@pytest.fixture
+def host_port(docker_engine: str):
+    """(the default bridge's gateway, a port the host listens on there)."""
+    import socket
+
+    gateway = subprocess.run(
+        [docker_engine, "network", "inspect", "bridge"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    address = json.loads(gateway.stdout)[0]["IPAM"]["Config"][0]["Gateway"]
+    with socket.socket() as server:
+        server.bind((address, 0))  # the host's side of the bridge only
+        server.listen(8)
+        yield address, server.getsockname()[1]
+
+
+@pytest.mark.parametrize("network", ["none", "default"])
+def test_the_job_s_docker_run_gives_the_network_the_input_asks_for(
+    kit_image: str, tmp_path: Path, host_port: tuple[str, int], network: str
+) -> None:
+    from dlci.action.container import run_command
+
+    cmd = run_command(
+        image=kit_image,
+        name=f"dlci-e2e-net-{uuid.uuid4().hex[:8]}",
+        job="e2e-net",
+        workspace=tmp_path,
+        workdir=".",
+        gpus="none",
+        shm_size="",
+        env_names=[],
+        environ={},
+        inner=["python", "-c", NET_PROBE, host_port[0], str(host_port[1])],
+        uid=os.getuid(),
+        gid=os.getgid(),
+        network=network,
+    )
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True)
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    if network == "none":
+        assert seen == {"interfaces": ["lo"], "host_port": "ENETUNREACH"}
+    else:  # the control: Docker's default network reaches the host
+        assert "eth0" in seen["interfaces"] and seen["host_port"] == "connected"
+
+
+def test_a_whole_job_with_network_none_runs_its_tests_with_no_network(
+    kit_image: str, tmp_path: Path, host_port: tuple[str, int]
+) -> None:
+    from dlci.action.container import RunRequest, run
+
+    ws = tmp_path / "ws"
+    (ws / "tests").mkdir(parents=True)
+    address, port = host_port
+    (ws / "tests" / "test_net.py").write_text(
+        "import errno, socket\n\n\n"
+        "def test_the_job_has_no_network():\n"
+        "    assert [name for _, name in socket.if_nameindex()] == ['lo']\n"
+        "    try:\n"
+        f"        socket.create_connection(({address!r}, {port}), timeout=10).close()\n"
+        "    except OSError as exc:\n"
+        "        assert exc.errno == errno.ENETUNREACH\n"
+        "    else:\n"
+        "        raise AssertionError('reached the host')\n"
+    )
+    inner = ["--out", "/workspace/dlci-artifacts", "--budget", "pr", "--hardware", "cpu"]
+    inner += ["--install", "none", "--no-memorize", "--no-doctor", "--no-profile", "--no-doctest"]
+    request = RunRequest(image=kit_image, workspace=str(ws), job="e2e-net", inner=inner)
+    assert run(dataclasses.replace(request, network="none")) == 0
+    record = json.loads((ws / "dlci-artifacts" / "run.json").read_text())
+    assert record["verdict"] == "pass"

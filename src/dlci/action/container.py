@@ -1,10 +1,11 @@
 """The job's container: the ``docker run`` command line, the inputs it carries, and the run.
 
 Host-side (the runner), never imports torch. The container gets the GPU flags, its own IPC
-namespace with a ``/dev/shm`` of ``--shm-size`` (``--ipc=host`` only when asked), the workspace
-mounted with git's credentials hidden (dlci.action.gitview), the host user's uid:gid, no
-capabilities and no new privileges, only an allowlist of environment variables, a cache volume
-chosen by trust, a label for cleanup and a timeout; inside, it runs ``dlci run ...``.
+namespace with a ``/dev/shm`` of ``--shm-size`` (``--ipc=host`` only when asked), the network
+of the ``network`` input (dlci.action.network), the workspace mounted with git's credentials
+hidden (dlci.action.gitview), the host user's uid:gid, no capabilities and no new privileges,
+only an allowlist of environment variables (dlci.action.inputs), a cache volume chosen by
+trust, a label for cleanup and a timeout; inside, it runs ``dlci run ...``.
 """
 
 from __future__ import annotations
@@ -28,43 +29,14 @@ from dlci.action.cache import CACHE_PREFIX, UNTRUSTED, cache_mount, decide_trust
 from dlci.action.gates import RECORD_VARIABLE, Parts
 from dlci.action.gitview import hide_credentials, host_temp
 from dlci.action.image import say
+from dlci.action.inputs import ENV_ALLOWLIST, WORKSPACE, check_env_names, inputs_to_argv
+from dlci.action.network import network_flags
 from dlci.errors import DlciError
 
 JOB_LABEL = "dlci.job"
 SHM_SIZE = "2g"  # DataLoader workers pass tensors through /dev/shm; Docker gives 64 MB
 IPC_MODES = ("private", "host")
 PIDS_LIMIT = 32768  # a fork bomb stops here; DataLoader workers and threads stay far below
-WORKSPACE = "/workspace"
-# Variables that enter the container. Nothing else does: no secrets, no tokens.
-ENV_ALLOWLIST = (
-    "CI",
-    "GITHUB_ACTIONS",
-    "GITHUB_EVENT_NAME",
-    "GITHUB_REF",
-    "GITHUB_REF_NAME",
-    "GITHUB_SHA",
-    "GITHUB_REPOSITORY",
-    "GITHUB_RUN_ID",
-    "GITHUB_RUN_ATTEMPT",
-    "GITHUB_JOB",
-    "GITHUB_WORKFLOW",
-    "RUNNER_OS",
-    "RUNNER_ARCH",
-    "DLCI_BUDGET",
-    "DLCI_HARDWARE",
-    "DLCI_LADDER",
-    "DLCI_TARGET",
-    "DLCI_TRACKER",
-    "NVIDIA_VISIBLE_DEVICES",
-    "CUDA_VISIBLE_DEVICES",
-)
-SECRET_HINTS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL")
-
-# Action inputs that become `dlci run` options: DLCI_INPUT_<NAME> on the host -> argv in the
-# container (a list, never a shell string, so no input can inject a command).
-VALUE_INPUTS = ("target", "tests", "pytest-args", "install", "min-gpu-util")
-SWITCH_INPUTS = ("doctest", "coverage", "memorize", "doctor", "profile")
-TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
 def run_command(
@@ -83,6 +55,7 @@ def run_command(
     uid: int,
     gid: int,
     ipc: str = "private",
+    network: str = "default",
     trust: str = UNTRUSTED,
     cache_prefix: str = CACHE_PREFIX,
     created: int = 0,
@@ -105,7 +78,7 @@ def run_command(
     cmd = ["docker", "run", "--rm", "--init", "--name", name, "--label", f"{JOB_LABEL}={job}"]
     cmd += ["--user", f"{uid}:{gid}"]
     cmd += ["--security-opt", "no-new-privileges", "--cap-drop", "ALL"]
-    cmd += ["--pids-limit", str(PIDS_LIMIT)]
+    cmd += ["--pids-limit", str(PIDS_LIMIT), *network_flags(network)]
     cmd += (
         ["--ipc=host"] if ipc == "host" else ["--ipc=private", "--shm-size", shm_size or SHM_SIZE]
     )
@@ -128,49 +101,6 @@ def run_command(
     return cmd
 
 
-def inputs_to_argv(environ: dict[str, str]) -> list[str]:
-    """``dlci run`` arguments from the action's inputs, passed as DLCI_INPUT_* variables.
-
-    >>> inputs_to_argv({"DLCI_INPUT_TARGET": "pkg.m:f", "DLCI_INPUT_DOCTEST": "false"})
-    ['--target', 'pkg.m:f', '--no-doctest']
-    """
-    argv: list[str] = []
-    for name in VALUE_INPUTS:
-        value = environ.get("DLCI_INPUT_" + name.upper().replace("-", "_"), "")
-        if value.strip():
-            argv += [f"--{name}", value]
-    ladder = environ.get("DLCI_INPUT_LADDER", "").strip()
-    if ladder:
-        rel = os.path.normpath(ladder)
-        if rel.startswith("..") or os.path.isabs(rel):
-            raise DlciError(
-                f"input ladder {ladder!r} is outside the repository",
-                hint="give a path relative to the repository root",
-            )
-        argv += ["--ladder", f"{WORKSPACE}/{rel}"]
-    for name in SWITCH_INPUTS:
-        value = environ.get("DLCI_INPUT_" + name.upper(), "").strip().lower()
-        if value in FALSE:
-            argv.append(f"--no-{name}")
-        elif value and value not in TRUE:
-            raise DlciError(
-                f"input {name}: expected true or false, got {value!r}", hint=f"{name}: false"
-            )
-    return argv
-
-
-def check_env_names(names: Sequence[str]) -> None:
-    """Refuse an ``--env`` that is not a variable name, or that looks like a secret."""
-    for name in names:
-        if not name.replace("_", "").isalnum():
-            raise DlciError(f"--env {name!r}: not a variable name")
-        if any(word in name.upper() for word in SECRET_HINTS):
-            raise DlciError(
-                f"--env {name}: refusing to pass what looks like a secret into the container",
-                hint="the container runs the pull request's code; keep secrets on the host",
-            )
-
-
 # ---------------------------------------------------------------------------- the run
 
 
@@ -190,6 +120,7 @@ class RunRequest:
     gpu_found: str = ""
     inner: Sequence[str] = ()  # the arguments of dlci run
     ipc: str = "private"  # or host
+    network: str = "default"  # or none (dlci.action.network)
     trust: str = ""  # trusted, untrusted; empty: from GITHUB_EVENT_NAME
     cache_volume: str = CACHE_PREFIX  # the volumes' prefix: <prefix>-trusted, <prefix>-untrusted
 
@@ -198,6 +129,7 @@ def run(request: RunRequest) -> int:
     """Run the job's parts (dlci.action.gates), each ``dlci run --phase ...`` in its own
     container; the first bad exit code (125: docker could not start one)."""
     check_env_names(request.env)
+    network_flags(request.network)  # a bad input fails here, before any container starts
     gpus = request.gpus
     if gpus == "auto":
         gpus = "all" if request.gpu_found == "true" else "none"
@@ -229,6 +161,7 @@ def run(request: RunRequest) -> int:
                 uid=os.getuid(),
                 gid=os.getgid(),
                 ipc=request.ipc,
+                network=request.network,
                 trust=trust,
                 cache_prefix=request.cache_volume,
                 created=int(time.time()),

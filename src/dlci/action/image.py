@@ -1,35 +1,31 @@
-"""The job's image: docker helpers, the build context's files, the input hash, pull or build.
+"""The job's image: docker helpers, the build's inputs, pull or build.
 
 Host-side (the runner), never imports torch. A built image is tagged by a hash of its inputs
-(the Dockerfile, the build arguments and the files of the build context), so a rebuild is
-skipped when that tag already exists. dl-ci's Dockerfile records where the image's torch came
-from in /etc/dlci/torch.json; a build copies that file out (no code of the image runs) into
-the image's labels ``dlci.torch.version``, ``dlci.torch.cuda`` and ``dlci.torch.source``.
+(the Dockerfile, the build arguments and what the build context sends, by Docker's own
+.dockerignore rules: dlci.action.context), so a rebuild is skipped when that tag already
+exists. dl-ci's Dockerfile records where the image's torch came from in /etc/dlci/torch.json;
+a build copies that file out (no code of the image runs) into the image's labels
+``dlci.torch.version``, ``dlci.torch.cuda`` and ``dlci.torch.source``.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import hashlib
 import io
-import os
-import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dlci import jsonio
+from dlci.action.context import input_hash
 from dlci.errors import DlciError
 from dlci.report.text import clean
 
-_NON_ASCII = re.compile("[^\x00-\x7e]")  # what json.dumps escaped (ensure_ascii)
-ALWAYS_IGNORED = (".git", ".venv", "dlci-artifacts", "__pycache__", ".pytest_cache", ".mypy_cache")
 TORCH_RECORD = "/etc/dlci/torch.json"  # written by docker/Dockerfile
 TORCH_LABELS = {"version": "torch", "cuda": "cuda", "source": "source"}  # dlci.torch.<name>: key
 _RECORD_MAX_BYTES = 64 << 10
@@ -81,84 +77,6 @@ def image_exists(image: str) -> bool:
 
 
 # ---------------------------------------------------------------------------- the inputs
-
-
-def ignore_patterns(context: Path) -> list[str]:
-    """The build context's .dockerignore patterns (negations left out), plus ALWAYS_IGNORED."""
-    path = context / ".dockerignore"
-    patterns = list(ALWAYS_IGNORED)
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            line = line.strip()
-            if line and not line.startswith("#") and not line.startswith("!"):
-                patterns.append(line.lstrip("/").rstrip("/"))
-    return patterns
-
-
-def ignored(rel: str, patterns: list[str]) -> bool:
-    """Whether the context path ``rel`` (or a folder above it) matches a pattern.
-
-    >>> ignored("build/x.o", ["build"]), ignored("src/a.py", ["*.log"])
-    (True, False)
-    """
-    parts = rel.split("/")
-    for pattern in patterns:
-        for i in range(1, len(parts) + 1):
-            head = "/".join(parts[:i])
-            if fnmatch.fnmatch(head, pattern) or fnmatch.fnmatch(parts[i - 1], pattern):
-                return True
-    return False
-
-
-def context_files(context: Path) -> Iterator[Path]:
-    """The files of the build context that docker would send, in a stable order."""
-    patterns = ignore_patterns(context)
-    for root, dirs, files in os.walk(context):
-        rel_root = os.path.relpath(root, context)
-        rel_root = "" if rel_root == "." else rel_root + "/"
-        dirs[:] = sorted(d for d in dirs if not ignored(rel_root + d, patterns))
-        for name in sorted(files):
-            if not ignored(rel_root + name, patterns):
-                yield Path(root) / name
-
-
-def input_hash(dockerfile: Path, context: Path, build_args: dict[str, str]) -> str:
-    """A hash of what the image is built from: same inputs, same tag, no rebuild."""
-    digest = hashlib.sha256()
-    digest.update(dockerfile.read_bytes())
-    digest.update(_args_blob(build_args))
-    for path in context_files(context):
-        rel = path.relative_to(context).as_posix()
-        digest.update(rel.encode() + b"\0")
-        try:
-            with open(path, "rb") as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(block)
-        except OSError:
-            continue
-    return digest.hexdigest()[:16]
-
-
-def _args_blob(build_args: dict[str, str]) -> bytes:
-    """The build arguments as ``json.dumps(sort_keys=True)`` spelled them, so tags stay stable.
-
-    >>> _args_blob({"B": "2", "A": "é"})
-    b'{"A": "\\\\u00e9", "B": "2"}'
-    """
-
-    def text(value: str) -> str:
-        return _NON_ASCII.sub(_ascii_escape, jsonio.encode(value, indent=False).decode())
-
-    pairs = (f"{text(name)}: {text(value)}" for name, value in sorted(build_args.items()))
-    return ("{" + ", ".join(pairs) + "}").encode()
-
-
-def _ascii_escape(match: re.Match[str]) -> str:
-    code = ord(match.group(0))
-    if code < 0x10000:
-        return f"\\u{code:04x}"
-    code -= 0x10000  # a surrogate pair, as json.dumps writes one
-    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 def build_arguments(base_image: str, items: Sequence[str], **named: str) -> dict[str, str]:

@@ -68,6 +68,7 @@ def _build(argv: list[str]) -> int:
 
 
 IPC, TRUST = ("private", "host"), ("auto", "trusted", "untrusted")
+NET = "default (Docker's default network) or none (no network)"  # checked on the host
 
 
 def _run(argv: list[str]) -> int:
@@ -82,6 +83,7 @@ def _run(argv: list[str]) -> int:
     p.add_argument("--gpus", default="auto", help="auto (all if a GPU was found), all, none, N")
     p.add_argument("--shm-size", default="", help="shared memory size (default 2g)")
     p.add_argument("--ipc", choices=IPC, default=os.environ.get("DLCI_IPC") or "private")
+    p.add_argument("--network", default=os.environ.get("DLCI_NETWORK") or "default", help=NET)
     p.add_argument("--trust", choices=TRUST, default="auto", help="auto: GITHUB_EVENT_NAME's")
     p.add_argument("--cache-volume", default="dlci-cache", metavar="PREFIX", help="PREFIX-<trust>")
     p.add_argument("--env", action="append", default=[], metavar="NAME", help="one more variable")
@@ -91,7 +93,6 @@ def _run(argv: list[str]) -> int:
     p.add_argument("--gpu-found", default="", help="true/false from preflight (for --gpus auto)")
     p.add_argument("inner", nargs="*", metavar="-- ARGS", help="arguments of dlci run")
     args = p.parse_args(argv)
-
     from dlci.action.container import RunRequest, run
 
     return 0 if run(RunRequest(**vars(args))) == 0 else 1
@@ -104,7 +105,6 @@ def _cleanup(argv: list[str]) -> int:
     p.add_argument("--image", default="", help="unused (compatibility): no job image runs as root")
     p.add_argument("--out", default="dlci-artifacts", metavar="DIR")
     args = p.parse_args(argv)
-
     from dlci.action.cleanup import IMAGE_IGNORED, cleanup, describe
     from dlci.fsutil import refuse_link
     from dlci.report.console import print_warning
