@@ -50,7 +50,8 @@ def test_one_change_is_listed_without_a_warning(runs, capsys) -> None:
     result = json.loads(captured.out)
     assert result["changed"] == {"seed": {"a": 0, "b": 3}}
     assert result["warning"] == ""
-    assert result["metrics"]["verdict"] == {"a": "pass", "b": "pass"}
+    assert result["metrics"]["verdict"] == {"a": "pass", "b": "pass", "difference": "same"}
+    assert result["not_comparable"] == []
     assert "warning" not in captured.err
 
 
@@ -88,3 +89,34 @@ def test_help_says_it_compares_memorization_runs(capsys) -> None:
         assert out.startswith("usage: dlci compare-runs ")
         assert "Compare two MEMORIZATION runs" in out
         assert "alias: dlci compare" in out and "dlci compare-profiles" in out
+
+
+def _edited(source: Path, dest: Path, **versions) -> Path:
+    report = json.loads((source / "memorization.json").read_text())
+    report["config"]["versions"].update(versions)
+    dest.write_text(json.dumps(report))
+    return dest
+
+
+def test_runs_on_another_torch_are_flagged_not_comparable(runs, tmp_path, capsys) -> None:
+    same = _edited(runs / "a", tmp_path / "same.json")
+    assert main(["compare", str(runs / "a"), str(same), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["not_comparable"] == []  # control: the same torch
+    assert "not comparable" not in captured.err
+    other = _edited(runs / "a", tmp_path / "other.json", torch="1.13.1")
+    assert main(["compare", str(runs / "a"), str(other)]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("warning: not comparable: torch ")
+    assert "(RUN_A) and 1.13.1 (RUN_B)" in err
+
+
+def test_the_results_table_says_how_run_b_differs(runs, capsys) -> None:
+    assert main(["compare", str(runs / "a"), str(runs / "seed"), "--json"]) == 0
+    metrics = json.loads(capsys.readouterr().out)["metrics"]
+    steps = metrics["steps"]
+    if steps["a"] == steps["b"]:
+        assert steps["difference"] == "same"
+    else:
+        assert steps["difference"].startswith(f"{steps['b'] - steps['a']:+d} (x")
+    assert metrics["wall_time_s"]["difference"] == "one timing per run: not judged"

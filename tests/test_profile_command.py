@@ -55,6 +55,8 @@ def test_profile_writes_a_real_trace_and_its_report(example_profile: Path) -> No
     assert (report["schema_version"], report["kind"]) == (1, "utilization")
     assert report["steps"]["count"] == 3  # the PR tier's profile_steps on cpu
     assert report["trace"]["cpu_only"] is True
+    # the trace's header carries torch's version (dlci diff flags traces of other versions)
+    assert trace["dlci_torch_version"] == report["trace"]["torch_version"] == torch.__version__
     assert report["gpu_utilization_pct"] is None
     phases = report["phases"]["pct"]
     assert phases["forward"] > 0 and phases["backward"] > 0 and phases["optimizer"] > 0
@@ -327,17 +329,17 @@ def _report(tmp_path: Path, name: str, **kwargs) -> Path:
 
 
 def test_diff_passes_on_equal_reports_and_fails_on_a_regression(tmp_path: Path, capsys) -> None:
-    base = _report(tmp_path, "base", steps=3, kernels=8)
-    same = _report(tmp_path, "same", steps=3, kernels=8)
+    base = _report(tmp_path, "base", steps=8, kernels=8)
+    same = _report(tmp_path, "same", steps=8, kernels=8)
     # the regression: a .item() sync per step and a 5x slower data loader
-    worse = _report(tmp_path, "worse", steps=3, kernels=8, item_sync=True, data_us=500.0)
+    worse = _report(tmp_path, "worse", steps=8, kernels=8, item_sync=True, data_us=500.0)
     assert main(["diff", str(base), str(same)]) == 0
     capsys.readouterr()
     result_path = tmp_path / "diff.json"
     assert main(["diff", str(base), str(worse), "--json", str(result_path)]) == 1
     result = json.loads(result_path.read_text())
     assert result["passed"] is False
-    assert {r["metric"] for r in result["regressions"]} == {"gpu_utilization_pct", "mean_step_us"}
+    assert {r["metric"] for r in result["regressions"]} == {"gpu_utilization_pct", "step_time_us"}
     # a loose enough bound lets the same pair pass
     assert main(["diff", str(base), str(worse), "--max-regression", "1000"]) == 0
 

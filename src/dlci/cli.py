@@ -33,6 +33,8 @@ VERBS: dict[str, str] = {
     "compare-runs": "compare two memorization runs: what changed and what it did (alias: compare)",
     "run": "run the whole job: tests, memorization, doctor, profile, analyze",
     "summary": "write the GitHub job summary, step outputs and annotations",
+    "baseline": "compare this run with its baseline run (fetched from GitHub), with statistics",
+    "history": "append a run to the history, plot the trends, flag drift",
 }
 
 # old name -> verb: each runs the verb's module, with the same output

@@ -27,6 +27,8 @@ from test_action import (  # noqa: F401 (no_job_containers: a fixture)
     stand_in_actions,
 )
 
+from github_standin import StandIn, zipped
+
 # every test: no job container may be left behind (the fixture is test_action's)
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("no_job_containers")]
 
@@ -149,55 +151,69 @@ def test_the_pr_example_refuses_a_fork(tmp_path: Path, kit_image: str, act_bin: 
     assert "### Steps" not in "".join(run.summaries())  # nothing ran in a container
 
 
-GH_STAND_IN = """#!/usr/bin/env bash
-# a stand-in for the GitHub CLI in the e2e tests: "last night" is a copy of tonight's report
-echo "$*" >> "$DLCI_E2E_GH_LOG"
-case "$1 $2" in
-"run list") echo 4242 ;;
-"run download")
-  dir=""
-  while [ "$#" -gt 0 ]; do
-    [ "$1" = --dir ] && dir=$2
-    shift
-  done
-  mkdir -p "$dir/nightly-cpu-previous"
-  cp "$GITHUB_WORKSPACE/dlci-artifacts/utilization.json" "$dir/nightly-cpu-previous/"
-  ;;
-*) echo "gh stand-in: unexpected $*" >&2; exit 1 ;;
-esac
-"""
+NIGHTLY_TOKEN = "ghs_e2eNightlyToken0123456789"  # pragma: allowlist secret (a test value)
 
 
-def test_the_nightly_example_runs_a_leg_and_diffs_against_last_night(
-    tmp_path: Path,
-    kit_image: str,
-    act_bin: Path,
-    monkeypatch: pytest.MonkeyPatch,
+def test_the_nightly_example_compares_with_last_night_and_keeps_a_history(
+    tmp_path: Path, kit_image: str, act_bin: Path
 ) -> None:
+    """GitHub's API is a stand-in (tests/github_standin.py): last night's run holds a copy of
+    tonight's reports (made when the job downloads it) and a one-entry history."""
     repo, kit = user_repo(tmp_path, "nightly.yml")
-    bin_ = tmp_path / "bin"
-    bin_.mkdir()
-    (bin_ / "gh").write_text(GH_STAND_IN)
-    (bin_ / "gh").chmod(0o755)
-    gh_log = tmp_path / "gh.log"
-    monkeypatch.setenv("PATH", f"{bin_}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("DLCI_E2E_GH_LOG", str(gh_log))
-    run = act(
-        act_bin, tmp_path, repo, kit, "--var", f"DLCI_IMAGE={kit_image}", *OFFLINE_PIP,
-        "--matrix", "hardware:a100", event="workflow_dispatch",
+    subprocess.run(
+        ["git", "remote", "add", "origin", "https://github.com/org/project.git"],
+        cwd=repo, check=True,
     )  # fmt: skip
+    standin = StandIn(token=NIGHTLY_TOKEN).start()
+
+    def tonight() -> bytes:  # "last night" is a copy of tonight's report
+        (found,) = (tmp_path / "cache").glob("act/*/hostexecutor/dlci-artifacts/utilization.json")
+        return zipped({"utilization.json": found.read_bytes()})
+
+    entry = {"date": "2026-11-30T03:17Z", "run_id": "4242", "hardware_class": "cpu"}
+    history = {"schema_version": 1, "kind": "history", "entries": [entry]}
+    last = standin.add_run("nightly.yml", event="schedule")
+    standin.add_artifact(last, "nightly-cpu-4242-1-abcd", tonight)
+    standin.add_artifact(
+        last, "nightly-history-cpu", zipped({"history.json": json.dumps(history).encode()})
+    )
+    ref = "org/project/.github/workflows/nightly.yml@refs/heads/main"
+    api = [
+        "--env", f"GITHUB_API_URL={standin.api}", "--env", f"GITHUB_WORKFLOW_REF={ref}",
+        "--env", "NO_PROXY=127.0.0.1", "--env", "no_proxy=127.0.0.1",
+        "--secret", f"GITHUB_TOKEN={NIGHTLY_TOKEN}",
+    ]  # fmt: skip
+    try:
+        run = act(
+            act_bin, tmp_path, repo, kit, "--var", f"DLCI_IMAGE={kit_image}", *OFFLINE_PIP, *api,
+            "--matrix", "hardware:a100", event="workflow_dispatch",
+        )  # fmt: skip
+    finally:
+        standin.stop()
     assert run.returncode == 0, run.explain()
     assert run.job_result() == "success", run.explain()
     out = run.outputs("dlci")
     assert json.loads(out["tier"])["budget"] == "nightly"
     assert out["verdict"] == "pass"
-    calls = gh_log.read_text()
-    assert "run list" in calls and "--status success" in calls
-    assert "run download 4242" in calls and "--pattern nightly-cpu-*" in calls
+    assert out["comparison"] == "not comparable", out  # tonight against itself, on a CPU
+    assert out["baseline-run"] == str(last["id"])
     summary = "".join(run.summaries())
-    assert "## GPU utilization against the previous night (run 4242)" in summary
-    assert "### Utilization diff passed" in summary
-    assert uploaded(run).startswith("nightly-cpu-")  # prefix-class-jobid: legs never collide
+    assert f"base: run {last['id']} on `main`" in summary
+    assert "| step time (median) |" in summary
+    assert "## dl-ci history: 2 entries" in summary
+    names = {
+        e["arg"]
+        for e in run.events
+        if e.get("command") == "set-output" and e.get("name") == "uploaded"
+    }
+    history_upload = {n for n in names if n.startswith("nightly-history-cpu ")}
+    assert len(history_upload) == 1, names
+    assert set(history_upload.pop().split()[1:]) == {"history.json", "history.md", "trend.svg"}
+    assert any(n.startswith("nightly-cpu-") for n in names)  # the reports: prefix-class-jobid
+    status = [
+        s.query.get("status") for s in standin.requests(pattern="/workflows/nightly.yml/runs$")
+    ]
+    assert status == [["success"], ["completed"]]  # the baseline, then the history
     print(f"examples/workflows/nightly.yml (one leg) under act: {run.seconds:.1f} s")
 
 

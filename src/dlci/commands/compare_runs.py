@@ -16,8 +16,10 @@ def main(argv: Sequence[str]) -> int:
         VERB,
         f"Compare two MEMORIZATION runs written by dlci memorize (alias: dlci {ALIAS}; to "
         "compare two utilization reports, use dlci compare-profiles): list the configuration "
-        "values that differ and the metrics side by side. Warns when more than one "
-        "configuration value changed: such a comparison cannot tell which change mattered.",
+        "values that differ and the metrics side by side, with how RUN_B differs. Warns when "
+        "more than one configuration value changed (such a comparison cannot tell which change "
+        "mattered), and when the runs are not comparable: another hardware class, GPU, device "
+        "or torch version.",
     )
     p.add_argument("run_a", metavar="RUN_A", help="a memorization.json, or a directory holding one")
     p.add_argument("run_b", metavar="RUN_B", help="the run to compare against RUN_A")
@@ -32,10 +34,10 @@ def main(argv: Sequence[str]) -> int:
     else:
         with _common.stdout_guard():
             runs.print_table(result, args.run_a, args.run_b)
-    if result["warning"]:
-        from dlci.report.console import print_warning
+    from dlci.report.console import print_warning
 
-        print_warning(result["warning"])
+    for warning in result["warnings"]:
+        print_warning(warning)
     return 0
 
 

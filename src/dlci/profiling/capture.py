@@ -163,6 +163,7 @@ class Profiler:
     def step(self) -> bool:
         """Mark the end of a training step. False once every active step is recorded."""
         with self._stderr.held():
+            _stamp(self._prof, self.steps_taken + 1, self.schedule)
             self._prof.step()
         self.steps_taken += 1
         return self.steps_taken < self.schedule.total
@@ -325,6 +326,7 @@ def profile_target(
                 for step in range(1, schedule.total + 1):
                     trainer.step(batches, step)
                     with native.held():
+                        _stamp(prof, step, schedule)
                         prof.step()
                     if on_step is not None:
                         on_step(step, schedule.total)
@@ -348,3 +350,12 @@ def profile_target(
         wall_time_s=time.perf_counter() - start,
         log=log,
     )
+
+
+def _stamp(prof: Any, step: int, schedule: Any) -> None:
+    """Write torch's version into the trace's header during the first recorded step (only
+    then does torch.profiler keep metadata): ``dlci diff`` flags traces of other versions."""
+    if step == schedule.wait + schedule.warmup + 1:
+        import torch
+
+        prof.add_metadata("dlci_torch_version", torch.__version__)

@@ -87,6 +87,9 @@ def _trace_section(
             "categories": dict(cols.categories.most_common()),
             "cpu_only": not devices,
             "device_names": device_names(cols.header),
+            # written into the trace by dlci profile (torch.profiler's add_metadata); a
+            # diff of runs on two torch versions is flagged as not comparable
+            "torch_version": _text(cols.header.get("dlci_torch_version")),
             "window_us": us(window[1] - window[0]),
         },
         "steps": {
@@ -95,6 +98,11 @@ def _trace_section(
             "mean_step_us": us(np.mean([w[2] - w[1] for w in windows])) if windows else 0.0,
         },
     }
+
+
+def _text(value: object) -> str | None:
+    """A short string from the trace's header, or None."""
+    return value[:64] if isinstance(value, str) else None
 
 
 def _trace_warnings(cols: Columns, devices: list[int]) -> list[str]:

@@ -1,7 +1,13 @@
-"""Two utilization reports compared: the result's JSON, its Markdown and its console table.
+"""Two utilization reports compared with statistics: the result's JSON (schema_version 2).
 
-Every change carries its unit: utilization shares change in percentage points (``pt``),
-the mean step time in percent of BASE's (``%``).
+GPU utilization and step time are judged on every profiled step of both runs (the profiler's
+warm-up steps are never recorded): the change is the Hodges-Lehmann shift with its 95%
+interval (:mod:`dlci.report.stats`), in percentage points for utilization and in percent of
+BASE's for step time. A figure regresses only when its whole interval is beyond the bound;
+too few steps, too much spread or unequally scattered runs say ``inconclusive``. Runs on
+different GPUs, hardware classes or torch versions are ``not comparable``, and so is the
+GPU utilization of a CPU-only trace. Data loading share and syncs per step are shown, not
+gated. The console and Markdown renderings are in :mod:`dlci.report.diff_render`.
 """
 
 from __future__ import annotations
@@ -10,22 +16,28 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dlci.report.text import clean, md, md_code, table
+from dlci.report import stats
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 KIND = "utilization-diff"
-HEADERS = ["metric", "base", "head", "change", "status"]
+DEFAULT_BOUND = 5.0  # points of utilization, percent of step time
+MAX_STEPS = 100_000  # per_step entries a report may hold
+GPU = "gpu_utilization_pct"
+# Why a CPU-only trace's step time is shown, not gated: the steps time the host's CPU, which
+# other jobs share, and their load moves a whole run at once, which no run's own steps show
+# (docs/comparison.md: two 5-step runs of unchanged code here differed by +12% to +54%).
+CPU_STEPS = "its steps time the shared host CPU, whose load moves a whole run; shown, not gated"
 
 
 @dataclass(frozen=True)
 class Metric:
-    """One compared figure: where it is in a report, how it is shown, how it changes."""
+    """One compared figure: where it is in a report, and how it is judged and shown."""
 
     key: str
     title: str
-    unit: str  # the JSON's word for the change: "percentage points", "percent", "informational"
-    change_suffix: str  # what the console and Markdown write after the change
-    value: Callable[[dict[str, Any]], float | None]
+    unit: str  # the JSON's word for the change: "percentage points", "percent"
+    value: Callable[[dict[str, Any]], float | None]  # the figure shown for one report
+    per_step: str | None  # the per_step key of its samples; None: not gated, shown only
     show: Callable[[float], str]
 
 
@@ -36,12 +48,21 @@ def _get(report: dict[str, Any], *path: str) -> float | None:
     return None if node is None else float(node)
 
 
-def _ms(us: float) -> str:
-    return f"{us / 1e3:.2f} ms"
+def step_values(report: dict[str, Any], key: str) -> list[float]:
+    """One per-step figure of every profiled step (nulls left out)."""
+    steps = report.get("per_step")
+    if not isinstance(steps, list):
+        return []
+    return [float(s[key]) for s in steps if isinstance(s, dict) and s.get(key) is not None]
 
 
-def _pct(value: float) -> str:
-    return f"{value:.1f} %"
+def median_step_us(report: dict[str, Any]) -> float | None:
+    """The median step time, else the mean of a report without per-step times (0: none)."""
+    values = sorted(step_values(report, "duration_us"))
+    if values:
+        mid = len(values) // 2
+        return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+    return _get(report, "steps", "mean_step_us") or None
 
 
 METRICS = (
@@ -49,32 +70,32 @@ METRICS = (
         "gpu_utilization_pct",
         "GPU utilization",
         "percentage points",
-        "pt",
         lambda r: _get(r, "gpu_utilization_pct"),
-        _pct,
+        "gpu_utilization_pct",
+        lambda v: f"{v:.1f} %",
     ),
     Metric(
-        "mean_step_us",
-        "mean step time",
+        "step_time_us",
+        "step time (median)",
         "percent",
-        "%",
-        lambda r: _get(r, "steps", "mean_step_us") or None,  # 0 means no steps
-        _ms,
+        median_step_us,
+        "duration_us",
+        lambda v: f"{v / 1e3:.2f} ms",
     ),
     Metric(
         "data_loading_pct",
         "data loading share",
-        "informational",
-        "pt",
+        "percentage points",
         lambda r: _get(r, "phases", "pct", "data_loading"),
-        _pct,
+        None,
+        lambda v: f"{v:.1f} %",
     ),
     Metric(
         "syncs_per_step",
         "blocking syncs per step",
-        "informational",
         "per step",
         lambda r: _get(r, "syncs", "per_step"),
+        None,
         lambda v: f"{v:g}",
     ),
 )
@@ -86,6 +107,7 @@ FIELDS = (
     (("phases", "pct", "data_loading"), 0.0, 100.0),
     (("syncs", "per_step"), 0.0, 1e18),
 )
+STEP_FIELDS = (("duration_us", 0.0, 1e18), ("gpu_utilization_pct", 0.0, 100.0))
 
 
 def describe(value: Any) -> str:
@@ -105,6 +127,14 @@ def describe(value: Any) -> str:
     return "an object" if isinstance(value, dict) else f"a {type(value).__name__}"
 
 
+def _check_number(value: Any, where: str, low: float, high: float) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"{where}: expected a number, got {describe(value)}"
+    if not low <= value <= high:  # NaN too
+        return f"{where}: expected a number from {low:g} to {high:g}, got {describe(value)}"
+    return None
+
+
 def check_report(report: dict[str, Any]) -> str | None:
     """What is wrong with a field :func:`compare` reads, or None; a missing field or null
     is fine (the figure is left out).
@@ -115,6 +145,8 @@ def check_report(report: dict[str, Any]) -> str | None:
     'phases: expected an object, got a list'
     >>> check_report({"gpu_utilization_pct": 250})
     'gpu_utilization_pct: expected a number from 0 to 100, got 250'
+    >>> check_report({"per_step": [{"duration_us": -1}]})
+    'per_step[0].duration_us: expected a number from 0 to 1e+18, got -1'
     """
     for path, low, high in FIELDS:
         node: Any = report
@@ -125,117 +157,196 @@ def check_report(report: dict[str, Any]) -> str | None:
             if node is None:
                 break
         else:
-            where = ".".join(path)
-            if isinstance(node, bool) or not isinstance(node, int | float):
-                return f"{where}: expected a number, got {describe(node)}"
-            if not low <= node <= high:  # NaN too
-                return f"{where}: expected a number from {low:g} to {high:g}, got {describe(node)}"
+            problem = _check_number(node, ".".join(path), low, high)
+            if problem:
+                return problem
+    return _check_steps(report.get("per_step"))
+
+
+def _check_steps(steps: Any) -> str | None:
+    if steps is None:
+        return None
+    if not isinstance(steps, list):
+        return f"per_step: expected a list, got {describe(steps)}"
+    if len(steps) > MAX_STEPS:
+        return f"per_step: more than {MAX_STEPS} steps ({len(steps)})"
+    for i, step in enumerate(steps):
+        if not isinstance(step, dict):
+            return f"per_step[{i}]: expected an object, got {describe(step)}"
+        for key, low, high in STEP_FIELDS:
+            if step.get(key) is not None:
+                problem = _check_number(step[key], f"per_step[{i}].{key}", low, high)
+                if problem:
+                    return problem
     return None
 
 
-def _row(metric: Metric, base: float, head: float, max_regression: float) -> dict[str, Any]:
-    if metric.unit == "percent":
-        change = 100.0 * (head - base) / base
-        regressed = change > max_regression
-    else:
-        change = head - base
-        regressed = metric.unit == "percentage points" and -change > max_regression
-    return {
-        "metric": metric.key,
-        "base": base,
-        "head": head,
-        "change": round(change, 4),
-        "unit": metric.unit,
-        "regressed": regressed,
+def environment(report: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a run ran on, as far as its report (and ``extra``: the job's hardware class and
+    torch version, when known) says: GPU name, CPU-only, torch, hardware class."""
+    trace = report.get("trace") if isinstance(report.get("trace"), dict) else {}
+    gpu = None
+    for device in report.get("devices") or []:
+        if isinstance(device, dict) and device.get("device") == report.get("primary_device"):
+            gpu = device.get("name")
+    names = trace.get("device_names") if isinstance(trace, dict) else None
+    if gpu is None and isinstance(names, dict) and names:
+        gpu = next(iter(names.values()))
+    env = {
+        "gpu": gpu if isinstance(gpu, str) else None,
+        "cpu_only": report.get("gpu_utilization_pct") is None,
+        "torch": trace.get("torch_version") if isinstance(trace, dict) else None,
+        "hardware_class": None,
     }
+    for key, value in (extra or {}).items():
+        if value is not None:
+            env[key] = value
+    return env
 
 
-def compare(base: dict[str, Any], head: dict[str, Any], max_regression: float) -> dict[str, Any]:
-    """What got worse from BASE to HEAD, and whether it is beyond the bound.
+def not_comparable(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
+    """Why two runs' timings cannot be compared: other hardware, another torch.
 
-    Utilization is compared in percentage points, step time in percent of BASE's.
-
-    >>> base = {"gpu_utilization_pct": 80.0, "steps": {"mean_step_us": 1000.0}}
-    >>> head = {"gpu_utilization_pct": 70.0, "steps": {"mean_step_us": 1020.0}}
-    >>> result = compare(base, head, 5.0)
-    >>> result["passed"], [r["metric"] for r in result["regressions"]]
-    (False, ['gpu_utilization_pct'])
+    >>> not_comparable({"torch": "2.4.0", "gpu": "A100"}, {"torch": "2.5.1", "gpu": "A100"})
+    ['torch 2.4.0 (base) and 2.5.1 (head)']
     """
+    found = []
+    for key, what in (("hardware_class", "hardware class"), ("gpu", "GPU"), ("torch", "torch")):
+        b, h = base.get(key), head.get(key)
+        if b is not None and h is not None and str(b) != str(h):
+            found.append(f"{what} {str(b)[:80]} (base) and {str(h)[:80]} (head)")
+    return found
+
+
+def _plain_row(metric: Metric, b: float, h: float) -> dict[str, Any]:
+    """A figure shown side by side, not gated: its plain difference."""
+    change = h - b if metric.unit != "percent" else 100.0 * (h - b) / b
+    return {"change": round(change, 4), "verdict": "not gated", "reason": ""}
+
+
+def _judged_row(
+    metric: Metric,
+    base: dict[str, Any],
+    head: dict[str, Any],
+    bound: float | None,
+    blocked: list[str],
+) -> dict[str, Any]:
+    """A gated figure: its verdict from the per-step samples of both runs."""
+    cpu = [n for n, r in (("base", base), ("head", head)) if r.get(GPU) is None]
+    which = "both" if len(cpu) == 2 else cpu[0] if cpu else ""
+    if metric.key == GPU and cpu:
+        return {
+            "verdict": "not comparable",
+            "reason": f"CPU-only trace ({which}): no GPU utilization to compare",
+        }
+    if blocked:
+        return {"verdict": "not comparable", "reason": "; ".join(blocked)}
+    assert metric.per_step is not None
+    log = metric.unit == "percent"
+    judged = stats.judge(
+        step_values(base, metric.per_step),
+        step_values(head, metric.per_step),
+        bound=None if cpu else bound,
+        log=log,
+        worse=1 if log else -1,
+        floor=2.0,
+    )
+    row = judged.to_dict()
+    row["change"] = None if judged.estimate is None else round(judged.estimate, 4)
+    if cpu:  # measured, never gated: see CPU_STEPS
+        row["verdict"], row["reason"] = "not comparable", f"CPU-only trace ({which}): {CPU_STEPS}"
+    return row
+
+
+def compare(
+    base: dict[str, Any],
+    head: dict[str, Any],
+    bound: float | None = DEFAULT_BOUND,
+    *,
+    max_utilization_drop: float | None = None,
+    max_step_time_regression: float | None = None,
+    base_env: dict[str, Any] | None = None,
+    head_env: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What got worse from BASE to HEAD, judged on every profiled step of both.
+
+    ``bound`` is both bounds (points of utilization, percent of step time) unless one is
+    given alone; a bound of None shows the figure with its interval, without a verdict.
+
+    >>> steps = lambda u, ms: [
+    ...     {"duration_us": ms * (1000 + i), "gpu_utilization_pct": u + i / 10} for i in range(10)
+    ... ]
+    >>> base = {"gpu_utilization_pct": 80.0, "per_step": steps(80.0, 1.0)}
+    >>> head = {"gpu_utilization_pct": 60.0, "per_step": steps(60.0, 1.02)}
+    >>> result = compare(base, head)
+    >>> result["verdict"], [r["metric"] for r in result["regressions"]]
+    ('failed', ['gpu_utilization_pct'])
+    """
+    bounds = {
+        "gpu_utilization_pct": bound if max_utilization_drop is None else max_utilization_drop,
+        "step_time_us": bound if max_step_time_regression is None else max_step_time_regression,
+    }
+    benv, henv = environment(base, base_env), environment(head, head_env)
+    blocked = not_comparable(benv, henv)
     rows = []
     for metric in METRICS:
         b, h = metric.value(base), metric.value(head)
-        if b is not None and h is not None and (metric.unit != "percent" or b > 0 < h):
-            rows.append(_row(metric, b, h, max_regression))
+        row: dict[str, Any] = {"metric": metric.key, "base": b, "head": h, "unit": metric.unit}
+        if (metric.per_step is not None and (b, h) != (None, None)) or metric.key == GPU:
+            row |= _judged_row(metric, base, head, bounds[metric.key], blocked)
+        elif b is not None and h is not None and (metric.unit != "percent" or b > 0):
+            row |= _plain_row(metric, b, h)
+        else:
+            continue
+        row["regressed"] = row["verdict"] == "regressed"
+        rows.append(row)
+    return _result(rows, bounds, blocked, benv, henv)
+
+
+def _result(
+    rows: list[dict[str, Any]],
+    bounds: dict[str, float | None],
+    blocked: list[str],
+    base_env: dict[str, Any],
+    head_env: dict[str, Any],
+) -> dict[str, Any]:
     regressions = [row for row in rows if row["regressed"]]
+    inconclusive = [row["metric"] for row in rows if row["verdict"] == "inconclusive"]
+    judged = [row for row in rows if row["verdict"] in ("ok", "regressed", "inconclusive")]
+    verdict = "failed" if regressions else "inconclusive" if inconclusive else "passed"
+    if not judged and any(row["verdict"] == "not comparable" for row in rows):
+        verdict = "not comparable"
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": KIND,
-        "max_regression": max_regression,
-        "compared": sum(row["unit"] != "informational" for row in rows),
+        "method": "Hodges-Lehmann shift, 95% Mann-Whitney (Moses) interval, per profiled step",
+        "bounds": {
+            "utilization_drop_pt": bounds["gpu_utilization_pct"],
+            "step_time_regression_pct": bounds["step_time_us"],
+        },
+        "environment": {"base": base_env, "head": head_env},
+        "not_comparable": blocked,
+        "compared": sum(
+            BY_KEY[row["metric"]].per_step is not None and None not in (row["base"], row["head"])
+            for row in rows
+        ),
+        "verdict": verdict,
         "passed": not regressions,
         "rows": rows,
         "regressions": regressions,
+        "inconclusive": inconclusive,
     }
 
 
-def cells(row: dict[str, Any]) -> list[str]:
-    """One result row as plain strings: title, base, head, change with its unit, status.
-
-    >>> cells({"metric": "mean_step_us", "base": 53580.0, "head": 55240.0, "change": 3.098,
-    ...        "unit": "percent", "regressed": False})
-    ['mean step time', '53.58 ms', '55.24 ms', '+3.1 %', 'ok']
-    """
-    metric = BY_KEY.get(row["metric"])
-    if metric is None:  # a metric this dl-ci does not know: show it as it is
-        return [row["metric"], f"{row['base']:g}", f"{row['head']:g}", f"{row['change']:+g}", ""]
-    status = "regressed" if row["regressed"] else "ok"
-    if metric.unit == "informational":
-        status = "not gated"
-    change = f"{row['change']:+.1f} {metric.change_suffix}"
-    if metric.key == "syncs_per_step":
-        change = f"{row['change']:+g} {metric.change_suffix}"
-    return [metric.title, metric.show(row["base"]), metric.show(row["head"]), change, status]
-
-
-def _title(result: dict[str, Any]) -> str:
-    verdict = "passed" if result["passed"] else "FAILED"
-    bound = result["max_regression"]
-    return (
-        f"Utilization diff {verdict} (bound: {bound:g} pt of GPU utilization, "
-        f"{bound:g} % of step time)"
-    )
-
-
 def render_markdown(result: dict[str, Any], *, base: str = "", head: str = "") -> str:
-    """The comparison as a Markdown section; ``base`` and ``head`` name the two reports."""
-    rows = []
-    for row in result["rows"]:
-        title, b, h, change, status = cells(row)
-        status = "**regressed**" if status == "regressed" else status
-        rows.append([md(title), b, h, change, status])
-    lines = [f"### {_title(result)}", ""]
-    if base or head:
-        lines += [f"base: {md_code(base)}, head: {md_code(head)}", ""]
-    return "\n".join([*lines, *table(HEADERS, rows, align="lrrrl"), ""])
+    """The comparison as Markdown (:func:`dlci.report.diff_render.render_markdown`)."""
+    from dlci.report import diff_render
+
+    return diff_render.render_markdown(result, base=base, head=head)
 
 
 def print_table(result: dict[str, Any], *, base: str = "", head: str = "") -> None:
-    """The comparison as a table on the terminal (standard output)."""
-    from rich.table import Table
-    from rich.text import Text
+    """The comparison on the terminal (:func:`dlci.report.diff_render.print_table`)."""
+    from dlci.report import diff_render
 
-    from dlci.report.console import table_console
-
-    grid = Table(title=_title(result), title_justify="left")
-    for header in HEADERS:
-        grid.add_column(header, justify="left" if header in ("metric", "status") else "right")
-    styles = {"regressed": "bold red", "ok": "green", "not gated": "dim"}
-    for row in result["rows"]:
-        values = cells(row)
-        grid.add_row(
-            *(Text(clean(v)) for v in values[:4]), Text(values[4], style=styles.get(values[4], ""))
-        )
-    console = table_console()
-    if base or head:
-        console.print(Text(f"base: {clean(base)}\nhead: {clean(head)}"))
-    console.print(grid)
+    diff_render.print_table(result, base=base, head=head)

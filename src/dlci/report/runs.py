@@ -73,27 +73,89 @@ def _check_value(value: Any, where: str, depth: int) -> str | None:
     return None
 
 
+# what a run ran on: runs that differ in one of these are not comparable
+ENVIRONMENT = (
+    ("tier.hardware_class", "hardware class"),
+    ("hardware.gpu_name", "GPU"),
+    ("hardware.device", "device"),
+    ("versions.torch", "torch"),
+)
+
+
+def not_comparable(config_a: dict[str, Any], config_b: dict[str, Any]) -> list[str]:
+    """Why two runs' results cannot be set against each other: other hardware, another torch.
+
+    >>> not_comparable({"versions.torch": "2.4.0"}, {"versions.torch": "2.5.1"})
+    ['torch 2.4.0 (RUN_A) and 2.5.1 (RUN_B)']
+    """
+    found = []
+    for key, what in ENVIRONMENT:
+        a, b = config_a.get(key), config_b.get(key)
+        if a is not None and b is not None and a != b:
+            found.append(f"{what} {str(a)[:80]} (RUN_A) and {str(b)[:80]} (RUN_B)")
+    return found
+
+
+def difference(key: str, a: Any, b: Any) -> str:
+    """How RUN_B's metric differs from RUN_A's, in words a table cell can hold.
+
+    >>> difference("steps", 17, 34), difference("best_loss", 0.9, 0.45), difference("steps", 3, 3)
+    ('+17 (x2.00)', '-0.45 (x0.50)', 'same')
+    >>> difference("wall_time_s", 1.0, 1.2)
+    'one timing per run: not judged'
+    """
+    if a == b:
+        return "same"
+    if key == "wall_time_s":
+        return "one timing per run: not judged"
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (a, b))
+    if not numbers:
+        return "changed"
+    delta = f"{b - a:+d}" if isinstance(a, int) and isinstance(b, int) else f"{b - a:+.4g}"
+    return f"{delta} (x{b / a:.2f})" if a else delta
+
+
 def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """The differing configuration values, the metrics side by side, and a warning if due."""
+    """The differing configuration values, the metrics side by side, and a warning if due.
+
+    A run is seeded and deterministic on one machine, so with one configuration and one
+    environment a difference in results is the code's (or the GPU kernels' nondeterminism);
+    runs on other hardware or another torch are flagged as not comparable.
+    """
     config_a, config_b = flatten(a["config"]), flatten(b["config"])
     changed = {
         key: {"a": config_a.get(key), "b": config_b.get(key)}
         for key in sorted(set(config_a) | set(config_b))
         if config_a.get(key) != config_b.get(key)
     }
-    metrics = {key: {"a": a.get(key), "b": b.get(key)} for key in METRICS}
-    warning = ""
+    metrics = {
+        key: {
+            "a": a.get(key),
+            "b": b.get(key),
+            "difference": difference(key, a.get(key), b.get(key)),
+        }
+        for key in METRICS
+    }
+    blocked = not_comparable(config_a, config_b)
+    warnings = []
     if len(changed) > 1:
-        warning = (
+        warnings.append(
             f"{len(changed)} configuration values differ ({', '.join(changed)}): this comparison "
             "cannot tell which change mattered; change one thing at a time"
         )
+    if blocked:
+        warnings.append(
+            "not comparable: " + "; ".join(blocked) + ": results differ across hardware and "
+            "torch versions by themselves"
+        )
     return {
-        "schema_version": 1,
+        "schema_version": 2,
         "kind": "comparison",
         "changed": changed,
         "metrics": metrics,
-        "warning": warning,
+        "not_comparable": blocked,
+        "warnings": warnings,
+        "warning": "; ".join(warnings),
     }
 
 
@@ -119,8 +181,14 @@ def print_table(result: dict[str, Any], name_a: str, name_b: str) -> None:
     else:
         console.print("configurations are identical: metric differences come from nondeterminism")
     table = grid("metric", "results")
+    differences = any("difference" in pair for pair in result["metrics"].values())
+    if differences:
+        table.add_column("difference")
     for key, pair in result["metrics"].items():
-        table.add_row(key, Text(show(pair["a"])), Text(show(pair["b"])))
+        cells = [key, Text(show(pair["a"])), Text(show(pair["b"]))]
+        if differences:
+            cells.append(Text(clean(pair.get("difference", ""))))
+        table.add_row(*cells)
     console.print(table)
 
 

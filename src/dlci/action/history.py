@@ -1,0 +1,131 @@
+"""The nightly history carried forward as an artifact: last night's, plus tonight's entry.
+
+Host-side (no torch). The previous history is ``history.json`` from the newest finished run
+of this workflow on this branch (its history artifact, fetched as a baseline is:
+:mod:`dlci.action.baseline`), a file, or none. Tonight's entry comes from the reports in the
+artifacts folder, read and checked as a baseline's are. A history that cannot be fetched or
+read starts afresh, with a warning: a history never fails a night.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dlci import jsonio
+from dlci.errors import DlciError
+from dlci.fsutil import atomic_write_text, read_input
+
+HISTORY_NAME = "history.json"
+PLOT_NAME = "trend.svg"
+MARKDOWN_NAME = "history.md"
+
+
+@dataclass
+class Updated:
+    """The history after tonight, its Markdown, drift found, warnings, the files written."""
+
+    history: dict[str, Any]
+    markdown: str
+    drift: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    written: list[Path] = field(default_factory=list)
+
+
+def entry(folder: Path, environ: dict[str, str] | os._Environ[str]) -> dict[str, Any] | None:
+    """Tonight's figures from the reports in ``folder``; None when it holds none."""
+    from dlci.action.comparison import base_side
+    from dlci.report.diff import median_step_us
+
+    side = base_side(folder)
+    if side.utilization is None and side.memorization is None:
+        return None
+    util, mem = side.utilization or {}, side.memorization or {}
+    steps = mem.get("steps") if mem.get("verdict") == "pass" else None
+    loss = mem.get("final_loss")
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+    return {
+        "date": environ.get("DLCI_HISTORY_DATE") or stamp,
+        "run_id": environ.get("GITHUB_RUN_ID") or None,
+        "sha": environ.get("GITHUB_SHA") or None,
+        "hardware_class": side.hardware_class or "unknown",
+        "torch": side.environment()["torch"],
+        "gpu_utilization_pct": util.get("gpu_utilization_pct"),
+        "step_time_us": median_step_us(util) if util else None,
+        "epochs_to_threshold": steps if isinstance(steps, int) else None,
+        "final_loss": loss if isinstance(loss, int | float) else None,
+        "coverage_pct": side.coverage,
+    }
+
+
+def previous(
+    spec: str, *, token: str, artifact: str, environ: dict[str, str] | os._Environ[str]
+) -> tuple[dict[str, Any], list[str]]:
+    """The history so far: ``none``, ``auto`` (the last finished run's artifact) or a file."""
+    from dlci.action.baseline import fetch
+    from dlci.action.github_api import ApiError, GitHub
+    from dlci.report.history import checked, empty
+
+    if spec == "none":
+        return empty(), []
+    with tempfile.TemporaryDirectory(prefix="dlci-history-") as tmp:
+        path = Path(spec)
+        if spec == "auto":
+            try:
+                api = GitHub.from_environment(token)
+            except ApiError as exc:
+                return empty(), [f"no previous history, starting a new one: {exc}"]
+            got = fetch(
+                api, "auto", prefix=artifact, into=Path(tmp), names=(HISTORY_NAME,),
+                status="completed", environ=environ,
+            )  # fmt: skip
+            if got.problem or got.skipped:
+                why = got.problem or "; ".join(got.skipped)
+                return empty(), [f"no previous history, starting a new one: {why}"]
+            path = Path(tmp) / HISTORY_NAME
+        try:
+            data = jsonio.decode(read_input(path, what="history"))
+        except (DlciError, jsonio.DecodeError, RecursionError) as exc:
+            return empty(), [f"the previous history is unreadable, starting a new one: {exc}"]
+    history, dropped = checked(data)
+    warnings = [f"{dropped} malformed history entries were left out"] if dropped else []
+    return history, warnings
+
+
+def update(
+    *,
+    previous_spec: str,
+    artifacts: Path | None,
+    out: Path,
+    token: str,
+    artifact: str,
+    bounds: dict[str, float | None],
+    environ: dict[str, str] | os._Environ[str] = os.environ,
+) -> Updated:
+    """The previous history, tonight's entry appended, drift judged; the files written."""
+    from dlci.report import history as render
+
+    history, warnings = previous(previous_spec, token=token, artifact=artifact, environ=environ)
+    if artifacts is not None:
+        tonight = entry(artifacts, environ)
+        if tonight is None:
+            warnings.append(f"{artifacts} holds no report: no entry tonight")
+        else:
+            history = render.append(history, tonight)
+    found = render.drift(history, bounds)
+    markdown = render.render_markdown(history, found)
+    done = Updated(history, markdown, warnings=warnings)
+    done.drift = [
+        f"{f['hardware_class']}: {f['title']} drifted: {f['reason']}"
+        for f in found
+        if f["verdict"] == "regressed"
+    ]
+    out.mkdir(parents=True, exist_ok=True)
+    done.written.append(jsonio.write(out / HISTORY_NAME, history))
+    done.written.append(atomic_write_text(out / PLOT_NAME, render.svg(history)))
+    done.written.append(atomic_write_text(out / MARKDOWN_NAME, markdown))
+    return done

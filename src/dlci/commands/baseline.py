@@ -1,0 +1,102 @@
+"""``dlci baseline``: this run's reports against a baseline run's, in the job summary.
+
+Host-side (no torch). The baseline is fetched through GitHub's REST API with the job's token
+(``actions: read``), or read from a folder (``--base-dir``). A missing or unreadable baseline
+is a warning; exit 1 only when a bound is exceeded with 95% confidence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from dlci.commands import _common
+from dlci.errors import DlciError
+
+
+def _bound(value: str) -> float | None:
+    """An empty bound is no gate; anything else a number of 0 or more."""
+    if not value.strip():
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        number = float("nan")
+    if not number >= 0:
+        raise DlciError(f"a bound must be a number of 0 or more, got {value[:40]!r}")
+    return number
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _common.parser(
+        "baseline",
+        "Compare this run's reports (the summary step's verified copy) with a baseline run's: "
+        "memorization, GPU utilization and step time (with their 95% intervals), data loading, "
+        "syncs and coverage side by side, in the job summary. Exit 1 only when a bound is "
+        "exceeded with confidence; no baseline is a warning.",
+    )
+    p.add_argument("--baseline", default="auto", help="auto, none, or a workflow run id")
+    p.add_argument("--artifacts", default="dlci-artifacts", metavar="DIR", help="this run's")
+    p.add_argument("--host-record", metavar="FILE", default=os.environ.get("DLCI_HOST_RECORD"))
+    p.add_argument("--base-dir", metavar="DIR", help="the baseline's reports: no download")
+    p.add_argument("--artifact-prefix", default="dlci-artifacts", metavar="NAME")
+    p.add_argument("--max-utilization-drop", default="", metavar="PT", help="empty: not gated")
+    p.add_argument("--max-step-time-regression", default="", metavar="PCT", help="empty: no gate")
+    p.add_argument("--comment", type=str.lower, choices=("true", "false"), default="false")
+    p.add_argument(
+        "--markdown",
+        metavar="FILE",
+        default=os.environ.get("GITHUB_STEP_SUMMARY") or None,
+        help="append the comparison to FILE (default: $GITHUB_STEP_SUMMARY, else print it)",
+    )
+    _common.add_json(p, "the comparison")
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    args = _parser().parse_args(list(argv))
+    if args.baseline == "none" and not args.base_dir:
+        return 0
+    if not (args.baseline == "auto" or args.baseline.isdigit() or args.base_dir):
+        raise DlciError(f"--baseline: auto, none or a run id, got {args.baseline[:40]!r}")
+
+    from dlci.action.comparison import against_baseline
+    from dlci.report.console import print_warning
+    from dlci.report.github import annotation, in_github_actions, write_outputs
+    from dlci.report.text import clean
+
+    outcome = against_baseline(
+        artifacts=Path(args.artifacts),
+        host_record=Path(args.host_record) if args.host_record else None,
+        spec=args.baseline,
+        base_dir=Path(args.base_dir) if args.base_dir else None,
+        prefix=args.artifact_prefix,
+        token=os.environ.get("DLCI_GITHUB_TOKEN") or os.environ.get("GITHUB_TOKEN") or "",
+        max_utilization_drop=_bound(args.max_utilization_drop),
+        max_step_time=_bound(args.max_step_time_regression),
+        comment=args.comment == "true",
+    )
+    if args.markdown:
+        try:
+            with open(args.markdown, "a", encoding="utf-8") as handle:
+                handle.write(outcome.markdown + "\n")
+        except OSError as exc:
+            raise DlciError(f"{args.markdown}: cannot append ({exc.strerror})") from None
+    elif args.json != "-":
+        print(outcome.markdown)
+    if args.json and outcome.result is not None:
+        _common.emit_json(outcome.result, args.json)
+    write_outputs(outcome.outputs)
+    for note in outcome.notes:
+        print(f"baseline: {clean(note)}", file=sys.stderr)
+    for warning in outcome.warnings:
+        print_warning(warning)
+    for failure in outcome.failures:
+        if in_github_actions():
+            print(annotation("error", failure, title="dl-ci baseline"), flush=True)
+        else:
+            print(f"error: {clean(failure)}", file=sys.stderr)
+    return 1 if outcome.failures else 0

@@ -1,0 +1,147 @@
+"""This run against its baseline, in Markdown: the job summary's section and the PR comment.
+
+One table, base beside head, with an arrow and a verdict per figure; the notes say why a
+figure is not ok; a Mermaid chart draws both memorization curves (GitHub renders Mermaid in
+comments and summaries). Every name from a report goes through ``md``/``md_code``; the
+chart holds numbers only.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from dlci.report.text import bullets, md, md_code, table
+
+MARKER = "<!-- dl-ci baseline comparison -->"  # finds the sticky comment again
+HEADERS = ["", "base", "head", "change", "verdict"]
+CHART_POINTS = 60
+ZERO = re.compile(r"[+-]?0(\.0+)?( |$)")  # a change shown as zero: "+0.0 pt", "+0", "-0 per step"
+ICON = {"passed": "✅", "failed": "❌", "inconclusive": "⚠️", "not comparable": "➖", "none": "➖"}
+TITLES = {
+    "epochs_to_threshold": "memorization: epochs to threshold",
+    "final_loss": "memorization: final loss",
+    "coverage": "coverage",
+}
+
+
+def arrow(change: float | None) -> str:
+    """Up, down or level, for a change.
+
+    >>> arrow(2.0), arrow(-0.3), arrow(0.0), arrow(None)
+    ('↑', '↓', '→', '')
+    """
+    if change is None:
+        return ""
+    return "↑" if change > 0 else "↓" if change < 0 else "→"
+
+
+def _plain_cells(row: dict[str, Any]) -> list[str]:
+    def show(value: float | None) -> str:
+        if value is None:
+            return "-"
+        if row["unit"] == "count":
+            return f"{value:.0f}"
+        return f"{value:.1f} %" if row["unit"] == "percentage points" else f"{value:.4g}"
+
+    change = row["change"]
+    text = "-"
+    if change is not None:
+        text = {"count": f"{change:+.0f}", "loss": f"{change:+.3g}"}.get(
+            row["unit"], f"{change:+.1f} pt"
+        )
+    if row["metric"] == "epochs_to_threshold" and row["base"] is not None and row["head"] is None:
+        text = "not reached"
+    return [TITLES[row["metric"]], show(row["base"]), show(row["head"]), text, row["verdict"]]
+
+
+def rows(result: dict[str, Any]) -> list[list[str]]:
+    """The table's rows as Markdown cells."""
+    from dlci.report.diff_render import cells
+
+    out = []
+    for row in result["memorization"]:
+        out.append(_with_arrow(_plain_cells(row), row["change"]))
+    utilization = result.get("utilization") or {}
+    for row in utilization.get("rows", []):
+        values = cells(row)
+        out.append(_with_arrow(values, row.get("change")))
+    for row in result["coverage"]:
+        out.append(_with_arrow(_plain_cells(row), row["change"]))
+    return out
+
+
+def _with_arrow(values: list[str], change: float | None) -> list[str]:
+    name, base, head, delta, verdict = values
+    if ZERO.match(delta):  # what rounds to zero is level, whatever its sign
+        change = 0.0
+    shown = f"{arrow(change)} {delta}".strip() if delta != "-" else delta
+    marked = f"**{md(verdict)}**" if verdict == "regressed" else md(verdict)
+    return [md(name), md(base), md(head), md(shown), marked]
+
+
+def source_line(source: dict[str, Any]) -> str:
+    """Where the baseline came from, in one Markdown line."""
+    if source.get("folder"):
+        return f"base: the reports in {md_code(source['folder'], limit=200)}"
+    parts = [f"run {md(source.get('id'))}"]
+    if source.get("head_branch"):
+        parts.append(f"on {md_code(source['head_branch'], limit=100)}")
+    if source.get("head_sha"):
+        parts.append(f"at {md_code(str(source['head_sha'])[:12])}")
+    if source.get("created_at"):
+        parts.append(f"({md(source['created_at'], limit=40)})")
+    return "base: " + " ".join(parts) + f", artifact {md_code(source.get('artifact', ''))}"
+
+
+def chart(base: list[float], head: list[float]) -> list[str]:
+    """A Mermaid line chart of both memorization curves, thinned to CHART_POINTS each."""
+    if not base or not head:
+        return []
+    length = max(len(base), len(head))
+    step = max(1, -(-length // CHART_POINTS))
+    xs = list(range(0, length, step))
+
+    def line(values: list[float]) -> str:
+        # a run that stopped early stays at its last loss
+        picked = [values[min(x, len(values) - 1)] for x in xs]
+        return "[" + ", ".join(f"{v:.4g}" for v in picked) + "]"
+
+    return [
+        "```mermaid",
+        "xychart-beta",
+        '  title "Memorization loss per step: base (first line), head (second)"',
+        f'  x-axis "step" [{", ".join(str(x + 1) for x in xs)}]',
+        '  y-axis "loss"',
+        f"  line {line(base)}",
+        f"  line {line(head)}",
+        "```",
+    ]
+
+
+def render(result: dict[str, Any], *, title: str = "dl-ci against the baseline") -> str:
+    """The comparison's Markdown section (also the PR comment's body, after MARKER)."""
+    from dlci.report.diff_render import notes
+
+    verdict = result["verdict"]
+    lines = [MARKER, f"## {ICON.get(verdict, '')} {md(title)}: {verdict}", ""]
+    lines += [source_line(result.get("source") or {}), ""]
+    lines += [*table(HEADERS, rows(result), align="lrrrl"), ""]
+    found = [
+        f"{TITLES[row['metric']]}: {row['verdict']}: {row['reason']}"
+        for row in result["memorization"]
+        if row.get("reason")
+    ][:1]  # the rows share their reason
+    found += notes(result["utilization"]) if result.get("utilization") else []
+    for side, left in (result.get("left_out") or {}).items():
+        found += [f"{side}: left out {item}" for item in left]
+    if found:
+        lines += [*bullets(md(note) for note in found), ""]
+    curves = result.get("curves") or {}
+    lines += chart(curves.get("base") or [], curves.get("head") or [])
+    return "\n".join(lines) + "\n"
+
+
+def render_none(reason: str, *, title: str = "dl-ci against the baseline") -> str:
+    """The section when there is no baseline: why, and no table."""
+    return f"{MARKER}\n## {ICON['none']} {md(title)}: no baseline\n\n{md(reason)}\n"

@@ -1,0 +1,130 @@
+"""Two utilization reports compared (:mod:`dlci.report.diff`): the console table and Markdown.
+
+Every change carries its unit (``pt``: percentage points, ``%``: percent of BASE's) and, for
+the gated figures, its 95% interval in brackets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dlci.report.text import bullets, clean, md, md_code, table
+
+HEADERS = ["metric", "base", "head", "change [95% interval]", "verdict"]
+SUFFIX = {"percentage points": "pt", "percent": "%", "per step": "per step"}
+
+
+def change_text(row: dict[str, Any]) -> str:
+    """The change with its unit, and its interval when there is one.
+
+    >>> change_text({"unit": "percent", "change": 3.098, "low": 1.2, "high": 4.91})
+    '+3.1 % [+1.2, +4.9]'
+    >>> change_text({"unit": "per step", "change": 1.0})
+    '+1 per step'
+    >>> change_text({"unit": "percentage points", "change": None})
+    '-'
+    """
+    change = row.get("change")
+    if change is None:
+        return "-"
+    suffix = SUFFIX.get(row["unit"], "")
+    text = f"{change:+g} {suffix}" if row["unit"] == "per step" else f"{signed(change)} {suffix}"
+    if row.get("low") is not None and row.get("high") is not None:
+        text += f" [{signed(row['low'])}, {signed(row['high'])}]"
+    return text
+
+
+def signed(value: float) -> str:
+    """A change to one decimal with its sign; a change that rounds to zero is +0.0.
+
+    >>> signed(-0.04), signed(2.25)
+    ('+0.0', '+2.2')
+    """
+    return f"{round(value, 1) or 0.0:+.1f}"
+
+
+def cells(row: dict[str, Any]) -> list[str]:
+    """One result row as plain strings: title, base, head, change, verdict.
+
+    >>> cells({"metric": "step_time_us", "base": 53580.0, "head": 55240.0, "change": 3.098,
+    ...        "low": 1.2, "high": 4.9, "unit": "percent", "verdict": "ok"})
+    ['step time (median)', '53.58 ms', '55.24 ms', '+3.1 % [+1.2, +4.9]', 'ok']
+    """
+    from dlci.report.diff import BY_KEY
+
+    metric = BY_KEY.get(row["metric"])
+    if metric is None:  # a metric this dl-ci does not know: show it as it is
+        return [str(row["metric"]), f"{row['base']}", f"{row['head']}", change_text(row), ""]
+
+    def show(value: float | None) -> str:
+        return "-" if value is None else metric.show(value)
+
+    return [metric.title, show(row["base"]), show(row["head"]), change_text(row), row["verdict"]]
+
+
+def title(result: dict[str, Any]) -> str:
+    """The heading: the verdict and the bounds it was judged against."""
+    verdict = {"failed": "FAILED"}
+    bounds = result["bounds"]
+    util, step = bounds["utilization_drop_pt"], bounds["step_time_regression_pct"]
+    util_text = "GPU utilization not gated" if util is None else f"{util:g} pt of GPU utilization"
+    step_text = "step time not gated" if step is None else f"{step:g} % of step time"
+    word = verdict.get(result["verdict"], result["verdict"])
+    return f"Utilization diff {word} (bounds: {util_text}, {step_text})"
+
+
+def notes(result: dict[str, Any]) -> list[str]:
+    """Why a figure is not ok, one line each (outside text: the caller escapes it)."""
+    found = [
+        f"{cells(row)[0]}: {row['verdict']}: {row['reason']}"
+        for row in result["rows"]
+        if row["verdict"] in ("regressed", "inconclusive", "not comparable") and row.get("reason")
+    ]
+    return found
+
+
+def render_markdown(result: dict[str, Any], *, base: str = "", head: str = "") -> str:
+    """The comparison as a Markdown section; ``base`` and ``head`` name the two reports."""
+    rows = []
+    for row in result["rows"]:
+        name, b, h, change, verdict = cells(row)
+        verdict = "**regressed**" if verdict == "regressed" else verdict
+        rows.append([md(name), b, h, change, verdict])
+    lines = [f"### {title(result)}", ""]
+    if base or head:
+        lines += [f"base: {md_code(base)}, head: {md_code(head)}", ""]
+    lines += [*table(HEADERS, rows, align="lrrrl"), ""]
+    found = notes(result)
+    if found:
+        lines += [*bullets(md(note) for note in found), ""]
+    return "\n".join(lines)
+
+
+def print_table(result: dict[str, Any], *, base: str = "", head: str = "") -> None:
+    """The comparison as a table on the terminal (standard output)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from dlci.report.console import table_console
+
+    grid = Table(title=title(result), title_justify="left")
+    for header in HEADERS:
+        grid.add_column(header, justify="left" if header in ("metric", "verdict") else "right")
+    styles = {
+        "regressed": "bold red",
+        "ok": "green",
+        "inconclusive": "yellow",
+        "not comparable": "yellow",
+        "not gated": "dim",
+    }
+    for row in result["rows"]:
+        values = cells(row)
+        grid.add_row(
+            *(Text(clean(v)) for v in values[:4]), Text(values[4], style=styles.get(values[4], ""))
+        )
+    console = table_console()
+    if base or head:
+        console.print(Text(f"base: {clean(base)}\nhead: {clean(head)}"))
+    console.print(grid)
+    for note in notes(result):
+        console.print(Text(clean(note)))

@@ -1,0 +1,210 @@
+"""The nightly history: one entry per night and hardware class, trends, and drift.
+
+``history.json`` (schema_version 1, kind ``history``) holds at most MAX_ENTRIES entries,
+oldest first. Drift is judged per hardware class with the same statistics as a diff
+(:mod:`dlci.report.stats`): the last RECENT nights against the REFERENCE nights before them,
+each night one sample; a figure drifts when the whole 95% interval of the change is beyond
+its bound. The trend plot is an SVG drawn here (no matplotlib on the runner host).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dlci.report import stats
+from dlci.report.text import bullets, md, table
+
+SCHEMA_VERSION = 1
+KIND = "history"
+MAX_ENTRIES = 2000
+RECENT, REFERENCE = 3, 14  # nights
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A figure the history follows: judged on a log scale (a ratio) or in points."""
+
+    key: str
+    title: str
+    log: bool
+    worse: int  # +1 when a rise is worse, -1 when a fall is
+    show: Callable[[float], str]
+
+
+FIGURES = (
+    Figure("gpu_utilization_pct", "GPU utilization", False, -1, lambda v: f"{v:.1f} %"),
+    Figure("step_time_us", "step time (median)", True, 1, lambda v: f"{v / 1e3:.2f} ms"),
+    Figure("epochs_to_threshold", "epochs to threshold", True, 1, lambda v: f"{v:.0f}"),
+)
+ENTRY_FIELDS: dict[str, tuple[type, ...]] = {
+    "date": (str,),
+    "run_id": (str,),
+    "sha": (str,),
+    "hardware_class": (str,),
+    "torch": (str,),
+    "gpu_utilization_pct": (int, float),
+    "step_time_us": (int, float),
+    "epochs_to_threshold": (int,),
+    "final_loss": (int, float),
+    "coverage_pct": (int, float),
+}
+
+
+def empty() -> dict[str, Any]:
+    return {"schema_version": SCHEMA_VERSION, "kind": KIND, "entries": []}
+
+
+def checked(data: Any) -> tuple[dict[str, Any], int]:
+    """A history from a file: well-formed entries kept (text cut to 200 characters), the
+    number dropped; anything that is not a history is an empty one with every entry dropped."""
+    if not isinstance(data, dict) or data.get("kind") != KIND:
+        return empty(), 1
+    entries = data.get("entries")
+    if not isinstance(entries, list):
+        return empty(), 1
+    kept, dropped = [], 0
+    for entry in entries[-MAX_ENTRIES:]:
+        clean = _entry(entry)
+        if clean is None:
+            dropped += 1
+        else:
+            kept.append(clean)
+    return {**empty(), "entries": kept}, dropped + max(0, len(entries) - MAX_ENTRIES)
+
+
+def _entry(entry: Any) -> dict[str, Any] | None:
+    if not isinstance(entry, dict) or not isinstance(entry.get("hardware_class"), str):
+        return None
+    out: dict[str, Any] = {}
+    for key, types in ENTRY_FIELDS.items():
+        value: Any = entry.get(key)
+        if value is None:
+            out[key] = None
+        elif isinstance(value, bool) or not isinstance(value, types):
+            return None
+        elif isinstance(value, str):
+            out[key] = value[:200]
+        elif not _sane(value):
+            return None
+        else:
+            out[key] = value
+    return out
+
+
+def _sane(value: Any) -> bool:
+    """A number a history can plot: finite, and under 1e18 (no integer beyond 64 bits)."""
+    if isinstance(value, int):
+        return abs(value) <= 10**18
+    return math.isfinite(value) and abs(value) <= 1e18
+
+
+def append(history: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    """The history with ``entry`` last (a re-run of the same run replaces its entry)."""
+    same = (entry.get("run_id"), entry.get("hardware_class"))
+    kept = [
+        e
+        for e in history["entries"]
+        if entry.get("run_id") is None or (e.get("run_id"), e.get("hardware_class")) != same
+    ]
+    return {**history, "entries": [*kept, entry][-MAX_ENTRIES:]}
+
+
+def by_class(history: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for entry in history["entries"]:
+        out.setdefault(entry["hardware_class"], []).append(entry)
+    return out
+
+
+def drift(history: dict[str, Any], bounds: dict[str, float | None]) -> list[dict[str, Any]]:
+    """Per class and figure: the recent nights against the reference nights before them."""
+    found = []
+    for klass, entries in by_class(history).items():
+        for fig in FIGURES:
+            values = [e[fig.key] for e in entries if e.get(fig.key) is not None]
+            recent, reference = values[-RECENT:], values[-RECENT - REFERENCE : -RECENT]
+            if len(recent) < RECENT or len(reference) < RECENT:
+                continue
+            judged = stats.judge(
+                reference, recent, bound=bounds.get(fig.key), log=fig.log, worse=fig.worse,
+                floor=2.0,
+            )  # fmt: skip
+            found.append(
+                {"hardware_class": klass, "figure": fig.key, "title": fig.title} | judged.to_dict()
+            )
+    return found
+
+
+def render_markdown(history: dict[str, Any], found: list[dict[str, Any]]) -> str:
+    """The history's section for the job summary: the last night per class, and drift."""
+    lines = [f"## dl-ci history: {len(history['entries'])} entries", ""]
+    rows = []
+    for klass, entries in by_class(history).items():
+        last = entries[-1]
+        for fig in FIGURES:
+            value = last.get(fig.key)
+            verdict = next(
+                (f for f in found if f["hardware_class"] == klass and f["figure"] == fig.key), None
+            )
+            shown = "-" if value is None else fig.show(value)
+            rows.append(
+                [md(klass), fig.title, md(last.get("date") or "?"), shown, md(_trend(verdict))]
+            )
+    lines += [*table(["class", "figure", "last night", "value", "trend"], rows), ""]
+    notes = [
+        f"{f['hardware_class']}: {f['title']}: {f['reason']}"
+        for f in found
+        if f["verdict"] in ("regressed", "inconclusive")
+    ]
+    if notes:
+        lines += [*bullets(md(n) for n in notes), ""]
+    lines.append("The trend plot (trend.svg) and history.json are in the history artifact.")
+    return "\n".join(lines) + "\n"
+
+
+def _trend(verdict: dict[str, Any] | None) -> str:
+    if verdict is None:
+        return f"fewer than {2 * RECENT} nights"
+    return "drift" if verdict["verdict"] == "regressed" else str(verdict["verdict"])
+
+
+def svg(history: dict[str, Any]) -> str:
+    """The trend plot: one panel per figure, one line per hardware class, oldest left."""
+    width, panel, left = 900, 200, 70
+    groups = by_class(history)
+    palette = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" '
+        f'height="{panel * len(FIGURES) + 40}" font-family="sans-serif" font-size="12">',
+        '<rect width="100%" height="100%" fill="white"/>',
+    ]
+    for row, fig in enumerate(FIGURES):
+        key, show = fig.key, fig.show
+        top = 20 + row * panel
+        parts.append(f'<text x="{left}" y="{top}" font-weight="bold">{fig.title}</text>')
+        values = [e[key] for es in groups.values() for e in es if e.get(key) is not None]
+        if not values:
+            continue
+        low, high = min(values), max(values)
+        span = (high - low) or 1.0
+        parts.append(f'<text x="4" y="{top + 20}">{html.escape(show(high))}</text>')
+        parts.append(f'<text x="4" y="{top + panel - 30}">{html.escape(show(low))}</text>')
+        for color, (klass, entries) in zip(palette * 10, groups.items(), strict=False):
+            count = max(len(entries) - 1, 1)
+            points = " ".join(
+                f"{left + (width - left - 20) * i / count:.1f},"
+                f"{top + 15 + (panel - 50) * (1 - (e[key] - low) / span):.1f}"
+                for i, e in enumerate(entries)
+                if e.get(key) is not None
+            )
+            parts.append(f'<polyline fill="none" stroke="{color}" points="{points}"/>')
+            parts.append(
+                f'<text x="{width - 150}" y="{top + 15 + 14 * list(groups).index(klass)}" '
+                f'fill="{color}">{html.escape(klass[:20])}</text>'
+            )
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"

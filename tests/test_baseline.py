@@ -1,0 +1,530 @@
+"""``dlci baseline``: this run against its baseline, fetched through a stand-in GitHub API.
+
+GitHub's servers cannot be reached here; tests/github_standin.py serves the endpoints dl-ci
+calls on 127.0.0.1 (named a stand-in everywhere). HEAD is a job folder that the host's record
+vouches for, as the summary step leaves it; the utilization reports come from synthetic GPU
+traces (tests/tracegen.py) whose utilization is known: 80.4 % with a 10 us launch gap, 48.9 %
+with 50 us.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from dlci.action import baseline as fetching
+from dlci.action.github_api import GitHub
+from dlci.cli import main
+from dlci.profiling.metrics import analyze
+from dlci.profiling.reader import read_trace
+from dlci.report.comparison import MARKER
+from github_standin import StandIn, zipped
+from tracegen import training_trace
+
+TOKEN = "ghs_standInToken0123456789"  # pragma: allowlist secret (a test value)
+TIER = {"budget": "pr", "hardware_class": "cpu", "max_epochs": 100, "max_loss": 1.0}
+WORKFLOW_REF = "org/project/.github/workflows/pr.yml@refs/pull/7/merge"
+_UTIL: dict[tuple[int, str], bytes] = {}
+
+
+def utilization(gap: int, gpu: str = "NVIDIA H100 80GB HBM3") -> bytes:
+    """A utilization report of 12 synthetic GPU steps (launch gap 10 us: 80.4 %, 50: 48.9 %)."""
+    if (gap, gpu) not in _UTIL:
+        trace = training_trace(steps=12, launch_gap_us=gap, first_step=2)
+        trace.header["deviceProperties"][0]["name"] = gpu
+        path = Path(f"/dev/shm/dlci-baseline-{gap}-{abs(hash(gpu))}.json")
+        try:
+            report = analyze(read_trace(trace.write(path)))
+        finally:
+            path.unlink(missing_ok=True)
+        _UTIL[(gap, gpu)] = json.dumps(report).encode()
+    return _UTIL[(gap, gpu)]
+
+
+def preflight(hardware_class: str = "cpu") -> bytes:
+    return json.dumps({"passed": True, "tier": {**TIER, "hardware_class": hardware_class}}).encode()
+
+
+def memorization(steps: int, torch: str = "2.13.0+cpu", threshold: float = 1.0) -> bytes:
+    losses = [2.0 / (1 + i) for i in range(steps)]
+    return json.dumps(
+        {
+            "schema_version": 1,
+            "kind": "memorization",
+            "verdict": "pass",
+            "threshold": threshold,
+            "steps": steps,
+            "best_loss": losses[-1],
+            "final_loss": losses[-1],
+            "losses": losses,
+            "config": {"versions": {"torch": torch}, "tier": TIER},
+            "tier": TIER,
+        }
+    ).encode()
+
+
+def head_job(folder: Path, host: Path, files: dict[str, bytes]) -> Path:
+    """A job folder as the summary step leaves it, and the host's record vouching for it."""
+    folder.mkdir(parents=True)
+    host.mkdir(parents=True)
+    (folder / "preflight.json").write_bytes(preflight())
+    reports = {}
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+        reports[name] = {"part": name.split(".")[0], "sha256": hashlib.sha256(data).hexdigest()}
+    record = {
+        "kind": "host-record",
+        "tier": TIER,
+        "preflight": {"passed": True, "gpu": False, "tier": TIER},
+        "isolated_parts": ["memorize", "profile"],
+        "reports": reports,
+        "run": {"kind": "run", "steps": [], "verdict": "pass"},
+    }
+    (host / "record.json").write_text(json.dumps(record))
+    return host / "record.json"
+
+
+@pytest.fixture
+def standin(monkeypatch):
+    server = StandIn(token=TOKEN).start()
+    monkeypatch.setenv("GITHUB_API_URL", server.api)
+    monkeypatch.setenv("GITHUB_REPOSITORY", "org/project")
+    monkeypatch.setenv("GITHUB_WORKFLOW_REF", WORKFLOW_REF)
+    monkeypatch.setenv("GITHUB_BASE_REF", "main")
+    monkeypatch.setenv("GITHUB_RUN_ID", "5")
+    monkeypatch.setenv("DLCI_GITHUB_TOKEN", TOKEN)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    monkeypatch.setenv("GITHUB_OUTPUT", "/dev/null")
+    yield server
+    server.stop()
+
+
+def base_run(server: StandIn, files: dict[str, bytes], **run) -> dict:
+    made = server.add_run("pr.yml", **run)
+    server.add_artifact(made, "dlci-artifacts-cpu-123-1-abcd", zipped(files))
+    return made
+
+
+def compare(tmp_path: Path, head: dict[str, bytes], *extra: str) -> tuple[int, str]:
+    record = head_job(tmp_path / "art", tmp_path / "host", head)
+    md = tmp_path / "summary.md"
+    argv = ["baseline", "--artifacts", str(tmp_path / "art"), "--host-record", str(record)]
+    code = main([*argv, "--markdown", str(md), *extra])
+    return code, md.read_text() if md.exists() else ""
+
+
+def test_the_summary_shows_base_against_head_from_the_fetched_artifact(
+    standin, tmp_path, capsys, monkeypatch
+) -> None:
+    outputs = tmp_path / "outputs.txt"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(outputs))
+    run = base_run(
+        standin,
+        {"utilization.json": utilization(10), "memorization.json": memorization(17),
+         "preflight.json": preflight()},
+    )  # fmt: skip
+    head = {"utilization.json": utilization(10), "memorization.json": memorization(34)}
+    code, text = compare(tmp_path, head, "--max-utilization-drop", "10")
+    assert code == 0, text
+    assert text.startswith(MARKER)
+    assert "## ✅ dl-ci against the baseline: passed" in text
+    assert f"base: run {run['id']} on `main`" in text
+    assert "| memorization: epochs to threshold | 17 | 34 | ↑ +17 | not gated |" in text
+    assert "| GPU utilization | 80.4 % | 80.4 % | → +0.0 pt \\[+0.0, +0.0\\] | ok |" in text
+    assert "```mermaid" in text and "xychart-beta" in text
+    assert f"baseline-run={run['id']}" in outputs.read_text()
+    assert "comparison=passed" in outputs.read_text()
+    paths = [(s.method, s.path) for s in standin.seen]
+    assert paths == [
+        ("GET", "/repos/org/project/actions/workflows/pr.yml/runs"),
+        ("GET", f"/repos/org/project/actions/runs/{run['id']}/artifacts"),
+        ("GET", "/repos/org/project/actions/artifacts/700001/zip"),
+        ("GET", "/storage/blob/700001"),
+    ]
+    assert standin.seen[0].query["branch"] == ["main"]
+    assert standin.seen[0].query["status"] == ["success"]
+    captured = capsys.readouterr()
+    assert TOKEN not in captured.out + captured.err + text
+
+
+def test_a_planted_thirty_point_utilization_drop_fails_with_confidence(
+    standin, tmp_path, capsys, monkeypatch
+) -> None:
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    base_run(standin, {"utilization.json": utilization(10), "preflight.json": preflight()})
+    code, text = compare(
+        tmp_path, {"utilization.json": utilization(50)}, "--max-utilization-drop", "10"
+    )
+    assert code == 1
+    assert "## ❌ dl-ci against the baseline: failed" in text
+    assert "| GPU utilization | 80.4 % | 48.9 % | ↓ -31.6 pt" in text and "**regressed** |" in text
+    assert "::error title=dl-ci baseline::gpu_utilization_pct regressed" in capsys.readouterr().out
+    # control: the same drop without a bound is shown, not gated
+    code, text = compare(tmp_path / "again", {"utilization.json": utilization(50)})
+    assert code == 0 and "| GPU utilization | 80.4 % | 48.9 % |" in text and "not gated" in text
+
+
+def test_the_token_never_follows_the_redirect_to_storage(standin, tmp_path) -> None:
+    base_run(standin, {"utilization.json": utilization(10)})
+    api = GitHub.from_environment(TOKEN)
+    fetched = fetching.fetch(api, "auto", prefix="dlci-artifacts-cpu-", into=tmp_path / "b")
+    assert fetched.problem == "" and (tmp_path / "b" / "utilization.json").is_file()
+    (zip_call,) = standin.requests(pattern="/zip$")
+    (storage,) = standin.requests(pattern="^/storage/")
+    assert zip_call.authorization == f"Bearer {TOKEN}"
+    assert storage.authorization is None
+    # control: a header added the ordinary way does follow the redirect, and the stand-in sees it
+    request = urllib.request.Request(standin.api + zip_call.path)
+    request.add_header("Authorization", f"Bearer {TOKEN}")
+    urllib.request.urlopen(request, timeout=10).read()
+    assert standin.requests(pattern="^/storage/")[-1].authorization == f"Bearer {TOKEN}"
+
+
+def test_auto_takes_the_newest_successful_run_on_the_base_branch_never_this_one(
+    standin, tmp_path, monkeypatch
+) -> None:
+    wanted = base_run(standin, {"utilization.json": utilization(10)})
+    standin.add_run("pr.yml", branch="feature")  # another branch
+    standin.add_run("pr.yml", conclusion="failure")  # failed
+    standin.add_run("other.yml")  # another workflow
+    base_run(standin, {"utilization.json": utilization(50)}, run_id=5)  # this very run
+    api = GitHub.from_environment(TOKEN)
+    fetched = fetching.fetch(api, "auto", prefix="dlci-artifacts-cpu-", into=tmp_path / "b")
+    assert fetched.run["id"] == wanted["id"], fetched.problem
+    # a run id takes that run, whatever its branch
+    monkeypatch.delenv("GITHUB_BASE_REF")
+    fetched = fetching.fetch(api, "5", prefix="dlci-artifacts-cpu-", into=tmp_path / "c")
+    assert fetched.run["id"] == 5 and fetched.problem == ""
+
+
+def _closed_port() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.mark.parametrize(
+    ("plant", "said"),
+    [
+        ("wrong token", "HTTP 401 (Bad credentials)"),
+        ("403", "HTTP 403 (stand-in failure 403)"),
+        ("500", "HTTP 500 (stand-in failure 500)"),
+        ("not json", "the answer is not JSON"),
+        ("closed port", "Connection refused"),
+        ("no runs", "no successful run of pr.yml on main yet"),
+        ("other class", "kept no unexpired artifact named dlci-artifacts-cpu-*"),
+        ("expired", "kept no unexpired artifact named dlci-artifacts-cpu-*"),
+        ("not a zip", "is not a readable zip"),
+    ],
+)
+def test_an_api_problem_is_a_warning_and_no_baseline(
+    standin, tmp_path, capsys, monkeypatch, plant, said
+) -> None:
+    files = {"utilization.json": utilization(10)}
+    if plant != "no runs":
+        made = standin.add_run("pr.yml")
+        name = "dlci-artifacts-a100-1-1-x" if plant == "other class" else "dlci-artifacts-cpu-1"
+        data = b"PK not a zip" if plant == "not a zip" else zipped(files)
+        standin.add_artifact(made, name, data, expired=plant == "expired")
+    if plant == "wrong token":
+        monkeypatch.setenv("DLCI_GITHUB_TOKEN", "ghs_wrong")
+    elif plant in ("403", "500"):
+        standin.fail["/repos/org/project/actions/runs/"] = int(plant)
+    elif plant == "not json":
+        standin.raw["/repos/org/project/actions/workflows/"] = b"<html>busy</html>"
+    elif plant == "closed port":
+        monkeypatch.setenv("GITHUB_API_URL", _closed_port())
+    code, text = compare(
+        tmp_path, {"utilization.json": utilization(50)}, "--max-utilization-drop", "1"
+    )
+    assert code == 0
+    assert "## ➖ dl-ci against the baseline: no baseline" in text
+    err = capsys.readouterr().err
+    assert err.startswith("warning: no baseline: ") and said in err, err
+    assert TOKEN not in err + text and "ghs_wrong" not in err + text
+
+
+def test_answers_are_bounded_in_size_and_time(standin, tmp_path, monkeypatch) -> None:
+    from dlci.action import github_api
+
+    base_run(standin, {"utilization.json": utilization(10)})
+    api = GitHub.from_environment(TOKEN)
+    assert fetching.fetch(api, "auto", prefix="dlci-", into=tmp_path / "a").problem == ""  # control
+    monkeypatch.setattr(github_api, "MAX_JSON", 100)
+    problem = fetching.fetch(api, "auto", prefix="dlci-", into=tmp_path / "b").problem
+    assert problem.endswith("/actions/workflows/pr.yml/runs: the answer is larger than 100 bytes")
+    monkeypatch.setattr(github_api, "MAX_JSON", 8 << 20)
+    monkeypatch.setattr(github_api, "MAX_SECONDS", -1.0)  # a deadline already past
+    problem = fetching.fetch(api, "auto", prefix="dlci-", into=tmp_path / "c").problem
+    assert problem.endswith("the answer took longer than -1 s")
+
+
+def _fetch_zip(standin: StandIn, tmp_path: Path, data: bytes) -> fetching.Fetched:
+    standin.add_artifact(standin.add_run("pr.yml"), "dlci-artifacts-cpu-1", data)
+    api = GitHub.from_environment(TOKEN)
+    return fetching.fetch(api, "auto", prefix="dlci-artifacts-cpu-", into=tmp_path / "base")
+
+
+def test_a_member_path_is_never_used_as_a_path(standin, tmp_path) -> None:
+    """Zip slip: members named ../x or /x, or in a folder, are not the reports."""
+    data = zipped(
+        {
+            "../utilization.json": utilization(10),
+            "/preflight.json": preflight(),
+            "sub/memorization.json": memorization(3),
+            "coverage.xml": b'<coverage line-rate="0.5"/>',
+        }
+    )
+    fetched = _fetch_zip(standin, tmp_path, data)
+    assert fetched.problem == ""
+    assert sorted(p.name for p in (tmp_path / "base").iterdir()) == ["coverage.xml"]  # control
+    assert not (tmp_path / "utilization.json").exists()
+    assert not list(tmp_path.rglob("preflight.json"))
+
+
+def test_a_zip_bomb_expands_no_further_than_the_cap(standin, tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(fetching, "MAX_MEMBER", 1 << 20)
+    bomb = b"{" + b" " * (8 << 20) + b"}"  # 8 MiB of JSON: about 8 KiB deflated
+    fetched = _fetch_zip(
+        standin, tmp_path, zipped({"utilization.json": bomb, "preflight.json": preflight()})
+    )
+    assert fetched.problem == ""
+    assert fetched.skipped == ["utilization.json: larger than 1 MiB decompressed"]
+    assert (tmp_path / "base" / "preflight.json").is_file()  # control: the small one is taken
+    # a header that lies about the size is read through the same cap
+    forged = bytearray(zipped({"utilization.json": bomb}))
+    for at in range(len(forged) - 4):
+        if forged[at : at + 4] in (b"PK\x03\x04", b"PK\x01\x02"):
+            offset = at + (22 if forged[at + 2] == 3 else 24)
+            forged[offset : offset + 4] = (100).to_bytes(4, "little")
+    out = tmp_path / "forged"
+    api = GitHub.from_environment(TOKEN)
+    standin.add_artifact(standin.add_run("pr.yml"), "dlci-artifacts-cpu-2", bytes(forged))
+    fetched = fetching.fetch(api, "auto", prefix="dlci-artifacts-cpu-2", into=out)
+    assert (
+        not (out / "utilization.json").exists()
+        or (out / "utilization.json").stat().st_size <= 1 << 20
+    )
+
+
+def test_too_many_members_or_too_big_an_archive_is_no_baseline(
+    standin, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setattr(fetching, "MAX_ENTRIES", 10)
+    many = zipped({f"f{i}": b"" for i in range(11)})
+    assert "more than 10 files" in _fetch_zip(standin, tmp_path / "a", many).problem
+    few = zipped({f"f{i}": b"" for i in range(9)} | {"preflight.json": preflight()})
+    assert _fetch_zip(standin, tmp_path / "b", few).problem == ""  # control
+    monkeypatch.setattr(fetching, "MAX_ARCHIVE", 1000)
+    big = zipped({"utilization.json": utilization(10)})
+    assert "larger than 0 MiB" in _fetch_zip(standin, tmp_path / "c", big).problem
+
+
+def test_an_unknown_compression_method_is_no_baseline(standin, tmp_path) -> None:
+    data = bytearray(zipped({"utilization.json": utilization(10)}))
+    for at in range(len(data) - 4):
+        if data[at : at + 4] in (b"PK\x03\x04", b"PK\x01\x02"):
+            offset = at + (8 if data[at + 2] == 3 else 10)
+            data[offset : offset + 2] = (99).to_bytes(2, "little")  # AES: not in zipfile
+    fetched = _fetch_zip(standin, tmp_path, bytes(data))
+    assert "is not a readable zip (That compression method is not supported)" in fetched.problem
+    assert fetched.folder is None and not (tmp_path / "base" / "utilization.json").exists()
+
+
+def test_two_members_of_one_name_are_left_out(standin, tmp_path) -> None:
+    path = tmp_path / "twice.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("utilization.json", utilization(10))
+        with pytest.warns(UserWarning, match="Duplicate name"):
+            archive.writestr("utilization.json", utilization(50))
+    fetched = _fetch_zip(standin, tmp_path, path.read_bytes())
+    assert fetched.skipped == ["utilization.json: more than one member has this name"]
+
+
+def test_a_broken_base_report_is_left_out_with_the_reason(standin, tmp_path, capsys) -> None:
+    bad = json.dumps(
+        {"kind": "utilization", "schema_version": 1, "per_step": [{"duration_us": "x"}]}
+    )
+    base_run(standin, {"utilization.json": bad.encode(), "memorization.json": memorization(17)})
+    code, text = compare(
+        tmp_path, {"utilization.json": utilization(50), "memorization.json": memorization(20)}
+    )
+    assert code == 0
+    assert "base: left out utilization.json: per_step\\[0\\].duration_us: expected a number" in text
+    assert "| memorization: epochs to threshold | 17 | 20 |" in text  # the rest is compared
+
+
+def test_a_head_report_the_host_does_not_vouch_for_is_left_out(standin, tmp_path) -> None:
+    base_run(standin, {"utilization.json": utilization(10)})
+    record = head_job(tmp_path / "art", tmp_path / "host", {"memorization.json": memorization(9)})
+    (tmp_path / "art" / "utilization.json").write_bytes(utilization(50))  # planted, unrecorded
+    md = tmp_path / "s.md"
+    argv = ["baseline", "--artifacts", str(tmp_path / "art"), "--host-record", str(record)]
+    assert main([*argv, "--markdown", str(md), "--max-utilization-drop", "10"]) == 0
+    assert "GPU utilization" not in md.read_text()
+    # control: without the host's record the planted report counts, and fails the drop
+    assert main(["baseline", "--artifacts", str(tmp_path / "art"), "--max-utilization-drop", "10",
+                 "--markdown", str(md)]) == 1  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("base", "why"),
+    [
+        ({"preflight.json": preflight("a100")}, "hardware class a100 (base) and cpu (head)"),
+        ({"memorization.json": memorization(17, torch="2.4.0")}, "torch 2.4.0 (base)"),
+    ],
+)
+def test_a_baseline_on_other_hardware_or_torch_is_not_comparable(
+    standin, tmp_path, base, why
+) -> None:
+    standin.add_artifact(
+        standin.add_run("pr.yml"),
+        "dlci-artifacts-cpu-9",
+        zipped({"utilization.json": utilization(10), **base}),
+    )
+    head = {"utilization.json": utilization(50), "memorization.json": memorization(17)}
+    code, text = compare(tmp_path, head, "--max-utilization-drop", "10")
+    assert code == 0
+    assert "| GPU utilization | 80.4 % | 48.9 % | - | not comparable |" in text
+    assert why in text
+
+
+def test_memorization_runs_at_another_threshold_are_not_comparable(standin, tmp_path) -> None:
+    base_run(standin, {"memorization.json": memorization(17, threshold=0.3)})
+    code, text = compare(tmp_path, {"memorization.json": memorization(9)})
+    assert code == 0
+    assert "| memorization: epochs to threshold | 17 | 9 | ↓ -8 | not comparable |" in text
+    assert "loss thresholds 0.3 (base) and 1 (head): another tier" in text
+    # control: the same threshold compares
+    code, text = compare(tmp_path / "same", {"memorization.json": memorization(17, threshold=0.3)})
+    assert "| memorization: epochs to threshold | 17 | 17 | → +0 | not gated |" in text
+
+
+def _pr_event(tmp_path: Path, monkeypatch, head_repo: str = "org/project") -> None:
+    event = tmp_path / "event.json"
+    event.write_text(
+        json.dumps(
+            {
+                "number": 7,
+                "pull_request": {
+                    "number": 7,
+                    "head": {"repo": {"full_name": head_repo}},
+                    "base": {"repo": {"full_name": "org/project"}},
+                },
+                "repository": {"full_name": "org/project"},
+            }
+        )
+    )
+    monkeypatch.setenv("GITHUB_EVENT_NAME", "pull_request")
+    monkeypatch.setenv("GITHUB_EVENT_PATH", str(event))
+
+
+def test_one_sticky_comment_is_posted_then_updated_in_place(
+    standin, tmp_path, monkeypatch, capsys
+) -> None:
+    _pr_event(tmp_path, monkeypatch)
+    standin.comment(7, f"{MARKER}\nquoted by a person", login="alice", kind="User")
+    base_run(standin, {"utilization.json": utilization(10)})
+    head = {"utilization.json": utilization(10)}
+    assert compare(tmp_path / "1", head, "--comment", "true")[0] == 0
+    assert "baseline: commented on pull request 7" in capsys.readouterr().err
+    assert (
+        compare(tmp_path / "2", {"utilization.json": utilization(50)}, "--comment", "true")[0] == 0
+    )
+    assert "baseline: updated the comment on pull request 7" in capsys.readouterr().err
+    person, bot = standin.comments[7]
+    assert person["body"] == f"{MARKER}\nquoted by a person"  # a person's comment is never edited
+    assert bot["user"]["type"] == "Bot" and "| GPU utilization | 80.4 % | 48.9 %" in bot["body"]
+    assert len(standin.requests("POST")) == 1 and len(standin.requests("PATCH")) == 1
+
+
+@pytest.mark.parametrize(
+    ("event", "head_repo", "why"),
+    [
+        ("pull_request", "mallory/project", "a fork's pull request (mallory/project)"),
+        ("push", "org/project", "not a pull request"),
+    ],
+)
+def test_no_comment_on_a_fork_or_outside_a_pull_request(
+    standin, tmp_path, monkeypatch, capsys, event, head_repo, why
+) -> None:
+    _pr_event(tmp_path, monkeypatch, head_repo)
+    monkeypatch.setenv("GITHUB_EVENT_NAME", event)
+    base_run(standin, {"utilization.json": utilization(10)})
+    assert compare(tmp_path, {"utilization.json": utilization(10)}, "--comment", "true")[0] == 0
+    assert f"baseline: no comment: {why}" in capsys.readouterr().err
+    assert standin.requests("POST") == [] and standin.requests("PATCH") == []
+
+
+def test_a_local_folder_is_a_baseline_without_any_request(standin, tmp_path) -> None:
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "utilization.json").write_bytes(utilization(10))
+    code, text = compare(tmp_path, {"utilization.json": utilization(10)}, "--base-dir", str(base))
+    assert code == 0 and "base: the reports in" in text
+    assert standin.seen == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--baseline", "latest"], "--baseline: auto, none or a run id, got 'latest'"),
+        (["--max-utilization-drop", "-1"], "a bound must be a number of 0 or more, got '-1'"),
+        (["--max-step-time-regression", "ten"], "a bound must be a number of 0 or more"),
+    ],
+)
+def test_bad_arguments_are_one_error_line(tmp_path, capsys, argv, message) -> None:
+    assert main(["baseline", "--artifacts", str(tmp_path), *argv]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_baseline_none_does_nothing(tmp_path, capsys) -> None:
+    assert main(["baseline", "--baseline", "none", "--artifacts", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == captured.err == ""
+
+
+def test_the_token_stays_on_the_host_in_the_baseline_step_alone() -> None:
+    import yaml
+
+    action = yaml.safe_load((Path(__file__).resolve().parents[1] / "action.yml").read_text())
+    holders = [
+        step["name"]
+        for step in action["runs"]["steps"]
+        if "inputs.github-token" in json.dumps(step.get("env", {}))
+    ]
+    assert holders == ["Compare with the baseline"]
+    assert action["inputs"]["github-token"]["default"] == "${{ github.token }}"
+    # control: the check sees an input where it is (the codecov token in its own step)
+    uses = [s for s in action["runs"]["steps"] if "inputs.codecov-token" in json.dumps(s)]
+    assert [s["name"] for s in uses] == ["Upload coverage to Codecov"]
+
+
+def test_baseline_and_history_never_import_torch(tmp_path) -> None:
+    """Host-side verbs: the runner host has no torch (nor matplotlib for the trend plot)."""
+    import subprocess
+    import sys
+
+    for name in ("art", "base"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "utilization.json").write_bytes(utilization(10))
+    art, base = str(tmp_path / "art"), str(tmp_path / "base")
+    code = (
+        "import sys; from dlci.cli import main\n"
+        f"assert main(['baseline', '--artifacts', {art!r}, '--base-dir', {base!r},"
+        f" '--markdown', {str(tmp_path / 'b.md')!r}]) == 0\n"
+        f"assert main(['history', '--append', {art!r}, '--out', {str(tmp_path / 'h')!r}]) == 0\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'matplotlib'))\n"
+        "assert not bad, bad\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "h" / "trend.svg").is_file()
