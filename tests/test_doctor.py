@@ -12,6 +12,7 @@ import torch
 
 import zoo
 from dlci.checks import CHECK_IDS, run_checks, select
+from dlci.checks.base import CheckResult
 from dlci.cli import main
 from dlci.errors import DlciError
 from dlci.ladder.tiers import choose_tier
@@ -24,14 +25,86 @@ TESTS = Path(__file__).resolve().parent
 EXAMPLE = TESTS.parent / "examples" / "digits"
 
 
+def assert_caught(result: CheckResult, fragment: str) -> None:
+    """A catch: the check failed on what it measured, not because something raised."""
+    assert result.status == "fail", result
+    assert fragment in result.measured, (fragment, result.measured)
+    assert result.cause and result.fix
+    assert not {"traceback", "frames"} & set(result.details), result.details
+
+
 @pytest.mark.parametrize("bug", list(zoo.BUGS), ids=list(zoo.BUGS))
 def test_each_planted_bug_is_caught_by_its_check(bug: str) -> None:
     factory, check = zoo.BUGS[bug]
     results = {r.id: r for r in run_checks(factory(), tier=TIER, factory=factory)}
-    caught = results[check]
-    assert caught.status == "fail", (check, caught)
-    assert caught.cause
-    assert caught.fix
+    assert_caught(results[check], zoo.MEASURED[bug])
+    assert "crashed" not in {r.status for r in results.values()}
+
+
+def test_every_planted_bug_has_its_measured_fragment() -> None:
+    assert set(zoo.MEASURED) == set(zoo.BUGS)
+
+
+def _broken_overlap(train, val):  # a bug planted in dl-ci's own check: widths that differ
+    return train, val[:, :3]
+
+
+def test_control_a_check_that_crashes_is_not_a_catch(monkeypatch) -> None:
+    """Before: an error raised inside torch, called by dl-ci's own code, was blamed on the
+    target: status fail with a cause and a fix, which the zoo test took for a catch."""
+    import dlci.checks.overlap as overlap
+
+    monkeypatch.setattr(overlap, "_embed", _broken_overlap)
+    crashes: list[BaseException] = []
+    checks = select("shuffle,leakage")
+    results = run_checks(zoo.split_overlap(), tier=TIER, checks=checks, crashes=crashes)
+    shuffle, leakage = results
+    assert shuffle.status == "pass"  # the checks around it still run
+    assert leakage.status == "crashed"
+    assert leakage.measured.startswith("RuntimeError: ")
+    assert leakage.cause.startswith("the check crashed at ")
+    assert "no frame of the target's code" in leakage.cause
+    assert "Traceback" in leakage.details["traceback"]
+    assert [type(e).__name__ for e in crashes] == ["RuntimeError"]
+    with pytest.raises(AssertionError):
+        assert_caught(leakage, zoo.MEASURED["held-out rows copied from training"])
+
+
+def test_control_a_bug_in_dl_cis_own_check_crashes_it(monkeypatch) -> None:
+    import dlci.checks.overlap as overlap
+    from dlci.checks.base import fmt
+
+    monkeypatch.setattr(overlap, "find", lambda train, val: fmt(None))  # raises in dl-ci
+    leakage = run_checks(zoo.split_overlap(), tier=TIER, checks=select("leakage"))[0]
+    assert (leakage.status, leakage.cause) == (
+        "crashed",
+        "the check crashed: a bug in dl-ci; this is no finding about the target",
+    )
+
+
+def test_control_the_failure_of_the_targets_own_code_is_no_catch_either() -> None:
+    """An exception of the target's code fails the check (the user's code is broken), with a
+    cause and a fix: the old zoo test took it for a catch; the fragment and frames do not."""
+    target = zoo.eval_without_eval_mode()
+
+    def broken_eval(model, batch):
+        raise KeyError("logits")
+
+    target.eval_step = broken_eval
+    result = run_checks(target, checks=select("train-eval-mode"), tier=TIER)[0]
+    assert (result.status, bool(result.cause), bool(result.fix)) == ("fail", True, True)
+    with pytest.raises(AssertionError):
+        assert_caught(result, zoo.MEASURED["eval without model.eval()"])
+
+
+def test_a_pure_torch_model_that_cannot_take_its_data_is_the_targets_failure() -> None:
+    """No frame of the user's files, but a frame of the target's own module: not a crash."""
+    from torch import nn
+
+    target = zoo.classification(model=nn.Sequential(nn.Linear(7, zoo.CLASSES)))
+    result = run_checks(target, checks=select("initial-loss"), tier=TIER)[0]
+    assert result.status == "fail"
+    assert result.measured.startswith("RuntimeError: mat1 and mat2 shapes cannot be multiplied")
 
 
 @pytest.mark.parametrize("name", list(zoo.CLEAN))
@@ -106,7 +179,8 @@ def test_doctor_on_the_example_passes_and_writes_json_and_markdown(
     report = json.loads((tmp_path / "doctor.json").read_text())
     assert (report["schema_version"], report["kind"], report["verdict"]) == (1, "doctor", "pass")
     assert [c["id"] for c in report["checks"]] == list(CHECK_IDS)
-    assert report["counts"]["fail"] == 0
+    assert report["counts"]["fail"] == report["counts"]["crashed"] == 0
+    assert report["counts"]["ran"] + report["counts"]["skip"] == len(CHECK_IDS)
     assert set(report["checks"][0]) == {
         "id",
         "status",
@@ -146,6 +220,48 @@ def test_doctor_fails_a_buggy_target_and_names_the_check(tmp_path, monkeypatch, 
     assert report["checks"][0]["cause"].startswith("gradients accumulate across train_step calls")
     out = capsys.readouterr().out
     assert "1 failed, 0 warnings, 1 passed, 0 skipped" in out
+
+
+def test_a_crashed_check_is_in_the_report_and_the_doctor_exits_3(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    import dlci.checks.overlap as overlap
+
+    monkeypatch.chdir(TESTS)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setenv("DLCI_LOG_DIR", str(tmp_path / "log"))
+    monkeypatch.setattr(overlap, "_embed", _broken_overlap)
+    markdown = tmp_path / "doctor.md"
+    args = ["--out", str(tmp_path), "--only", "shuffle,leakage", "--markdown", str(markdown)]
+    assert main(["doctor", "--target", "zoo:split_overlap", *args]) == 3
+    report = json.loads((tmp_path / "doctor.json").read_text())
+    assert [(c["id"], c["status"]) for c in report["checks"]] == [
+        ("shuffle", "pass"),
+        ("leakage", "crashed"),
+    ]
+    counts = {"pass": 1, "warn": 0, "fail": 0, "skip": 0, "crashed": 1, "ran": 2}
+    assert report["counts"] == counts
+    assert report["verdict"] == "fail"
+    assert report["reason"] == "checks crashed, so they gave no verdict: leakage"
+    err = capsys.readouterr().err
+    assert "doctor: leakage              crashed\n" in err
+    assert "error: dlci doctor failed unexpectedly (RuntimeError: " in err
+    assert "Traceback" in (tmp_path / "log" / "dlci-error.log").read_text()
+    text = markdown.read_text()
+    assert text.startswith(
+        "### ❌ Debugging checks: 0 failed, 1 crashed, 0 warnings, 1 passed, 0 skipped: "
+        "2 of 2 checks ran\n"
+    )
+    assert "| `leakage` | 💥 crashed | RuntimeError: " in text
+
+
+def test_a_report_of_before_the_crashed_status_still_renders() -> None:
+    from dlci.report.doctor import render_markdown
+
+    old = {"verdict": "pass", "counts": {"pass": 1, "warn": 0, "fail": 0, "skip": 1}, "checks": []}
+    assert render_markdown(old).startswith(
+        "### ✅ Debugging checks: 0 failed, 0 warnings, 1 passed, 1 skipped: 1 of 2 checks ran\n"
+    )
 
 
 def test_the_ids_in_help_and_only_are_the_registrys(capsys) -> None:

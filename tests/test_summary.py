@@ -346,3 +346,21 @@ def test_a_missing_host_record_leaves_the_reports_unverified(tmp_path: Path) -> 
     code, text = summary_text(art, tmp_path / "no-such.json", tmp_path)
     assert code == 1
     assert "the host's record of the container run is missing: the reports are unverified" in text
+
+
+def test_the_checks_row_names_crashed_checks() -> None:
+    """A check that crashed (dl-ci's own bug) is named in the summary's row; control: a
+    report without crashes (or an older one without the key) reads as before."""
+    from dlci.report.summary import _report_facts
+
+    def row(counts: dict) -> str:
+        data = {"memorization": None, "utilization": None, "cleanup": None}
+        found = _report_facts({**data, "doctor": {"counts": counts}})
+        return next(text for name, text in found if name == "debugging checks")
+
+    crashed = row({"fail": 0, "warn": 0, "pass": 15, "crashed": 1})
+    assert crashed == "0 failed, 0 warnings, 15 passed, 1 crashed (dl-ci's own bug)"
+    assert (
+        row({"fail": 0, "warn": 0, "pass": 16, "crashed": 0}) == "0 failed, 0 warnings, 16 passed"
+    )
+    assert row({"fail": 1, "warn": 0, "pass": 15}) == "1 failed, 0 warnings, 15 passed"

@@ -253,7 +253,8 @@ def test_an_exception_in_train_step_fails_its_doctor_check_at_the_users_line(
 def test_control_a_bug_of_a_check_exits_3(
     at_root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A check whose own code raises is dl-ci's bug, not a failed check of the target."""
+    """A check whose own code raises is dl-ci's bug, not a failed check of the target:
+    status crashed, the other checks still run, exit 3."""
     import dlci.checks.setup as setup
 
     monkeypatch.setattr(setup, "optimizer_coverage", lambda ctx: optimizer_hparams(None))
@@ -263,8 +264,11 @@ def test_control_a_bug_of_a_check_exits_3(
         "error: dlci doctor failed unexpectedly "
         "(AttributeError: 'NoneType' object has no attribute 'param_groups')." in err
     )
-    data = report(at_root / "out", "doctor.json")  # the failing report of before the checks
-    assert (data["verdict"], data["checks"]) == ("fail", [])
+    data = report(at_root / "out", "doctor.json")  # the whole report, the crash in it
+    statuses = [(c["id"], c["status"]) for c in data["checks"]]
+    assert statuses == [("optimizer-coverage", "crashed"), ("initial-loss", "pass")]
+    assert data["verdict"] == "fail"
+    assert data["reason"] == "checks crashed, so they gave no verdict: optimizer-coverage"
 
 
 # ---------------------------------------------------------------------------------- profile

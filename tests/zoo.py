@@ -192,6 +192,46 @@ def feature_encodes_label() -> dlci.Target:
     return classification(x_y=(x, y))
 
 
+def leaked_feature() -> dlci.Target:
+    """One column is the label for 90% of the rows (a random class for the rest), on a unit
+    scale: the task gets easier, but not perfect after 20 steps."""
+    x, y = _blobs()
+    g = torch.Generator().manual_seed(3)
+    leak = torch.where(
+        torch.rand(len(y), generator=g) < 0.9, y, torch.randint(0, CLASSES, y.shape, generator=g)
+    )
+    x = x.clone()
+    x[:, 9] = (leak.float() - 1.5) / 1.1 + 0.1 * torch.randn(len(y), generator=g)
+    return classification(x_y=(x, y))
+
+
+def split_overlap() -> dlci.Target:
+    """30 of the 103 held-out rows are copies of training rows, with their labels."""
+    x, y = _blobs()
+    x, y = x.clone(), y.clone()
+    cut = int(len(y) * 0.8)
+    x[cut : cut + 30], y[cut : cut + 30] = x[100:130], y[100:130]
+    return classification(x_y=(x, y))
+
+
+def unscaled_inputs() -> dlci.Target:
+    """Inputs left as 8-bit pixel values, 0 to 255."""
+    x, y = _blobs()
+    return classification(x_y=((x * 32 + 128).clamp(0, 255).round(), y))
+
+
+def held_out_normalised_otherwise() -> dlci.Target:
+    """Raw measurements (mean 10, sd about 6); the training rows standardised with their own
+    statistics, the held-out rows min-max scaled to [0, 1] instead."""
+    x, y = _blobs()
+    raw = x * 4 + 10
+    cut = int(len(y) * 0.8)
+    train, val = raw[:cut], raw[cut:]
+    train = (train - train.mean(0)) / train.std(0)
+    val = (val - val.min(0).values) / (val.max(0).values - val.min(0).values)
+    return classification(x_y=(torch.cat([train, val]), y))
+
+
 def lr_far_too_low() -> dlci.Target:
     return classification(lr=1e-9)
 
@@ -231,8 +271,35 @@ BUGS = {
     "dead ReLUs": (dead_relus, "activations"),
     "labels permuted": (labels_permuted, "label-alignment"),
     "a feature that encodes the label": (feature_encodes_label, "leakage"),
+    "a leaked feature, not perfect early": (leaked_feature, "leakage"),
+    "held-out rows copied from training": (split_overlap, "leakage"),
+    "unscaled inputs (0-255)": (unscaled_inputs, "input-normalization"),
+    "held-out split normalised otherwise": (held_out_normalised_otherwise, "input-normalization"),
     "learning rate far too low": (lr_far_too_low, "lr-range"),
     "unseeded initialisation": (unseeded_initialisation, "reproducibility"),
+}
+
+# planted bug -> a fragment of what its check must have measured: a failure caught for the
+# right reason, not any failure (an exception inside the check fails with the exception's text)
+MEASURED = {
+    "no zero_grad": "tensors start with last call's gradient",
+    "data sorted by class": "classes per batch in the first 4 batches",
+    "(N, 1) output against (N,) target": "(16, 1) with (16,) -> (16, 16)",
+    "optimizer over a subset": "2 of 6 trainable tensors",
+    "learning rate far too high": "last: ",
+    "per-batch normalization at eval": "max difference ",
+    "eval without model.eval()": "eval_step ran 2 layer(s) in train mode",
+    "a detached layer": "no gradient reaches first",
+    "softmax before cross-entropy": "on outputs that sum to 1",
+    "dead ReLUs": "act: 100% dead",
+    "labels permuted": "with true labels",
+    "a feature that encodes the label": "held-out accuracy 100.0% after 20 steps",
+    "a leaked feature, not perfect early": "feature 9 alone predicts ",
+    "held-out rows copied from training": "30 of 103 held-out examples copy training ones (30 exact)",
+    "unscaled inputs (0-255)": "feature 9: rms ",
+    "held-out split normalised otherwise": "held-out vs training, median over 10 features",
+    "learning rate far too low": "configured 1.0e-09",
+    "unseeded initialisation": "largest parameter difference",
 }
 
 # checks that rebuild the target get its function too

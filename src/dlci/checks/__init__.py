@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dlci.checks.base import FAIL, SKIP, CheckResult, Context, TargetFault, preserved
+from dlci.checks.base import CRASHED, FAIL, SKIP, CheckResult, Context, TargetFault, preserved
 from dlci.errors import DlciError
 from dlci.memorization.guard import (
     TargetExited,
@@ -18,10 +18,12 @@ from dlci.memorization.guard import (
     exited,
     frames,
     frames_text,
+    is_dlci,
     raised_by_dlci,
     user_frame,
     where,
 )
+from dlci.memorization.guard import is_library  # the one place that knows
 from dlci.memorization.target import Target
 
 
@@ -48,6 +50,12 @@ LADDER: tuple[tuple[str, str, str, str], ...] = (
     ("zero-grad", "gradients accumulating across steps", "gradients", "zero_grad"),
     ("grad-flow", "gradients that never reach some parameters", "gradients", "grad_flow"),
     ("shuffle", "training data not shuffled", "data", "shuffle"),
+    (
+        "input-normalization",
+        "inputs far from unit scale, or splits normalised differently",
+        "normalization",
+        "input_normalization",
+    ),
     ("batch-independence", "per-batch normalization at inference", "data", "batch_independence"),
     ("activations", "dead or saturated units", "activations", "activations"),
     ("weight-norms", "weights growing without bound", "gradients", "weight_norms"),
@@ -55,7 +63,12 @@ LADDER: tuple[tuple[str, str, str, str], ...] = (
     ("memorize", "a training loop that cannot learn at all", "training", "memorize_check"),
     ("lr-range", "a learning rate orders of magnitude off", "lr", "lr_range"),
     ("label-alignment", "labels misaligned with inputs", "labels", "label_alignment"),
-    ("leakage", "a score too good to be true", "labels", "leakage"),
+    (
+        "leakage",
+        "a score too good to be true: split overlap, a leaked feature",
+        "leakage",
+        "leakage",
+    ),
     ("reproducibility", "runs that cannot be compared", "repro", "reproducibility"),
 )
 
@@ -98,8 +111,14 @@ def run_checks(
     stop_on_fail: bool = False,
     on_result: Callable[[CheckResult], None] | None = None,
     factory: Callable[[], Target] | None = None,
+    crashes: list[BaseException] | None = None,
 ) -> list[CheckResult]:
-    """Run the checks in order, each leaving the model and random state as it found them."""
+    """Run the checks in order, each leaving the model and random state as it found them.
+
+    A check that raises without the target's code on the stack crashed: its result says so
+    (status ``crashed``, never a failure the target earned) and the exception is appended to
+    ``crashes``, for the caller to report as dl-ci's own error once the other checks ran.
+    """
     checks = checks if checks is not None else _registry()
     batch_size = getattr(tier, "batch_size", 16)
     ctx = Context.build(target, batch_size=batch_size, device=device, tier=tier, factory=factory)
@@ -121,16 +140,63 @@ def run_checks(
                     raise
                 except SystemExit as exc:  # an exit in the target's code: no verdict, a failure
                     result = _exited(check.id, exc)
+                except TargetFault as exc:  # the target's code gave back something unusable
+                    result = _raised(check.id, exc)
                 except Exception as exc:
-                    if raised_by_dlci(exc) and not isinstance(exc, TargetFault):
-                        raise  # a bug in dl-ci's own check: exit 3, with the traceback logged
-                    result = _raised(check.id, exc)  # the target's own code failed
+                    if raised_by_dlci(exc) or not _in_target(exc):
+                        result = _crashed(check.id, exc)  # dl-ci's bug, or torch under it
+                        if crashes is not None:
+                            crashes.append(exc)
+                    else:
+                        result = _raised(check.id, exc)  # the target's own code failed
             result.seconds = round(time.perf_counter() - start, 3)
         results.append(result)
         if on_result is not None:
             on_result(result)
-        stopped = stopped or (stop_on_fail and result.status == FAIL)
+        stopped = stopped or (stop_on_fail and result.status in (FAIL, CRASHED))
     return results
+
+
+def _in_target(exc: BaseException) -> bool:
+    """Whether the target's code was running when ``exc`` was raised: a frame of its own
+    files, or a frame of one of its objects (a model or loss module, its optimizer, its data
+    set or loader), which covers a model built only of torch's own modules."""
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    owners = (torch.nn.Module, torch.optim.Optimizer, Dataset, DataLoader)
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if not is_dlci(frame.f_code.co_filename) and not is_library(frame.f_code.co_filename):
+            return True
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, owners) or type(owner).__name__.endswith("DataLoaderIter"):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _crashed(check_id: str, exc: BaseException) -> CheckResult:
+    import traceback
+
+    ours = raised_by_dlci(exc)
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return CheckResult(
+        check_id,
+        CRASHED,
+        f"{type(exc).__name__}: {exc}"[:500],
+        "the check runs to its end",
+        cause=(
+            "the check crashed: a bug in dl-ci"
+            if ours
+            else f"the check crashed at {where(user_frame(frames(exc.__traceback__)))}, "
+            "with no frame of the target's code on the stack"
+        )
+        + "; this is no finding about the target",
+        fix="report it to dl-ci with details.traceback; the other checks' results stand",
+        details={"traceback": text[-8000:]},
+    )
 
 
 def _exited(check_id: str, exc: SystemExit) -> CheckResult:

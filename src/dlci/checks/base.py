@@ -11,11 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlci.errors import DlciError
-from dlci.memorization.batching import as_pair, call_model, take_batch, to_device
+from dlci.memorization.batching import as_pair, call_model, take_batch, to_device, tree_map
 from dlci.memorization.guard import user_code
 from dlci.memorization.target import Target
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
+CRASHED = "crashed"  # the check itself raised: no verdict from it, never a catch
+CACHE_BYTES = 256 << 20  # loader batches kept for the next check (Context.loader_batches)
 
 
 class TargetFault(Exception):
@@ -44,6 +46,7 @@ class Context:
     device: Any
     tier: Any = None
     factory: Callable[[], Target] | None = None  # rebuilds the target, for reproducibility
+    shared: dict[str, Any] = field(default_factory=dict)  # work one check leaves for another
 
     @classmethod
     def build(
@@ -66,6 +69,12 @@ class Context:
     @property
     def model(self) -> Any:
         return self.target.model
+
+    def memo(self, key: str, build: Callable[[], Any]) -> Any:
+        """``build()`` once per doctor run: later checks reuse what an earlier one computed."""
+        if key not in self.shared:
+            self.shared[key] = build()
+        return self.shared[key]
 
     def optimizer(self, model: Any = None) -> Any:
         """A fresh optimizer from the user's factory, over the trainable parameters."""
@@ -93,11 +102,24 @@ class Context:
             raise TargetFault(exc.message) from None
 
     def loader_batches(self, loader: Any, count: int) -> list[Any]:
-        """Up to ``count`` (inputs, targets) batches of ``loader``, on the device."""
+        """Up to ``count`` (inputs, targets) batches of ``loader``, on the device.
+
+        Every check starts from the same random state (``preserved``), so a loader's first
+        batches are the same for each: the longest read so far is kept (up to CACHE_BYTES)
+        and a later check takes its first ``count`` (lr-range reads 100 training batches,
+        label-alignment then takes 60 and leakage 20 of them, without reading again).
+        """
         import itertools
 
+        key = f"batches:{id(loader)}"
+        kept = self.shared.get(key)
+        if kept is not None and (kept[0] >= count or len(kept[1]) < kept[0]):
+            return list(kept[1][:count])  # enough of them, or all the loader has
         items = itertools.islice(iter(loader), count)
-        return [to_device(as_pair(b, i), self.device) for i, b in enumerate(items)]
+        batches = [to_device(as_pair(b, i), self.device) for i, b in enumerate(items)]
+        if nbytes(batches) <= CACHE_BYTES:
+            self.shared[key] = (count, batches)
+        return batches
 
     def is_classification(self) -> bool:
         targets = self.batch[1]
@@ -163,6 +185,13 @@ def preserved(target: Target) -> Iterator[None]:
             np.random.set_state(states["numpy"])
         for gen, state in loader_generators:
             gen.set_state(state)
+
+
+def nbytes(batches: Any) -> int:
+    """Bytes in the tensors of a batch, or of a list of batches."""
+    sizes: list[int] = []
+    tree_map(lambda leaf: sizes.append(int(leaf.element_size() * leaf.numel())), batches)
+    return sum(sizes)
 
 
 def layer_name(name: str) -> str:

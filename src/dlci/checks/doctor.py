@@ -50,7 +50,12 @@ class DoctorOutcome:
 def run_doctor(
     request: DoctorRequest, on_result: Callable[[CheckResult], None] | None = None
 ) -> DoctorOutcome:
-    """Run the ladder on the request's target; ``on_result`` hears each check as it ends."""
+    """Run the ladder on the request's target; ``on_result`` hears each check as it ends.
+
+    A check that crashed (dl-ci's own error) is in the report with status ``crashed``; once
+    the report is written, its exception is raised again, so the command exits 3 with the
+    traceback in the error log, as for any other error of dl-ci's.
+    """
     from dlci.ladder.tiers import choose_tier
     from dlci.memorization.engine import seed_everything
     from dlci.memorization.target import load_target, resolve_spec
@@ -73,6 +78,7 @@ def run_doctor(
 
     unfinished(NO_VERDICT)  # stays if the process dies inside the target's code (os._exit)
     seed_everything(request.seed)
+    crashes: list[BaseException] = []
     try:
         results = run_checks(
             load_target(spec),
@@ -82,6 +88,7 @@ def run_doctor(
             stop_on_fail=request.stop_on_fail,
             on_result=on_result,
             factory=lambda: load_target(spec),
+            crashes=crashes,
         )
     except DlciError as exc:
         with contextlib.suppress(OSError, DlciError):  # the error itself is what counts
@@ -94,4 +101,6 @@ def run_doctor(
         from dlci.fsutil import atomic_write_text
 
         atomic_write_text(request.markdown, report.render_markdown(data))
+    if crashes:
+        raise crashes[0]
     return DoctorOutcome(data, json_path, 1 if data["verdict"] == "fail" else 0)

@@ -50,7 +50,7 @@ def is_dlci(filename: str) -> bool:
     return os.path.abspath(filename).startswith(PACKAGE_DIR + os.sep)
 
 
-def _is_library(filename: str) -> bool:
+def is_library(filename: str) -> bool:
     path = os.path.abspath(filename)
     return (
         filename.startswith("<frozen")
@@ -73,7 +73,7 @@ def frames(tb: TracebackType | None) -> list[traceback.FrameSummary]:
 def user_frame(summaries: list[traceback.FrameSummary]) -> traceback.FrameSummary | None:
     """The innermost frame of the user's own code; else the innermost outside dl-ci."""
     outside = [f for f in summaries if not is_dlci(f.filename)]
-    own = [f for f in outside if not _is_library(f.filename)]
+    own = [f for f in outside if not is_library(f.filename)]
     chosen = own or outside
     return chosen[-1] if chosen else None
 

@@ -10,30 +10,52 @@ from dlci.report.text import clean, md, md_code, table
 
 SCHEMA_VERSION = 1
 REPORT_NAME = "doctor.json"
-ICONS = {"pass": "✅", "warn": "⚠️", "fail": "❌", "skip": "⏭️"}
-STYLES = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
+ICONS = {"pass": "✅", "warn": "⚠️", "fail": "❌", "skip": "⏭️", "crashed": "💥"}
+STYLES = {
+    "pass": "green",
+    "warn": "yellow",
+    "fail": "bold red",
+    "skip": "dim",
+    "crashed": "magenta",
+}
 
 
 def build(results: list[Any], *, target: str, tier: dict[str, Any], seed: int) -> dict[str, Any]:
-    """The doctor.json document for a list of check results."""
+    """The doctor.json document for a list of check results.
+
+    ``counts`` has one key per status, and ``ran``: the checks that ran to a status other
+    than skip. A crashed check gives no evidence, so it fails the verdict (with a reason).
+    """
     counts = {status: sum(r.status == status for r in results) for status in ICONS}
-    return {
+    counts["ran"] = len(results) - counts["skip"]
+    crashed = [r.id for r in results if r.status == "crashed"]
+    data: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "kind": "doctor",
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "target": target,
         "seed": seed,
         "tier": tier,
-        "verdict": "fail" if counts["fail"] else "pass",
+        "verdict": "fail" if counts["fail"] or crashed else "pass",
         "counts": counts,
         "checks": [asdict(r) for r in results],
     }
+    if crashed:
+        data["reason"] = f"checks crashed, so they gave no verdict: {', '.join(crashed)}"
+    return data
 
 
 def _tally(counts: dict[str, int]) -> str:
+    """``1 failed, 0 warnings, 13 passed, 2 skipped: 14 of 16 checks ran``; older reports
+    have no ``crashed`` or ``ran``."""
+    crashed = counts.get("crashed", 0)
+    total = sum(counts.get(status, 0) for status in ICONS)
+    ran = counts.get("ran", total - counts.get("skip", 0))
     return (
-        f"{counts['fail']} failed, {counts['warn']} warnings, {counts['pass']} passed, "
-        f"{counts['skip']} skipped"
+        f"{counts.get('fail', 0)} failed, "
+        + (f"{crashed} crashed, " if crashed else "")
+        + f"{counts.get('warn', 0)} warnings, {counts.get('pass', 0)} passed, "
+        f"{counts.get('skip', 0)} skipped: {ran} of {total} checks ran"
     )
 
 

@@ -112,7 +112,8 @@ def _report_facts(data: dict[str, Any]) -> list[list[str]]:
             [
                 "debugging checks",
                 f"{md(c.get('fail', 0))} failed, {md(c.get('warn', 0))} warnings, "
-                f"{md(c.get('pass', 0))} passed",
+                f"{md(c.get('pass', 0))} passed"
+                + (f", {md(c['crashed'])} crashed (dl-ci's own bug)" if c.get("crashed") else ""),
             ]
         )
     cleanup = data["cleanup"]
