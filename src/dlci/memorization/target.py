@@ -76,6 +76,56 @@ class Target:
                 "invalid dlci.Target: " + "; ".join(problems), hint=f"see {CONTRACT_DOC}"
             )
 
+    @classmethod
+    def from_lightning(
+        cls,
+        module: Any,
+        datamodule: Any = None,
+        *,
+        train_dataloaders: Any = None,
+        val_dataloaders: Any = None,
+        num_classes: int | None = None,
+        loss_fn: Callable[[Any, Any], Any] | None = None,
+    ) -> Target:
+        """A LightningModule's own ``training_step``, ``configure_optimizers`` and batch hooks,
+        run without a Trainer (memorization/lightning_target.py; docs/target.md)."""
+        from dlci.memorization.lightning_target import from_lightning
+
+        return from_lightning(
+            module,
+            datamodule,
+            train_dataloaders=train_dataloaders,
+            val_dataloaders=val_dataloaders,
+            num_classes=num_classes,
+            loss_fn=loss_fn,
+        )
+
+    @classmethod
+    def from_transformers(
+        cls,
+        model: Any,
+        train_dataset: Any = None,
+        *,
+        eval_dataset: Any = None,
+        data_collator: Any = None,
+        batch_size: int | None = None,
+        optimizer: Callable[[Iterable[Any]], Any] | None = None,
+        num_classes: int | None = None,
+    ) -> Target:
+        """A Transformers model whose forward returns a loss from ``labels``, or a ``Trainer``
+        with its optimizer, collator and data sets (memorization/transformers_target.py)."""
+        from dlci.memorization.transformers_target import from_transformers
+
+        return from_transformers(
+            model,
+            train_dataset,
+            eval_dataset=eval_dataset,
+            data_collator=data_collator,
+            batch_size=batch_size,
+            optimizer=optimizer,
+            num_classes=num_classes,
+        )
+
 
 def target_from_pyproject(directory: Path | None = None) -> str | None:
     """``[tool.dlci] target`` from pyproject.toml in ``directory`` (default: the cwd)."""
