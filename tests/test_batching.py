@@ -71,3 +71,17 @@ def test_inputs_are_passed_to_the_model_by_their_shape() -> None:
     assert call_model(lambda x: x, 1) == 1
     assert call_model(lambda a, b: a + b, (1, 2)) == 3
     assert call_model(lambda *, ids: ids, {"ids": 5}) == 5
+
+
+def test_batches_of_different_lengths_are_a_located_error_not_a_crash() -> None:
+    """A collator that pads each batch to its own longest gives batches that cannot be
+    joined: a DlciError naming both shapes (before: torch.cat raised inside dl-ci's own
+    code, reported as a bug of dl-ci, exit 3). Control: equal lengths are joined."""
+    ragged = [(torch.zeros(4, 7), torch.zeros(4)), (torch.zeros(4, 9), torch.zeros(4))]
+    with pytest.raises(DlciError) as caught:
+        take_batch(ragged, 8)
+    assert "batches have different shapes ([4, 7] and [4, 9])" in caught.value.message
+    assert "pad every batch to one length" in (caught.value.hint or "")
+    even = [(torch.zeros(4, 7), torch.zeros(4)), (torch.ones(4, 7), torch.zeros(4))]
+    (inputs, _), count = take_batch(even, 8)
+    assert tuple(inputs.shape) == (8, 7) and count == 8

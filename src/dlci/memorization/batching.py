@@ -79,7 +79,6 @@ def take_batch(loader: Iterable[Any], size: int) -> tuple[tuple[Any, Any], int]:
     Batches are concatenated when the loader's batches are smaller than ``size`` and cut
     when they are larger; a data set smaller than ``size`` gives what it has.
     """
-    import torch
 
     pieces: list[tuple[Any, Any]] = []
     count = 0
@@ -100,12 +99,25 @@ def take_batch(loader: Iterable[Any], size: int) -> tuple[tuple[Any, Any], int]:
         raise DlciError(
             "train_loader yielded no batch", hint="check that the data set is not empty"
         )
-    if len(pieces) == 1:
-        merged = pieces[0]
-    else:
-        merged = tree_map_many(lambda *leaves: torch.cat(leaves), pieces)
+    merged = pieces[0] if len(pieces) == 1 else tree_map_many(_concatenate, pieces)
     taken = min(size, count)
     return tree_map(lambda leaf: leaf[:taken], merged), taken
+
+
+def _concatenate(*leaves: Any) -> Any:
+    """One leaf of the merged batch: the loader's batches, joined along the first axis."""
+    import torch
+
+    shapes = [tuple(getattr(leaf, "shape", ())) for leaf in leaves]
+    differ = next((shape for shape in shapes if shape[1:] != shapes[0][1:]), None)
+    if differ is not None:
+        raise DlciError(
+            f"train_loader's batches have different shapes ({list(shapes[0])} and "
+            f"{list(differ)}): they cannot be joined into one batch of the size asked for",
+            hint="pad every batch to one length (a collator with a fixed max_length), or give "
+            "the loader a batch size at least the test's batch size",
+        )
+    return torch.cat(leaves)
 
 
 def tree_map_many(fn: Callable[..., Any], trees: list[Any]) -> Any:
