@@ -149,6 +149,28 @@ def test_phases_from_dlci_annotations_and_torch_names(tmp_path: Path) -> None:
     }
 
 
+def test_a_forward_and_backward_inside_the_optimizer_step_count_as_themselves(
+    tmp_path: Path,
+) -> None:
+    """A closure run by ``Optimizer.step`` (Lightning's automatic optimisation, LBFGS): the
+    innermost annotation wins, so the optimizer keeps only its own time. Control: the same
+    phases side by side (the previous test) split by the plain priority."""
+    t = Trace()
+    t.step(1, 0.0, 100.0)
+    t.annotation("dlci/data", 0.0, 10.0)
+    t.annotation("Optimizer.step#SGD.step", 10.0, 80.0)
+    t.annotation("dlci/forward", 15.0, 30.0)
+    t.op("autograd::engine::evaluate_function: MmBackward0", 50.0, 25.0, tid=BACKWARD_TID)
+    report = report_of(t, tmp_path)
+    assert report["per_step"][0]["phases"] == {
+        "data_loading_us": 10.0,
+        "optimizer_us": 25.0,  # 10-15, 45-50 and 75-90: the step's own work
+        "backward_us": 25.0,
+        "forward_us": 30.0,
+        "other_us": 10.0,
+    }
+
+
 def test_sync_inventory_names_the_blocking_op(tmp_path: Path) -> None:
     t = Trace()
     for n in (1, 2):

@@ -88,6 +88,31 @@ def gaps(starts: Any, ends: Any, lo: float, hi: float) -> Pair:
     return gap_starts[keep], gap_ends[keep]
 
 
+def difference(a: Pair, b: Pair) -> Pair:
+    """The part of merged set ``a`` that merged set ``b`` does not cover (merged).
+
+    >>> import numpy as np
+    >>> a = (np.array([0.0, 20.0]), np.array([10.0, 30.0]))
+    >>> b = (np.array([2.0, 8.0]), np.array([4.0, 25.0]))
+    >>> [x.tolist() for x in difference(a, b)]
+    [[0.0, 4.0, 25.0], [2.0, 8.0, 30.0]]
+    """
+    if not len(a[0]) or not len(b[0]):
+        return a
+    holes = gaps(*b, float(a[0][0]), float(a[1][-1]))  # the complement of b over a's span
+    # a and holes are merged, sorted and disjoint: their intersection is where both cover,
+    # found by a sweep over the boundaries (+1 at a start, -1 at an end; ends first on ties)
+    points = np.concatenate((a[0], a[1], holes[0], holes[1]))
+    deltas = np.concatenate(
+        (np.ones(a[0].size), -np.ones(a[1].size), np.ones(holes[0].size), -np.ones(holes[1].size))
+    )
+    order = np.lexsort((deltas, points))
+    points, depth = points[order], np.cumsum(deltas[order])
+    both = np.flatnonzero(depth[:-1] == 2)
+    keep = points[both + 1] > points[both]
+    return merge(points[both][keep], points[both + 1][keep])
+
+
 def clipped_lengths(starts: Any, ends: Any, lo: Any, hi: Any) -> Any:
     """Length of merged intervals within each window ``[lo[i], hi[i]]``, all at once.
 

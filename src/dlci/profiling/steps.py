@@ -30,10 +30,15 @@ def per_step(
     else:
         on = np.zeros(cols.dev_kind.size, dtype=bool)
     ordered = _breakdown_sets(cols, names, on, host)
-    phase_sets = []
+    sets = {}
     for phase, patterns in PHASES.items():
         mask = host & names.mask(cols.op_name, *patterns)
-        phase_sets.append((f"{phase}_us", iv.merge(cols.op_ts[mask], cols.op_end[mask])))
+        sets[f"{phase}_us"] = iv.merge(cols.op_ts[mask], cols.op_end[mask])
+    # the innermost wins where a forward and backward run inside the optimizer's step (a
+    # closure: Lightning's automatic optimisation, LBFGS): they are forward and backward time
+    inner = iv.union(sets["forward_us"], sets["backward_us"])
+    sets["optimizer_us"] = iv.difference(sets["optimizer_us"], inner)
+    phase_sets = list(sets.items())
 
     numbers = [w[0] for w in windows]
     lo = np.array([w[1] for w in windows])
