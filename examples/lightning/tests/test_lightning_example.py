@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from lightning_example.broken import make_detached_target, make_no_zero_grad_target
-from lightning_example.target import make_manual_target, make_target
 
 import dlci
 from dlci.checks import run_checks, select
 from dlci.errors import DlciError
+from lightning_example.broken import make_detached_target, make_no_zero_grad_target
+from lightning_example.target import make_manual_target, make_target
 
 
 @pytest.mark.memorization

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from transformers_example.broken import make_shifted_labels_target
-from transformers_example.target import make_target, make_trainer_target
 
 import dlci
 from dlci.checks import run_checks, select
+from transformers_example.broken import make_shifted_labels_target
+from transformers_example.target import make_target, make_trainer_target
 
 
 @pytest.mark.memorization

@@ -19,11 +19,11 @@ from dlci.memorization.guard import (
     frames,
     frames_text,
     is_dlci,
+    is_library,  # the one place that knows
     raised_by_dlci,
     user_frame,
     where,
 )
-from dlci.memorization.guard import is_library  # the one place that knows
 from dlci.memorization.target import Target
 
 
