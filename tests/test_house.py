@@ -101,7 +101,7 @@ LEVELS = {
     "hardware": 2,
     "ladder": 3,
     "memorization": 4,
-    "checks": 5, "profiling": 5,
+    "checks": 5, "profiling": 5, "calibration": 5,
     "action": 6,
     "commands": 7, "pytest_plugin": 7,
     "cli": 8, "__main__": 9,

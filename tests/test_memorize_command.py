@@ -317,3 +317,51 @@ def test_running_twice_into_one_folder_leaves_one_events_file(in_example, tmp_pa
     events.Reload()
     losses = [round(e.value, 4) for e in events.Scalars("memorize/loss")]
     assert losses == [round(v, 4) for v in report["losses"]]  # the second run's curve only
+
+
+def _seeds(tmp_path: Path, *extra: str) -> tuple[int, dict]:
+    out = tmp_path / "seeds"
+    args = ["memorize", "--target", "calibrate_targets:broken_on_seed_1", "--out", str(out)]
+    code = main([*args, "--quiet", "--budget", "pr", *extra])
+    return code, json.loads((out / "memorization.json").read_text())
+
+
+def test_seeds_pass_only_when_the_quorum_passes(tmp_path, monkeypatch, capsys) -> None:
+    """Seed 1 learns nothing: one seed (0) passes, three fail on all, pass on a quorum of 2."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    code, report = _seeds(tmp_path, "--tracker", "none")
+    assert (code, report["verdict"], "seeds" in report) == (0, "pass", False)
+    code, report = _seeds(tmp_path, "--seeds", "3")  # TensorBoard: a folder per seed
+    folders = sorted(p.name for p in (tmp_path / "seeds" / "tensorboard").iterdir())
+    assert folders == ["memorize-seed-0", "memorize-seed-1", "memorize-seed-2"]
+    assert (code, report["verdict"], report["config"]["seed"]) == (1, "fail", 1)  # seed 1 shown
+    assert report["reason"].startswith(
+        "2 of 3 seeds passed (quorum 3); seed 1 failed: the loss did not reach 1 in 100 epochs"
+    )
+    seeds = report["seeds"]
+    assert (seeds["count"], seeds["quorum"], seeds["passed"]) == (3, 3, 2)
+    assert [r["verdict"] for r in seeds["runs"]] == ["pass", "fail", "pass"]
+    code, report = _seeds(tmp_path, "--seeds", "3", "--quorum", "2", "--tracker", "none")
+    assert (code, report["verdict"]) == (0, "pass")
+    assert report["reason"].startswith("2 of 3 seeds passed (quorum 2); seed 1 failed: ")
+    err = capsys.readouterr().err
+    assert "memorize: seed 1: FAIL: the loss did not reach 1" in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--seeds", "0"], "error: --seeds must be from 1 to 1000, got 0"),
+        (["--seeds", "2", "--quorum", "3"], "error: --quorum must be from 1 to --seeds (2), got 3"),
+        (
+            ["--seeds", "2", "--nproc", "2"],
+            "error: --seeds 2 with 2 processes (DDP) is not supported",
+        ),
+    ],
+)
+def test_seeds_and_quorum_out_of_bounds_are_clear_errors(tmp_path, capsys, extra, message) -> None:
+    assert (
+        main(["memorize", "--target", "calibrate_targets:tiny", "--out", str(tmp_path), *extra])
+        == 1
+    )
+    assert capsys.readouterr().err.startswith(message)

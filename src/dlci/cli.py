@@ -26,6 +26,7 @@ VERBS: dict[str, str] = {
     "hardware": "detect the GPUs and name their hardware class (no torch needed)",
     "tier": "select the memorization-test tier from the budget ladder",
     "memorize": "overfit one batch of a target to the tier's loss threshold",
+    "calibrate": "measure the ladder's numbers on many seeds, with a known false-failure rate",
     "doctor": "run the ordered debugging checks on a target",
     "profile": "record a torch.profiler trace of real training steps",
     "analyze": "compute GPU utilization and bottlenecks from a trace",

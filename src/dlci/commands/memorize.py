@@ -28,14 +28,7 @@ def main(argv: Sequence[str]) -> int:
         help="directory for the report, the loss curve and tracking files "
         "(default: dlci-artifacts)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed for every generator (default: 0)")
-    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: the GPU if any)")
-    p.add_argument(
-        "--nproc",
-        type=int,
-        default=None,
-        help="processes under torchrun with DDP (default: the tier's nproc)",
-    )
+    _add_run_options(p)
     p.add_argument(
         "--no-early-stop",
         dest="early_stop",
@@ -61,6 +54,8 @@ def main(argv: Sequence[str]) -> int:
         out=args.out,
         json=args.json,
         seed=args.seed,
+        seeds=args.seeds,
+        quorum=args.quorum,
         device=args.device,
         nproc=args.nproc,
         early_stop=args.early_stop,
@@ -71,6 +66,26 @@ def main(argv: Sequence[str]) -> int:
     outcome = run_memorize(request, say=_say)
     _print_verdict(outcome)
     return outcome.exit_code
+
+
+def _add_run_options(p: _common.ArgumentParser) -> None:
+    """--seed, --seeds, --quorum, --device, --nproc."""
+    p.add_argument("--seed", type=int, default=0, help="seed for every generator (default: 0)")
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="run seeds --seed, --seed + 1, ... in turn; pass when --quorum of them pass "
+        "(default: 1)",
+    )
+    p.add_argument("--quorum", type=int, default=None, help="seeds that must pass (default: all)")
+    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: the GPU if any)")
+    p.add_argument(
+        "--nproc",
+        type=int,
+        default=None,
+        help="processes under torchrun with DDP (default: the tier's nproc)",
+    )
 
 
 def _say(line: str) -> None:

@@ -47,6 +47,8 @@ class MemorizeRequest:
     tracker: str = "tensorboard"
     quiet: bool = False
     argv: tuple[str, ...] = ()  # the command line, run again in each DDP process
+    seeds: int = 1  # seeds run in turn (seed, seed + 1, ...): memorization/seeds.py
+    quorum: int | None = None  # seeds that must pass; None: all
 
 
 @dataclass
@@ -87,6 +89,10 @@ def run_memorize(request: MemorizeRequest, say: Say) -> MemorizeOutcome:
     nproc = request.nproc if request.nproc is not None else tier.nproc
     if nproc < 1:
         raise DlciError(f"--nproc must be at least 1, got {nproc}", hint="use --nproc 2")
+    if request.seeds != 1 or request.quorum is not None:
+        from dlci.memorization.seeds import check_seeds
+
+        check_seeds(request.seeds, request.quorum, nproc)
     if nproc > 1 and not is_worker():
         from dlci.memorization.launch import launch
 
@@ -176,42 +182,20 @@ def _memorize(
     say: Say,
     report: _Report | None,
 ) -> MemorizeOutcome:
-    from dlci.memorization.engine import MemorizeConfig, memorize, seed_everything
-    from dlci.memorization.target import load_target
     from dlci.memorization.tracking import NullTracker, make_tracker
-    from dlci.progress import StepProgress
 
-    seed_everything(request.seed + dist.rank)  # the model's initial weights come from here
-    target = load_target(spec)
-    config = MemorizeConfig.from_tier(
-        tier, seed=request.seed, device=request.device, early_stop=request.early_stop
-    )
+    if request.seeds > 1:
+        from dlci.memorization.seeds import run_seeds
+
+        return run_seeds(request, spec, tier, say, report)
     leader = report is not None
     out = Path(request.out)
     tracker = make_tracker(request.tracker, out, "memorize") if leader else NullTracker()
-    label = clean(f"memorize {tier.budget}/{tier.hardware_class}")  # ladder names: outside text
     outcome = MemorizeOutcome(0)
     try:
-        with StepProgress(tier.max_epochs, label, enabled=leader and not request.quiet) as progress:
-
-            def on_step(step: int, loss: float, best: float) -> None:
-                progress(step, loss, best)
-                tracker.log_metric("memorize/loss", loss, step)
-
-            def on_start(changes: list[str]) -> None:
-                for change in changes if leader else ():
-                    say(f"before training: {change}")
-
-            result = memorize(
-                target,
-                config,
-                on_step=on_step,
-                on_start=on_start,
-                dist=dist,
-                on_stuck=_on_stuck(report, say),
-            )
+        result = train_one(request, spec, tier, dist, say, report, tracker)
         if leader:
-            outcome = _write_outputs(request, spec, tier, result, tracker)
+            outcome = write_run_outputs(request, spec, tier, result, tracker)
     finally:
         tracker.close()
     if dist.active:
@@ -221,6 +205,48 @@ def _memorize(
     else:
         outcome.exit_code = 0 if result.passed else 1
     return outcome
+
+
+def train_one(
+    request: MemorizeRequest,
+    spec: str,
+    tier: Any,
+    dist: Distributed,
+    say: Say,
+    report: _Report | None,
+    tracker: Any,
+) -> MemorizeResult:
+    """One memorization run with ``request.seed``: seed, build the target, train."""
+    from dlci.memorization.engine import MemorizeConfig, memorize, seed_everything
+    from dlci.memorization.target import load_target
+    from dlci.progress import StepProgress
+
+    seed_everything(request.seed + dist.rank)  # the model's initial weights come from here
+    target = load_target(spec)
+    config = MemorizeConfig.from_tier(
+        tier, seed=request.seed, device=request.device, early_stop=request.early_stop
+    )
+    leader = report is not None
+    label = f"memorize {tier.budget}/{tier.hardware_class}"
+    label = clean(label + (f" seed {request.seed}" if request.seeds > 1 else ""))  # ladder names
+    with StepProgress(tier.max_epochs, label, enabled=leader and not request.quiet) as progress:
+
+        def on_step(step: int, loss: float, best: float) -> None:
+            progress(step, loss, best)
+            tracker.log_metric("memorize/loss", loss, step)
+
+        def on_start(changes: list[str]) -> None:
+            for change in changes if leader else ():
+                say(f"before training: {change}")
+
+        return memorize(
+            target,
+            config,
+            on_step=on_step,
+            on_start=on_start,
+            dist=dist,
+            on_stuck=_on_stuck(report, say),
+        )
 
 
 def _on_stuck(report: _Report | None, say: Say) -> Callable[[MemorizeResult], None] | None:
@@ -242,11 +268,16 @@ def _on_stuck(report: _Report | None, say: Say) -> Callable[[MemorizeResult], No
     return stuck
 
 
-def _write_outputs(
-    request: MemorizeRequest, spec: str, tier: Any, result: MemorizeResult, tracker: Any
+def write_run_outputs(
+    request: MemorizeRequest,
+    spec: str,
+    tier: Any,
+    result: MemorizeResult,
+    tracker: Any,
+    extra: dict[str, Any] | None = None,
 ) -> MemorizeOutcome:
-    """The report (JSON file unless it goes to standard output), the tracker's summary, the
-    curve and the GitHub step outputs."""
+    """The report (JSON file unless it goes to standard output; ``extra`` added to it), the
+    tracker's summary, the curve and the GitHub step outputs."""
     from dlci.report import memorization
     from dlci.report.github import write_outputs
 
@@ -258,6 +289,7 @@ def _write_outputs(
         gpu_name=_gpu_name(result.device),
         tracking=": ".join(filter(None, (request.tracker, getattr(tracker, "location", "")))),
     )
+    report.update(extra or {})
     tracker.log_config(report["config"])
     tracker.log_summary(
         {
