@@ -382,3 +382,22 @@ def test_a_gpu_name_is_cut_before_matching() -> None:
     name = "x" * patterns.MAX_NAME + "H100"
     assert patterns.search("H100", name) is None
     assert patterns.search("H100", "NVIDIA H100 80GB HBM3") is not None
+
+
+@pytest.mark.parametrize(
+    ("pattern", "why"),
+    [
+        (r"(?>.*.*.*.*X)", "it uses an atomic group"),  # hides its repetitions from a count
+        (r"a*+b", "it uses a possessive repetition"),
+        (r"(?<=x)T4", "it uses a look-behind"),
+        (r"T4(?<=a{0,9})", "it is not a valid regular expression (look-behind requires"),
+    ],
+)
+def test_constructs_a_name_pattern_never_needs_are_refused(pattern: str, why: str) -> None:
+    """Only literals, classes, anchors, groups, alternatives, repetitions and look-aheads
+    pass; control: the default ladder's patterns (look-aheads among them) all pass."""
+    assert (patterns.problem(pattern) or "").startswith(why)
+    ladder = load_ladder()
+    assert [patterns.problem(p) for c in ladder.classes.values() for p in c.match] == [None] * sum(
+        len(c.match) for c in ladder.classes.values()
+    )

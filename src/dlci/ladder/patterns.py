@@ -40,8 +40,13 @@ else:  # pragma: no cover - Python 3.10
     import sre_constants as _c
     import sre_parse as _sre
 
-_REPEATS = {_c.MAX_REPEAT, _c.MIN_REPEAT, getattr(_c, "POSSESSIVE_REPEAT", _c.MAX_REPEAT)}
-_FORBIDDEN = {
+_REPEATS = {_c.MAX_REPEAT, _c.MIN_REPEAT}
+# what a GPU name pattern may use; anything else (atomic groups, possessive repeats,
+# look-behinds, back-references, conditional groups) is refused by name
+_ATOMS = {_c.LITERAL, _c.NOT_LITERAL, _c.ANY, _c.IN, _c.AT}
+_NAMES = {
+    getattr(_c, "ATOMIC_GROUP", None): "an atomic group",
+    getattr(_c, "POSSESSIVE_REPEAT", None): "a possessive repetition",
     _c.GROUPREF: "a back-reference",
     _c.GROUPREF_EXISTS: "a conditional group",
 }
@@ -69,6 +74,7 @@ def problem(pattern: str) -> str | None:
         return f"it is {len(pattern)} characters long (at most {MAX_PATTERN})"
     try:
         tree = _sre.parse(pattern, re.IGNORECASE)
+        re.compile(pattern, re.IGNORECASE)  # what parses may still not compile
     except re.error as exc:
         return f"it is not a valid regular expression ({exc})"
     except RecursionError:
@@ -100,8 +106,8 @@ def _choices(items: list[Any]) -> int:
 
 def _walk(items: list[Any], *, inside_repeat: bool) -> str | None:
     for op, arg in items:
-        if op in _FORBIDDEN:
-            return f"it uses {_FORBIDDEN[op]}"
+        if op in _ATOMS:
+            continue
         if op in _REPEATS:
             _low, high, sub = arg
             if inside_repeat:
@@ -110,27 +116,25 @@ def _walk(items: list[Any], *, inside_repeat: bool) -> str | None:
                     "(nested quantifiers backtrack exponentially)"
                 )
             found = _walk(list(sub), inside_repeat=high > 1)
-            if found:
-                return found
         elif op == _c.BRANCH:
             if inside_repeat:
                 return (
                     "a repeated part contains alternatives "
                     "(repeated alternatives backtrack exponentially)"
                 )
-            for branch in arg[1]:
-                found = _walk(list(branch), inside_repeat=inside_repeat)
-                if found:
-                    return found
+            found = next(
+                (f for b in arg[1] if (f := _walk(list(b), inside_repeat=inside_repeat))), None
+            )
         elif op == _c.SUBPATTERN:
             found = _walk(list(arg[-1]), inside_repeat=inside_repeat)
-            if found:
-                return found
-        elif op in (_c.ASSERT, _c.ASSERT_NOT, getattr(_c, "ATOMIC_GROUP", _c.ASSERT)):
-            sub = arg if op not in (_c.ASSERT, _c.ASSERT_NOT) else arg[-1]
-            found = _walk(list(sub), inside_repeat=inside_repeat)
-            if found:
-                return found
+        elif op in (_c.ASSERT, _c.ASSERT_NOT):
+            if arg[0] < 0:
+                return "it uses a look-behind"
+            found = _walk(list(arg[-1]), inside_repeat=inside_repeat)
+        else:
+            return f"it uses {_NAMES.get(op, str(op).lower().replace('_', ' '))}"
+        if found:
+            return found
     return None
 
 
