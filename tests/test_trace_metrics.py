@@ -169,6 +169,19 @@ def test_a_forward_and_backward_inside_the_optimizer_step_count_as_themselves(
         "forward_us": 30.0,
         "other_us": 10.0,
     }
+    # manual optimisation: the optimizer's step runs inside the training step's annotation
+    t = Trace()
+    t.step(1, 0.0, 100.0)
+    t.annotation("dlci/forward", 0.0, 90.0)
+    t.annotation("dlci/backward", 40.0, 30.0)
+    t.annotation("Optimizer.step#SGD.step", 75.0, 10.0)
+    (tmp_path / "manual").mkdir()
+    phases = report_of(t, tmp_path / "manual")["per_step"][0]["phases"]
+    assert (phases["forward_us"], phases["backward_us"], phases["optimizer_us"]) == (
+        50.0,
+        30.0,
+        10.0,
+    )
 
 
 def test_sync_inventory_names_the_blocking_op(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ function says otherwise.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -88,29 +89,43 @@ def gaps(starts: Any, ends: Any, lo: float, hi: float) -> Pair:
     return gap_starts[keep], gap_ends[keep]
 
 
-def difference(a: Pair, b: Pair) -> Pair:
-    """The part of merged set ``a`` that merged set ``b`` does not cover (merged).
+def innermost(sets: dict[str, Pair]) -> dict[str, Pair]:
+    """Each name's share of the time where ``sets`` (raw, possibly nested intervals per name)
+    overlap, the innermost interval winning: of those covering an instant, the one that
+    started last (for nested intervals, the inner one). Merged sets, disjoint across names.
 
     >>> import numpy as np
-    >>> a = (np.array([0.0, 20.0]), np.array([10.0, 30.0]))
-    >>> b = (np.array([2.0, 8.0]), np.array([4.0, 25.0]))
-    >>> [x.tolist() for x in difference(a, b)]
-    [[0.0, 4.0, 25.0], [2.0, 8.0, 30.0]]
+    >>> opt = (np.array([10.0]), np.array([90.0]))  # Optimizer.step running a closure
+    >>> fwd = (np.array([15.0]), np.array([45.0]))
+    >>> {k: [x.tolist() for x in v] for k, v in innermost({"opt": opt, "fwd": fwd}).items()}
+    {'opt': [[10.0, 45.0], [15.0, 90.0]], 'fwd': [[15.0], [45.0]]}
     """
-    if not len(a[0]) or not len(b[0]):
-        return a
-    holes = gaps(*b, float(a[0][0]), float(a[1][-1]))  # the complement of b over a's span
-    # a and holes are merged, sorted and disjoint: their intersection is where both cover,
-    # found by a sweep over the boundaries (+1 at a start, -1 at an end; ends first on ties)
-    points = np.concatenate((a[0], a[1], holes[0], holes[1]))
-    deltas = np.concatenate(
-        (np.ones(a[0].size), -np.ones(a[1].size), np.ones(holes[0].size), -np.ones(holes[1].size))
+    import heapq
+
+    names = list(sets)
+    items = sorted(
+        (float(a), float(b), k)
+        for k, name in enumerate(names)
+        for a, b in zip(*sets[name], strict=True)
+        if b > a
     )
-    order = np.lexsort((deltas, points))
-    points, depth = points[order], np.cumsum(deltas[order])
-    both = np.flatnonzero(depth[:-1] == 2)
-    keep = points[both + 1] > points[both]
-    return merge(points[both][keep], points[both + 1][keep])
+    points = sorted({t for a, b, _ in items for t in (a, b)})
+    owned: list[tuple[list[float], list[float]]] = [([], []) for _ in names]
+    active: list[tuple[float, float, int]] = []  # (-start, end, name index): latest start on top
+    i = 0
+    for left, right in itertools.pairwise(points):
+        while i < len(items) and items[i][0] <= left:
+            heapq.heappush(active, (-items[i][0], items[i][1], items[i][2]))
+            i += 1
+        while active and active[0][1] <= left:  # ended: the heap's top only (lazy removal)
+            heapq.heappop(active)
+        if active:
+            owner = owned[active[0][2]]
+            owner[0].append(left)
+            owner[1].append(right)
+    return {
+        name: merge(np.array(a), np.array(b)) for name, (a, b) in zip(names, owned, strict=True)
+    }
 
 
 def clipped_lengths(starts: Any, ends: Any, lo: Any, hi: Any) -> Any:

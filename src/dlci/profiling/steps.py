@@ -30,15 +30,16 @@ def per_step(
     else:
         on = np.zeros(cols.dev_kind.size, dtype=bool)
     ordered = _breakdown_sets(cols, names, on, host)
-    sets = {}
+    raw = {}
     for phase, patterns in PHASES.items():
         mask = host & names.mask(cols.op_name, *patterns)
-        sets[f"{phase}_us"] = iv.merge(cols.op_ts[mask], cols.op_end[mask])
-    # the innermost wins where a forward and backward run inside the optimizer's step (a
-    # closure: Lightning's automatic optimisation, LBFGS): they are forward and backward time
-    inner = iv.union(sets["forward_us"], sets["backward_us"])
-    sets["optimizer_us"] = iv.difference(sets["optimizer_us"], inner)
-    phase_sets = list(sets.items())
+        raw[f"{phase}_us"] = (cols.op_ts[mask], cols.op_end[mask])
+    # data loading first; among the others the innermost wins: a forward and backward run by
+    # Optimizer.step (a closure: Lightning's automatic optimisation, LBFGS) are forward and
+    # backward time, an optimizer step inside a training_step (manual optimisation) is
+    # optimizer time
+    data = raw.pop("data_loading_us")
+    phase_sets = [("data_loading_us", iv.merge(*data)), *iv.innermost(raw).items()]
 
     numbers = [w[0] for w in windows]
     lo = np.array([w[1] for w in windows])
