@@ -253,15 +253,19 @@ def rezero_zero_head() -> dlci.Target:
     return _classifier(ReZeroMLP(), _features())
 
 
-def multilabel_bce() -> dlci.Target:
-    """Five independent yes/no labels per example, SiLU modules, BCEWithLogitsLoss."""
+def multilabel_bce(*, leak: bool = False) -> dlci.Target:
+    """Five independent yes/no labels per example, SiLU modules, BCEWithLogitsLoss. ``leak``
+    plants a bug: the five labels appended to the inputs as -3 / +3."""
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(6)
     x = torch.randn(SIZE, 16, generator=g)
     scores = x @ torch.randn(16, 5, generator=g) / 4 + 0.5 * torch.randn(SIZE, 5, generator=g)
-    train, val = _loaders(x, (scores > 0).float())
+    labels = (scores > 0).float()
+    if leak:
+        x = torch.cat([x, 6 * labels - 3], dim=1)
+    train, val = _loaders(x, labels)
     return dlci.Target(
-        _mlp(16, 5, nn.SiLU),
+        _mlp(x.shape[1], 5, nn.SiLU),
         lambda p: torch.optim.Adam(p, lr=3e-3),
         train,
         loss_fn=nn.BCEWithLogitsLoss(),
@@ -282,6 +286,45 @@ def regression_sgd_momentum() -> dlci.Target:
         lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9, nesterov=True),
         train,
         loss_fn=nn.MSELoss(),
+        val_loader=val,
+    )
+
+
+class GaussianHeads(nn.Module):
+    """A mean head and a log-variance head over one body: (N, 2) outputs, mean and variance."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, 64), nn.SiLU(), nn.Linear(64, 64), nn.SiLU())
+        self.mean, self.log_var = nn.Linear(64, 1), nn.Linear(64, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.body(x)
+        return torch.cat([self.mean(h), self.log_var(h).exp()], dim=1)
+
+
+def gaussian_nll(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.gaussian_nll_loss(outputs[:, 0], targets, outputs[:, 1])
+
+
+def regression_gaussian_nll(*, scale: float = 0.5, permute: bool = False) -> dlci.Target:
+    """A mean and a variance per example (noise that grows with one input), GaussianNLLLoss,
+    targets in their own units (sd ``scale``): the loss starts near 0.07 and goes below zero
+    as the model learns. ``permute`` plants the label bug: targets shuffled away from inputs."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(SIZE, 8, generator=g)
+    y = torch.sin(x @ torch.randn(8, generator=g) / 2) + 0.3 * x[:, 0] * x[:, 1]
+    y = y + (0.05 + 0.25 * torch.sigmoid(2 * x[:, 2])) * torch.randn(SIZE, generator=g)
+    y = scale * (y - y.mean()) / y.std()
+    if permute:
+        y = y[torch.randperm(SIZE, generator=torch.Generator().manual_seed(7))]
+    train, val = _loaders(x, y)
+    return dlci.Target(
+        GaussianHeads(),
+        lambda p: torch.optim.Adam(p, lr=3e-3),
+        train,
+        loss_fn=gaussian_nll,
         val_loader=val,
     )
 
@@ -362,6 +405,7 @@ HEALTHY = {
     "ReZero branches, zero-init head, SiLU": rezero_zero_head,
     "multi-label, BCEWithLogits, SiLU": multilabel_bce,
     "regression, SGD + Nesterov, Mish": regression_sgd_momentum,
+    "regression, Gaussian NLL below zero": regression_gaussian_nll,
     "frozen backbone": frozen_backbone,
     "clipping + OneCycleLR, leaky ReLU, tanh": clipping_onecycle,
     "bf16 autocast on the CPU, GELU": bf16_autocast_cpu,

@@ -5,19 +5,32 @@ raise an alarm and the controls that show each protection is what passes or fail
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from torch.nn import functional as F
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler
 
 import dlci
 import zoo
 from dlci.checks import overlap, probe, run_checks, select
 from dlci.checks import sample as sample_module
 from dlci.checks.base import CheckResult, Context
+from dlci.checks.labels import _as_columns, _auc, _fit, _scores
 from dlci.ladder.tiers import choose_tier
 
 TIER = choose_tier(budget="pr", hardware="cpu")
 N = 512
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """The models are tiny: intra-op threads only contend (30x slower on 2 busy cores)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def _gen(seed: int = 0) -> torch.Generator:
@@ -341,3 +354,108 @@ def test_the_lr_sweeps_batches_serve_the_checks_after_it(monkeypatch) -> None:
     control, same = _label_alignment_reads(False, monkeypatch)
     assert control == 3  # label-alignment reads the loader again without the kept batches
     assert same == measured  # the same batches either way
+
+
+# ------------------------------------------------- the fit of the outputs, the loss's floor
+
+
+def test_the_auc_reads_only_the_order_of_the_scores() -> None:
+    labels = torch.tensor([0.0, 0.0, 1.0, 1.0])
+    assert _auc(torch.tensor([-2.0, -1.0, 1.0, 3.0]), labels) == 1.0
+    assert _auc(torch.sigmoid(torch.tensor([-2.0, -1.0, 1.0, 3.0])), labels) == 1.0
+    assert _auc(torch.tensor([3.0, 1.0, -1.0, -2.0]), labels) == 0.0
+    assert _auc(torch.zeros(4), labels) == 0.5  # ties count half
+    assert _auc(torch.tensor([0.0, 2.0, 1.0, 3.0]), labels) == 0.75
+
+
+def test_the_fit_is_r2_for_predictions_and_auc_for_scores_of_0_1_labels() -> None:
+    y = torch.randn(200, generator=_gen())
+    assert _fit([_as_columns(y.clone(), y)]) == (1.0, "R^2", "")
+    assert _fit([_as_columns(torch.full((200, 1), float(y.mean())), y)])[0] == pytest.approx(0)
+    labels = (torch.randn(200, 3, generator=_gen(1)) > 0).float()
+    assert _fit([_as_columns(10 * labels - 5, labels)]) == (1.0, "AUC", "")
+    assert _fit([_as_columns(torch.zeros(200, 3), torch.zeros(200, 3))])[2] == (
+        "every held-out label column holds one value only"
+    )
+    assert _as_columns(torch.zeros(64, 2), torch.zeros(64)) == (
+        "the outputs (64, 2) are not one prediction per target value (64,)"
+    )
+    assert _as_columns(torch.zeros(64, 4), torch.zeros(64, dtype=torch.long)) == (
+        "the targets are class indices and num_classes is not given"
+    )
+
+
+def test_the_scores_of_a_model_output_are_its_logits() -> None:
+    """As a Transformers ModelOutput (a dict with attributes) holds them."""
+    logits = torch.zeros(4, 3)
+    assert _scores({"loss": torch.tensor(1.0), "logits": logits}) is logits
+    assert _scores(SimpleNamespace(loss=None, logits=logits)) is logits
+    assert _scores(logits) is logits
+    pair = (logits, logits)
+    assert _scores(pair) is pair  # no scores found: the outputs as given
+
+
+def test_a_loss_that_stays_above_zero_keeps_zero_as_its_floor() -> None:
+    """The gain is 1 - true/shuffled, as before, for every loss never seen below zero."""
+    results = run_checks(zoo.clean_regression(), checks=select("label-alignment"), tier=TIER)
+    details = results[0].details
+    assert details["floor"] == 0.0
+    assert details["gain"] == pytest.approx(1 - details["true_loss"] / details["shuffled_loss"])
+
+
+# --------------------------------------------------------------- shuffle: batch samplers
+
+
+class Buckets:
+    """A batch sampler without a ``sampler``, as bucketing by length builds: batches of
+    neighbouring indices, in a shuffled or in the data set's order."""
+
+    def __init__(self, size: int, batch: int, shuffle: bool) -> None:
+        self.size, self.batch, self.shuffle = size, batch, shuffle
+
+    def __iter__(self):
+        starts = list(range(0, self.size, self.batch))
+        if self.shuffle:
+            starts = [starts[i] for i in torch.randperm(len(starts), generator=_gen(3))]
+        for start in starts:
+            yield list(range(start, min(start + self.batch, self.size)))
+
+    def __len__(self) -> int:
+        return -(-self.size // self.batch)
+
+
+def _shuffle_with(batch_sampler) -> CheckResult:
+    """The shuffle check on the blobs (in random order) read through ``batch_sampler``."""
+    target = zoo.clean_classification()
+    target.train_loader = DataLoader(target.train_loader.dataset, batch_sampler=batch_sampler)
+    return run_checks(target, checks=select("shuffle"), tier=TIER)[0]
+
+
+def test_a_loader_given_a_shuffling_batch_sampler_is_shuffled(monkeypatch) -> None:
+    """A DataLoader built with a batch_sampler keeps an unused SequentialSampler as its
+    ``sampler``: reading it, as before, warned on a Trainer's shuffled loaders."""
+    from dlci.checks import data
+
+    dataset = zoo.clean_classification().train_loader.dataset
+    sampler = BatchSampler(RandomSampler(dataset, generator=_gen()), 32, drop_last=False)
+    assert isinstance(DataLoader(dataset, batch_sampler=sampler).sampler, SequentialSampler)
+    assert _shuffle_with(sampler).status == "pass"
+    assert _shuffle_with(Buckets(len(dataset), 32, shuffle=True)).status == "pass"
+    monkeypatch.setattr(data, "_is_sequential", lambda loader: _old_rule(loader))
+    control = _shuffle_with(sampler)
+    assert (control.status, control.measured.endswith(", sequential sampler")) == ("warn", True)
+
+
+def _old_rule(loader) -> bool:
+    return isinstance(loader.sampler, SequentialSampler)
+
+
+def test_a_batch_sampler_in_data_set_order_is_flagged() -> None:
+    dataset = zoo.clean_classification().train_loader.dataset
+    for batch_sampler in (
+        BatchSampler(SequentialSampler(dataset), 32, drop_last=False),
+        Buckets(len(dataset), 32, shuffle=False),
+    ):
+        result = _shuffle_with(batch_sampler)
+        assert result.status == "warn", result
+        assert result.measured.endswith(", sequential sampler")

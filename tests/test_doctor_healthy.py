@@ -29,6 +29,7 @@ KINDS = {
     "ReZero branches, zero-init head, SiLU": {"silu"},
     "multi-label, BCEWithLogits, SiLU": {"silu"},
     "regression, SGD + Nesterov, Mish": {"mish", "softplus"},
+    "regression, Gaussian NLL below zero": {"silu"},
     "frozen backbone": {"relu", "gelu"},
     "clipping + OneCycleLR, leaky ReLU, tanh": {"leaky_relu", "tanh"},
     "bf16 autocast on the CPU, GELU": {"gelu"},
@@ -221,6 +222,70 @@ def test_reproducibility_never_calls_nan_equal_to_a_number() -> None:
     assert _difference(torch.tensor([1.0, nan]), torch.tensor([1.0, nan])) == 0.0
     assert _difference(torch.tensor([1.0, nan]), torch.tensor([1.0, 2.0])) == math.inf
     assert _difference(torch.tensor([math.inf]), torch.tensor([math.inf])) == 0.0
+
+
+# ------------------------------------------------- losses below zero, outputs that are scores
+
+GAUSSIAN = "regression, Gaussian NLL below zero"
+
+
+def _result(name: str, check: str) -> CheckResult:
+    return next(r for r in _results(name) if r.id == check)
+
+
+def _held_out_targets(target) -> torch.Tensor:
+    return torch.cat([batch[1] for batch in target.val_loader])
+
+
+def test_control_the_old_definitions_fail_a_gaussian_nll_model() -> None:
+    """Before: label-alignment's gain was 1 - true/shuffled (0 when shuffled <= 0), and
+    leakage called a held-out loss under 1% of the targets' variance near perfect: both fail
+    a healthy model whose loss goes below zero. Now both pass, on the same measurements."""
+    alignment, leakage = _result(GAUSSIAN, "label-alignment"), _result(GAUSSIAN, "leakage")
+    assert (alignment.status, leakage.status) == ("pass", "pass")
+    true, shuffled = alignment.details["true_loss"], alignment.details["shuffled_loss"]
+    assert true < shuffled < 0  # the true labels do help: the loss is lower
+    old_gain = 1 - true / shuffled if shuffled > 0 else 0.0
+    assert old_gain < 0.02  # the old rule: fail, "labels do not belong to their inputs"
+    assert alignment.details["gain"] >= 0.1
+    assert alignment.measured.endswith(
+        "the loss goes below zero: floor taken at the lowest seen, -1.1"
+    )
+    early = leakage.details["early"]
+    variance = float(_held_out_targets(healthy_zoo.regression_gaussian_nll()).var())
+    assert early["loss"] / variance < 0.01  # the old rule: fail, "near perfect"
+    assert early["status"] == "skip"
+    assert "no early score: the outputs (64, 2) are not one prediction per target value (64,)" in (
+        leakage.measured
+    )
+
+
+def test_a_label_permutation_on_the_gaussian_nll_model_is_still_caught() -> None:
+    target = healthy_zoo.regression_gaussian_nll(permute=True)
+    result = _run(target, "label-alignment")["label-alignment"]
+    assert result.status == "fail", result
+    assert result.details["gain"] < 0.02 and result.details["floor"] < 0
+
+
+def test_multi_label_leakage_reads_the_auc_of_the_outputs() -> None:
+    """Before: 'held-out loss 229.53% of the targets' variance' (BCE over the variance of
+    0/1 labels). Now the AUC of the logits; the labels planted in the inputs fail it."""
+    early = _result("multi-label, BCEWithLogits, SiLU", "leakage").details["early"]
+    assert early["fit_name"] == "AUC" and 0.6 < early["fit"] < 0.99
+    assert early["loss"] / float(_held_out_targets(healthy_zoo.multilabel_bce()).var()) > 1
+    leaked = _run(healthy_zoo.multilabel_bce(leak=True), "leakage")["leakage"]
+    assert leaked.status == "fail" and leaked.details["early"]["fit"] >= 0.99
+    assert "held-out AUC 0.999 after 20 steps" in leaked.measured
+
+
+def test_a_squared_error_regression_is_judged_by_r2_as_by_the_old_ratio() -> None:
+    """For a mean squared error, R^2 is 1 - loss / variance: the old rule, where it held."""
+    early = _result("regression, SGD + Nesterov, Mish", "leakage").details["early"]
+    targets = _held_out_targets(healthy_zoo.regression_sgd_momentum())
+    assert early["fit_name"] == "R^2"
+    assert early["fit"] == pytest.approx(
+        1 - early["loss"] / float(targets.var(correction=0)), abs=1e-5
+    )
 
 
 def test_context_is_what_the_checks_share() -> None:

@@ -59,9 +59,31 @@ def shuffle(ctx: Context) -> CheckResult:
 
 
 def _is_sequential(loader: Any) -> bool:
-    from torch.utils.data import SequentialSampler
+    """Whether the loader reads its data set in order. Given a ``batch_sampler`` (as a
+    Transformers Trainer's loaders are), a DataLoader's ``sampler`` is an unused
+    SequentialSampler placeholder: torch's BatchSampler is judged by its own sampler, any
+    other batch sampler (bucketing by length, sharding) by the indices it yields."""
+    from torch.utils.data import BatchSampler, SequentialSampler
 
-    return isinstance(getattr(loader, "sampler", None), SequentialSampler)
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    if batch_sampler is None:  # no automatic batching: the loader's sampler is the one used
+        return isinstance(getattr(loader, "sampler", None), SequentialSampler)
+    if type(batch_sampler) is BatchSampler:
+        return isinstance(batch_sampler.sampler, SequentialSampler)
+    return _yields_in_order(batch_sampler)
+
+
+def _yields_in_order(batch_sampler: Any) -> bool:
+    """The first batches' indices run consecutively (at least 8 of them, all integers)."""
+    import operator
+
+    indices: list[int] = []
+    try:
+        for batch in itertools.islice(iter(batch_sampler), SHUFFLE_BATCHES):
+            indices.extend(operator.index(i) for i in batch)
+    except TypeError:  # not a batch sampler of integer indices: no judgement
+        return False
+    return len(indices) >= 8 and indices == list(range(indices[0], indices[0] + len(indices)))
 
 
 def batch_independence(ctx: Context) -> CheckResult:
