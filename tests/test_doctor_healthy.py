@@ -217,6 +217,19 @@ def test_the_lr_sweep_judges_divergence_of_negative_and_zero_losses() -> None:
     assert not _diverged(1.0, 0.0, 0.7) and _diverged(2.2, 0.0, 0.7)  # a hinge loss at zero
 
 
+def test_the_doctor_leaves_a_batch_samplers_own_generator_as_it_found_it() -> None:
+    from torch.utils.data import BatchSampler, DataLoader, RandomSampler
+
+    target = healthy_zoo.regression_gaussian_nll()
+    data = target.train_loader.dataset
+    generator = torch.Generator().manual_seed(0)
+    sampler = BatchSampler(RandomSampler(data, generator=generator), 32, drop_last=False)
+    target.train_loader = DataLoader(data, batch_sampler=sampler)
+    before = generator.get_state().clone()
+    run_checks(target, checks=select("shuffle,label-alignment"), tier=TIER)
+    assert torch.equal(before, generator.get_state())
+
+
 def test_reproducibility_never_calls_nan_equal_to_a_number() -> None:
     nan = math.nan
     assert _difference(torch.tensor([1.0, nan]), torch.tensor([1.0, nan])) == 0.0

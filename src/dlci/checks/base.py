@@ -163,6 +163,10 @@ def preserved(target: Target) -> Iterator[None]:
         for gen in (
             getattr(loader, "generator", None),
             getattr(getattr(loader, "sampler", None), "generator", None),
+            # a loader given a batch_sampler keeps an unused sampler: the real one is inside
+            getattr(
+                getattr(getattr(loader, "batch_sampler", None), "sampler", None), "generator", None
+            ),
         )
         if isinstance(gen, torch.Generator)
     ]
