@@ -165,8 +165,15 @@ def uses_are_pinned(data: dict) -> None:
 
 def test_the_pr_example_is_a_guarded_status_check() -> None:
     data = load(ROOT / "examples" / "workflows" / "pr.yml")
-    assert list(data["on"]) == ["pull_request"]  # not pull_request_target: no secrets for forks
-    assert data["permissions"] == {"contents": "read"}
+    # not pull_request_target: no secrets for forks; the default branch runs too, so its
+    # newest successful run is a pull request's baseline
+    assert list(data["on"]) == ["pull_request", "push"]
+    assert data["on"]["push"] == {"branches": ["main"]}
+    assert data["permissions"] == {
+        "contents": "read",
+        "actions": "read",  # baseline: auto reads the base branch's reports
+        "pull-requests": "write",  # comment: true (never on a fork's pull request)
+    }
     assert data["concurrency"]["cancel-in-progress"] is True
     assert "pull_request.number" in data["concurrency"]["group"]
     job = data["jobs"]["dl-ci"]
@@ -176,6 +183,7 @@ def test_the_pr_example_is_a_guarded_status_check() -> None:
     assert dlci["with"]["allow-fork-prs"] == "false"
     assert dlci["with"]["budget"] == "pr"
     assert dlci["with"]["image"] == "${{ vars.DLCI_IMAGE }}"
+    assert dlci["with"]["baseline"] == "auto" and dlci["with"]["comment"] == "true"
     uses_are_pinned(data)
 
 
@@ -191,10 +199,13 @@ def test_the_nightly_example_runs_a_matrix_and_compares_with_last_night() -> Non
     dlci = next(s for s in job["steps"] if s.get("uses") == "org/dl-ci@v1")
     assert dlci["with"]["budget"] == "nightly"
     assert dlci["with"]["artifact-name"] == "nightly"  # + class + job id, by the action
-    compare = job["steps"][-1]
-    assert compare["if"].startswith("always()")
-    assert "dlci compare-profiles" in compare["run"] and "gh run download" in compare["run"]
-    assert "nightly-$HARDWARE_CLASS-*" in compare["run"]
+    assert dlci["with"]["baseline"] == "auto"  # last night, through GitHub's API
+    history = next(s for s in job["steps"] if s.get("id") == "history")
+    assert history["if"].startswith("always()")
+    assert "dlci history --previous auto" in history["run"]
+    assert "nightly-history-$HARDWARE_CLASS" in history["run"]
+    keep = job["steps"][-1]
+    assert keep["with"]["name"] == "nightly-history-${{ steps.dlci.outputs.hardware-class }}"
     uses_are_pinned(data)
 
 
