@@ -8,13 +8,20 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from dlci.action.context import ALWAYS_IGNORED, context_entries, input_hash
+from dlci.action import automaton as automaton_module
+from dlci.action import context as context_module
+from dlci.action.automaton import ASSERT, CHAR, JMP, MATCH, SPLIT, Automaton
+from dlci.action.context import ALWAYS_IGNORED, compile_pattern, context_entries, input_hash
 from dlci.errors import DlciError
 
 TREE = (
@@ -208,3 +215,166 @@ def test_a_pattern_docker_refuses_is_an_error_naming_its_line(
         tag(tmp_path)
     assert caught.value.location == f"{tmp_path / '.dockerignore'}:3"
     assert caught.value.hint
+
+
+# ------------------------------------------------- the matcher: re's answers, in linear time
+
+PIECES = ["a", "b", "/", "*", "**", "**/", "?", "[ab]", "[^a]", "[!a]", "[a-c]", "[]a]", "[*]"]
+PIECES += ["\\*", "\\d", "\\w", "\\b", "\\B", "\\A", "\\Z", "^", "]", ".", "x.y", "[\\w]"]
+
+
+@settings(max_examples=300, derandomize=True, deadline=None, database=None)
+@given(
+    pattern=st.lists(st.sampled_from(PIECES), min_size=1, max_size=6).map("".join),
+    paths=st.lists(st.text("ab/A.x!*]_ 1\n", max_size=8), min_size=1, max_size=8),
+)
+def test_the_automaton_answers_what_re_answered_on_the_same_regex(
+    pattern: str, paths: list[str]
+) -> None:
+    try:
+        compiled = compile_pattern(pattern)
+    except re.error:
+        return  # refused, as before
+    if compiled.automaton is None:
+        return  # one of the engine's shortcuts, unchanged
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        regex = re.compile(compiled.automaton.source)  # what matched before (short paths)
+    for path in paths:
+        assert compiled.matches(path) == (regex.match(path) is not None), (pattern, path)
+
+
+# each pair: a regex context.py builds and the paths where an anchor, "." or a class decides
+ANCHORED = {
+    r"^a\b[^/]*\Z": ["a", "a b", "ab", "a/b"],
+    r"^a\B[^/]*\Z": ["a", "a b", "ab", "a_"],
+    r"^\b[^/]*\Z": ["", "a", " a"],
+    r"^\B[^/]*\Z": ["", "a", " a"],
+    r"^a^b\Z": ["ab", "b"],
+    r"^(.*/)?\Ab\Z": ["b", "a/b"],
+    r"^a\Zb\Z": ["a", "ab"],
+    r"^a.*\Z": ["a", "a/b", "a\nb"],
+    r"^[\w-][^a-c]\d\Z": ["-x1", "_b1", "a\u0661", "é\u0661"],
+}
+
+
+@pytest.mark.parametrize("regex", ANCHORED)
+def test_anchors_any_and_classes_mean_what_they_meant_to_re(regex: str) -> None:
+    automaton = Automaton(regex)
+    for path in ANCHORED[regex]:
+        assert automaton.matches(path) == (re.match(regex, path) is not None), path
+
+
+def backtracking_steps(automaton: Automaton, text: str, limit: int) -> int:
+    """The steps of a backtracking run of the same program (what ``re`` does: each split
+    tries its first branch to the end before the second), stopped at ``limit``."""
+    steps = 0
+
+    def run(pc: int, pos: int) -> bool:
+        nonlocal steps
+        steps += 1
+        if steps >= limit:
+            return True  # stop: enough to show it
+        op, arg = automaton.ops[pc], automaton.args[pc]
+        if op == MATCH:
+            return True
+        if op == CHAR:
+            return pos < len(text) and arg(text[pos]) and run(pc + 1, pos + 1)
+        if op == SPLIT:
+            return run(arg[0], pos) or run(arg[1], pos)
+        if op == JMP:
+            return run(arg, pos)
+        assert op == ASSERT and arg is not None
+        at_end = arg is automaton_module.sre.AT_END_STRING
+        return (pos == len(text) if at_end else pos == 0) and run(pc + 1, pos)
+
+    run(0, 0)
+    return steps
+
+
+# the review's cases: 2.2 s (31 characters), 7.4 s (37) and 25.6 s (43) for one path with re
+HOSTILE = {
+    "**/ x 12, then x": ("**/" * 12 + "x", "/".join(["a"] * 21) + "/y"),
+    "*a x 7, then *b": ("*a" * 7 + "*b", "a" * 50),
+    "**a x 5, then **b": ("**a" * 5 + "**b", "/".join(["aa"] * 30)),
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_a_match_takes_at_most_one_pass_over_the_program_per_character(name: str) -> None:
+    pattern, path = HOSTILE[name]
+    automaton = compile_pattern(pattern).automaton
+    assert automaton is not None
+    bound = (len(path) + 1) * (len(automaton.ops) + 1)
+    assert not automaton.matches(path)
+    assert automaton.steps <= bound
+    before = automaton.steps
+    assert not automaton.matches(path)
+    assert automaton.steps - before == len(path)  # the states are built: a step a character
+    # control: backtracking over the same program, as re did, takes far more than the bound
+    assert backtracking_steps(automaton, path, limit=100 * bound) >= 100 * bound
+
+
+def test_a_pattern_that_needs_a_back_reference_is_refused_as_the_engine_refuses_it(
+    tmp_path: Path,
+) -> None:
+    make_tree(tmp_path, ignore=["**/a\\1"])  # re took \1 for its group; Go has no such thing
+    with pytest.raises(DlciError, match="back-reference") as caught:
+        tag(tmp_path)
+    assert caught.value.location == f"{tmp_path / '.dockerignore'}:1"
+
+
+def test_more_patterns_than_the_cap_is_an_error_naming_the_file_and_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(context_module, "MAX_PATTERNS", 3)
+    make_tree(tmp_path, ignore=["# a comment is no pattern", "a", "b", "c"])
+    tag(tmp_path)  # control: 3 patterns
+    (tmp_path / ".dockerignore").write_text("a\nb\n\nc\n!d\n")
+    with pytest.raises(DlciError, match="more than 3 patterns") as caught:
+        tag(tmp_path)
+    assert caught.value.location == f"{tmp_path / '.dockerignore'}:5"
+    assert caught.value.hint
+
+
+def test_an_ignore_file_over_the_size_cap_is_an_error_naming_the_file_and_the_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(context_module, "IGNORE_FILE_LIMIT", 64)
+    make_tree(tmp_path, ignore=["x" * 60])
+    tag(tmp_path)  # control: 61 bytes
+    (tmp_path / ".dockerignore").write_text("x" * 65)
+    with pytest.raises(DlciError, match="more than the 64 bytes") as caught:
+        tag(tmp_path)
+    assert str(tmp_path / ".dockerignore") in str(caught.value)
+
+
+def test_patterns_that_need_more_work_than_the_budget_are_an_error_naming_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = ["*a" * 8 + "*b" + str(i) for i in range(20)]
+    files = tuple("a" * n + "/f" for n in range(1, 30))
+    make_tree(tmp_path, files, ignore=lines)  # about 13,000 steps to build the states
+    monkeypatch.setattr(automaton_module, "STEP_LIMIT", 5_000)
+    with pytest.raises(DlciError, match="more than 5,000 steps") as caught:
+        context_entries(tmp_path)
+    assert caught.value.location == str(tmp_path / ".dockerignore")
+    assert caught.value.hint
+    monkeypatch.setattr(automaton_module, "STEP_LIMIT", 50_000)
+    assert len(context_entries(tmp_path)) == 2 * len(files) + 1  # control: a larger budget
+
+
+def test_cached_states_stay_under_the_bound_and_answers_do_not_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    paths = ["".join(chr(0x400 + 20 * i + k) for k in range(20)) + "/ab" for i in range(60)]
+    paths += [p.replace("/ab", "/ba") for p in paths]
+    free = compile_pattern("**/a*b")
+    monkeypatch.setattr(automaton_module, "CACHE_LIMIT", 50)
+    bounded = compile_pattern("**/a*b")
+    assert free.automaton is not None and bounded.automaton is not None
+    one_match = (len(paths[0]) + 1) * (len(bounded.automaton.ops) + 1)  # what one adds at most
+    for path in paths:
+        assert bounded.matches(path) == free.matches(path) == path.endswith("ab")
+        assert bounded.automaton.work.cached <= 50 + one_match
+    assert free.automaton.work.cached > 50 + one_match  # control: without the bound

@@ -13,7 +13,8 @@ tests/e2e/test_image_context.py:
 - a path is matched as moby's patternmatcher does (case-sensitive; ``*`` and ``?`` stop at
   ``/``; ``**`` spans folders; ``[^a]`` negates a class, ``[!a]`` does not; ``\\`` escapes;
   a leading ``**`` without a wildcard after it matches any suffix), later lines overriding
-  earlier ones, a folder's verdict passed down to what it holds;
+  earlier ones, a folder's verdict passed down to what it holds; the engine's regex runs in
+  linear time (``dlci.action.automaton``), as Go's does, within caps on the file;
 - an excluded folder is walked into when an exception could re-include something inside it:
   BuildKit's rule, which walks into more folders than the legacy builder (whenever an
   exception has a wildcard); hashing the larger set costs a rebuild, never a stale image.
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlci import jsonio
+from dlci.action.automaton import Automaton, Work, WorkLimit
 from dlci.errors import DlciError
 from dlci.fsutil import read_input
 
@@ -43,12 +45,14 @@ ALWAYS_IGNORED = frozenset(
     {".git", ".venv", "dlci-artifacts", "__pycache__", ".pytest_cache", ".mypy_cache"}
 )
 IGNORE_FILE_LIMIT = 1 << 20  # bytes; Docker's own reader stops at a line of 64 KiB
+MAX_PATTERNS = 10_000  # each path is tested against every pattern: bounded work per path
 # Go's unicode.IsSpace, which strings.TrimSpace uses (Python's strip() also takes \x1c-\x1f)
 _GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000" + "".join(
     map(chr, range(0x2000, 0x200B))
 )
 _REGEX_SPECIAL = ".+()|{}$"  # escaped: special in a regex, plain in a Docker pattern
 _WILDCARDS = "*[]?^\\"  # an exception with one of these may match inside any folder
+_SHORTER = "ignore whole folders (build/) rather than listing their files one by one"
 
 
 # ---------------------------------------------------------------------------- the patterns
@@ -61,7 +65,7 @@ class Pattern:
     text: str
     exclusion: bool  # a ``!`` line: re-include what matches
     kind: str  # exact, prefix, suffix or regex: the engine's shortcuts, kept for their quirks
-    regex: re.Pattern[str] | None = None
+    automaton: Automaton | None = None  # the engine's regex, run in linear time
 
     def matches(self, path: str) -> bool:
         """Whether ``path`` (slash-separated, relative to the context) matches.
@@ -78,8 +82,8 @@ class Pattern:
         if self.kind == "suffix":
             tail = self.text[2:]
             return path.endswith(tail) or (tail.startswith("/") and path == tail[1:])
-        assert self.regex is not None
-        return self.regex.match(path) is not None
+        assert self.automaton is not None
+        return self.automaton.matches(path)
 
     def may_reinclude_inside(self, folder: str) -> bool:
         """Whether this exception could match something inside the excluded ``folder``."""
@@ -107,9 +111,10 @@ def clean(path: str) -> str:
     return "/" + body if rooted else body or "."
 
 
-def compile_pattern(line: str) -> Pattern:
+def compile_pattern(line: str, work: Work | None = None) -> Pattern:
     """A pattern as moby's patternmatcher compiles it (its regex, or one of its shortcuts);
-    ``re.error`` for one that the engine refuses too."""
+    ``re.error`` for one that the engine refuses too. The regex is run by an automaton
+    (``dlci.action.automaton``), never by ``re``, which backtracks on it."""
     text = clean(line.strip(_GO_SPACE))
     exclusion = text.startswith("!")
     if exclusion:
@@ -147,18 +152,21 @@ def compile_pattern(line: str) -> Pattern:
         first = False
     if kind != "regex":
         return Pattern(text, exclusion, kind)
+    source = "".join(regex) + r"\Z"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "possible nested set" on a pattern such as [[]
-        return Pattern(text, exclusion, kind, re.compile("".join(regex) + r"\Z"))
+        re.compile(source)  # what the matcher refused before, it refuses still
+        return Pattern(text, exclusion, kind, Automaton(source, work))
 
 
 def read_dockerignore(path: Path) -> list[Pattern]:
     """An ignore file read as the Docker CLI reads it, compiled; none when there is no file."""
     if not path.exists():
         return []
-    data = read_input(path, what="Docker ignore file", limit=IGNORE_FILE_LIMIT)
+    data = read_input(path, what="Docker ignore file", limit=IGNORE_FILE_LIMIT, hint=_SHORTER)
     text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")
-    patterns = []
+    patterns: list[Pattern] = []
+    work = Work()  # one budget for all the file's patterns
     for number, raw in enumerate(text.split("\n"), start=1):
         line = raw.removesuffix("\r")
         if line.startswith("#"):
@@ -172,8 +180,12 @@ def read_dockerignore(path: Path) -> list[Pattern]:
             line = line[1:] if len(line) > 1 and line.startswith("/") else line
         elif not invert:
             continue
+        if len(patterns) == MAX_PATTERNS:
+            raise DlciError(
+                f"more than {MAX_PATTERNS:,} patterns", file=str(path), line=number, hint=_SHORTER
+            )
         try:
-            patterns.append(compile_pattern("!" + line if invert else line))
+            patterns.append(compile_pattern("!" + line if invert else line, work))
         except re.error as exc:
             raise DlciError(
                 f"{line!r} is not a pattern docker build accepts: {exc}",
@@ -225,7 +237,18 @@ class Entry:
 def context_entries(context: Path, rules: Path | None = None) -> list[Entry]:
     """What ``docker build`` sends from ``context`` under the ignore file ``rules`` (default:
     the context's ``.dockerignore``), less ``ALWAYS_IGNORED``, sorted."""
-    patterns = read_dockerignore(rules or context / ".dockerignore")
+    rules = rules or context / ".dockerignore"
+    patterns = read_dockerignore(rules)
+    try:
+        return _walk(context, patterns)
+    except WorkLimit as exc:
+        raise DlciError(
+            f"too costly to apply: {exc}", file=str(rules), hint="use fewer wildcards per pattern"
+        ) from None
+
+
+def _walk(context: Path, patterns: list[Pattern]) -> list[Entry]:
+    """The walk of ``context_entries``: what each folder sends, and where it walks into."""
     exceptions = [p for p in patterns if p.exclusion]
     found: list[Entry] = []
     pending: list[tuple[Path, str, list[bool] | None]] = [(context, "", None)]
