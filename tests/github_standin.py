@@ -5,8 +5,10 @@ their place. Its answers have the shapes of GitHub's documented responses (REST 
 2022-11-28: "List workflow runs for a workflow", "Get a workflow run", "List workflow run
 artifacts", "Download an artifact" with its 302 to a storage URL, and the issue-comment
 endpoints), with the fields dl-ci reads and their usual neighbours; the runs, artifacts and
-comments are whatever a test registers. They were written from GitHub's documentation, not
-recorded from github.com (nothing here can reach it).
+comments are whatever a test registers. They were written from GitHub's documentation and
+checked against answers recorded from api.github.com (a public client library's test
+fixtures): a run's ``event``, ``repository`` and ``head_repository`` (a fork's pull request
+names the fork there), lists paged with ``page``/``per_page`` (30 a page unless asked).
 
 Every request is recorded (method, path, query, whether an ``Authorization`` header came),
 so a test can check what dl-ci asked and that the token never went to the storage URL.
@@ -37,6 +39,13 @@ def zipped(files: dict[str, bytes]) -> bytes:
         for name, data in files.items():
             archive.writestr(name, data)
     return buffer.getvalue()
+
+
+def _page(items: list[Any], params: dict[str, list[str]]) -> list[Any]:
+    """One page of a list, as GitHub pages it (``per_page`` default 30, at most 100)."""
+    per_page = min(100, int(params.get("per_page", ["30"])[0]))
+    page = int(params.get("page", ["1"])[0])
+    return items[(page - 1) * per_page : page * per_page]
 
 
 @dataclass
@@ -73,7 +82,10 @@ class StandIn:
         conclusion: str = "success",
         event: str = "push",
         run_id: int | None = None,
+        head_repository: str | None = None,
     ) -> dict[str, Any]:
+        """A finished run, listed first (the newest). ``head_repository``: where its code came
+        from (a fork's ``owner/name`` for a fork's pull request; default: this repository)."""
         run_id = run_id or 9_000_000_000 + len(self.runs) + 1
         sha = f"{run_id:040x}"[-40:]
         base = f"{self.api}/repos/{self.repo}/actions/runs/{run_id}"
@@ -103,11 +115,22 @@ class StandIn:
             "artifacts_url": f"{base}/artifacts",
             "workflow_url": f"{self.api}/repos/{self.repo}/actions/workflows/161335",
             "head_commit": {"id": sha, "message": "a change", "timestamp": STAMP.format(0)},
-            "repository": {"id": 1296269, "name": self.repo.split("/")[1], "full_name": self.repo},
-            "head_repository": {"id": 1296269, "full_name": self.repo},
+            "repository": self._repository(self.repo),
+            "head_repository": self._repository(head_repository or self.repo),
         }
         self.runs.insert(0, run)  # GitHub lists the newest first
         return run
+
+    def _repository(self, full_name: str) -> dict[str, Any]:
+        """A run's ``repository``/``head_repository`` (a fork: another id, ``fork: true``)."""
+        fork = full_name != self.repo
+        return {
+            "id": 666_000 + len(full_name) if fork else 1296269,
+            "name": full_name.split("/")[-1],
+            "full_name": full_name,
+            "private": False,
+            "fork": fork,
+        }
 
     def add_artifact(
         self,
@@ -134,7 +157,7 @@ class StandIn:
             "workflow_run": {
                 "id": run["id"],
                 "repository_id": 1296269,
-                "head_repository_id": 1296269,
+                "head_repository_id": run["head_repository"]["id"],
                 "head_branch": run["head_branch"],
                 "head_sha": run["head_sha"],
             },
@@ -239,8 +262,9 @@ class StandIn:
                 and r["head_branch"] in params.get("branch", [r["head_branch"]])
                 # GitHub's status filter takes a status (completed) or a conclusion (success)
                 and set(params.get("status", [r["status"]])) & {r["status"], r["conclusion"]}
+                and r["event"] in params.get("event", [r["event"]])
             ]
-            return 200, {"total_count": len(runs), "workflow_runs": runs}, jtype
+            return 200, {"total_count": len(runs), "workflow_runs": _page(runs, params)}, jtype
         match = re.fullmatch(rf"{repo}/actions/runs/(\d+)", path)
         if match and method == "GET":
             run = next((r for r in self.runs if r["id"] == int(match.group(1))), None)
@@ -248,7 +272,7 @@ class StandIn:
         match = re.fullmatch(rf"{repo}/actions/runs/(\d+)/artifacts", path)
         if match and method == "GET":
             found = self.artifacts.get(int(match.group(1)), [])
-            return 200, {"total_count": len(found), "artifacts": found}, jtype
+            return 200, {"total_count": len(found), "artifacts": _page(found, params)}, jtype
         match = re.fullmatch(rf"{repo}/actions/artifacts/(\d+)/zip", path)
         if match and method == "GET":
             where = f"{self.api}/storage/blob/{match.group(1)}?sig=stand-in-signature"

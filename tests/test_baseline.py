@@ -108,7 +108,7 @@ def standin(monkeypatch):
 
 def base_run(server: StandIn, files: dict[str, bytes], **run) -> dict:
     made = server.add_run("pr.yml", **run)
-    server.add_artifact(made, "dlci-artifacts-cpu-123-1-abcd", zipped(files))
+    server.add_artifact(made, "dlci-artifacts-cpu-123-1-0000abcd", zipped(files))
     return made
 
 
@@ -230,7 +230,11 @@ def test_an_api_problem_is_a_warning_and_no_baseline(
     files = {"utilization.json": utilization(10)}
     if plant != "no runs":
         made = standin.add_run("pr.yml")
-        name = "dlci-artifacts-a100-1-1-x" if plant == "other class" else "dlci-artifacts-cpu-1"
+        name = (
+            "dlci-artifacts-a100-1-1-0000abcd"
+            if plant == "other class"
+            else "dlci-artifacts-cpu-1-1-0000abcd"
+        )
         data = b"PK not a zip" if plant == "not a zip" else zipped(files)
         standin.add_artifact(made, name, data, expired=plant == "expired")
     if plant == "wrong token":
@@ -386,7 +390,7 @@ def test_a_baseline_on_other_hardware_or_torch_is_not_comparable(
 ) -> None:
     standin.add_artifact(
         standin.add_run("pr.yml"),
-        "dlci-artifacts-cpu-9",
+        "dlci-artifacts-cpu-9-1-0000abcd",
         zipped({"utilization.json": utilization(10), **base}),
     )
     head = {"utilization.json": utilization(50), "memorization.json": memorization(17)}
@@ -528,3 +532,305 @@ def test_baseline_and_history_never_import_torch(tmp_path) -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "h" / "trend.svg").is_file()
+
+
+# -- whose runs count: the base branch's own (review round 3, finding 1)
+NAME = "dlci-artifacts-cpu-1-1-0000abcd"  # the action's upload: prefix-class-run-attempt-hex8
+
+
+def _newer_run(server: StandIn, kind: str) -> dict:
+    """A run newer than the base's, on a branch named `main`, that is not the base's own."""
+    if kind == "fork pull_request":  # a fork's PR from its own main: head_branch "main" too
+        return server.add_run("pr.yml", event="pull_request", head_repository="mallory/project")
+    if kind == "fork push":  # not a PR event, but another repository's code
+        return server.add_run("pr.yml", head_repository="mallory/project")
+    return server.add_run("pr.yml", event=kind)  # this repository's PR main -> release
+
+
+@pytest.mark.parametrize(
+    "kind", ["fork pull_request", "pull_request", "pull_request_target", "fork push"]
+)
+def test_auto_takes_only_the_base_branchs_own_runs(standin, tmp_path, kind) -> None:
+    trusted = base_run(standin, {"utilization.json": utilization(10)})
+    newer = _newer_run(standin, kind)
+    standin.add_artifact(newer, NAME, zipped({"utilization.json": utilization(50)}))
+    api = GitHub.from_environment(TOKEN)
+    got = fetching.fetch(api, "auto", prefix="dlci-artifacts-cpu-", into=tmp_path / "a")
+    assert got.run["id"] == trusted["id"], got.problem
+    # control: the same newer run made by a push of this repository is taken
+    newer.update(event="push", head_repository=standin._repository(standin.repo))
+    got = fetching.fetch(api, "auto", prefix="dlci-artifacts-cpu-", into=tmp_path / "b")
+    assert got.run["id"] == newer["id"], got.problem
+
+
+@pytest.mark.parametrize("event", ["schedule", "workflow_dispatch"])
+def test_a_scheduled_or_dispatched_run_of_the_branch_counts(standin, tmp_path, event) -> None:
+    base_run(standin, {"utilization.json": utilization(10)})
+    newer = base_run(standin, {"utilization.json": utilization(10)}, event=event)
+    api = GitHub.from_environment(TOKEN)
+    got = fetching.fetch(api, "auto", prefix="dlci-artifacts-cpu-", into=tmp_path)
+    assert got.run["id"] == newer["id"], got.problem
+
+
+def test_a_forks_run_cannot_hide_a_regression(standin, tmp_path) -> None:
+    """End to end: a fork's PR run with a poisoned 48.9 % is never the base of the next PR."""
+    base_run(standin, {"utilization.json": utilization(10)})
+    evil = _newer_run(standin, "fork pull_request")
+    standin.add_artifact(evil, NAME, zipped({"utilization.json": utilization(50)}))
+    code, text = compare(
+        tmp_path, {"utilization.json": utilization(50)}, "--max-utilization-drop", "10"
+    )
+    assert code == 1 and "| GPU utilization | 80.4 % | 48.9 % |" in text, text
+
+
+def test_auto_pages_past_other_runs_within_a_bound(standin, tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(fetching, "RUNS_PER_PAGE", 5)
+    trusted = base_run(standin, {"utilization.json": utilization(10)})
+    for _ in range(7):  # more fork runs named main than a page holds
+        _newer_run(standin, "fork pull_request")
+    api = GitHub.from_environment(TOKEN)
+    got = fetching.fetch(api, "auto", prefix="dlci-artifacts-cpu-", into=tmp_path / "a")
+    assert got.run["id"] == trusted["id"], got.problem
+    pages = standin.requests(pattern="/runs$")
+    assert [s.query["page"] for s in pages] == [["1"], ["2"]]
+    # the bound: past MAX_RUN_PAGES pages nothing more is asked, and there is no baseline
+    for _ in range(10):
+        _newer_run(standin, "fork pull_request")
+    standin.seen.clear()
+    got = fetching.fetch(api, "auto", prefix="dlci-artifacts-cpu-", into=tmp_path / "b")
+    assert got.problem.startswith("no successful run of pr.yml on main yet"), got.problem
+    assert len(standin.requests(pattern="/runs$")) == fetching.MAX_RUN_PAGES == 3
+
+
+def test_auto_walks_back_past_runs_without_this_class_artifact(
+    standin, tmp_path, monkeypatch, capsys
+) -> None:
+    """The newest push runs kept no artifact of this class (another class's runner, uploads
+    off): the run before them is the baseline, with a warning; at most MAX_RUNS_TRIED runs."""
+    trusted = base_run(standin, {"utilization.json": utilization(10)})
+    for _ in range(2):
+        other = standin.add_run("pr.yml")
+        standin.add_artifact(other, "dlci-artifacts-a100-1-1-0000abcd", zipped({}))
+    code, text = compare(
+        tmp_path, {"utilization.json": utilization(50)}, "--max-utilization-drop", "10"
+    )
+    assert code == 1 and f"base: run {trusted['id']} on `main`" in text
+    assert (
+        "warning: baseline: passed over 2 newer run(s) without an artifact"
+        in capsys.readouterr().err
+    )
+    # the bound: with 2 runs tried, the older one is never asked for
+    monkeypatch.setattr(fetching, "MAX_RUNS_TRIED", 2)
+    standin.seen.clear()
+    api = GitHub.from_environment(TOKEN)
+    got = fetching.fetch(api, "auto", prefix="dlci-artifacts-cpu-", into=tmp_path / "b")
+    assert (
+        got.problem
+        == "the 2 newest successful runs kept no unexpired artifact named dlci-artifacts-cpu-*"
+    )
+    assert len(standin.requests(pattern="/artifacts$")) == 2
+
+
+def test_a_class_whose_name_starts_alike_is_another_class(standin, tmp_path) -> None:
+    """Classes a100 and a100-80gb: dlci-artifacts-a100-80gb-... is not an a100 artifact."""
+    run = standin.add_run("pr.yml")
+    standin.add_artifact(run, "dlci-artifacts-a100-80gb-1-1-0000abcd", zipped({}))
+    api = GitHub.from_environment(TOKEN)
+    got = fetching.fetch(
+        api, "auto", prefix="dlci-artifacts-a100-", into=tmp_path / "a", rest=fetching.JOB_ID
+    )
+    assert "kept no unexpired artifact named dlci-artifacts-a100-*" in got.problem
+    # control: the a100 upload is taken
+    standin.add_artifact(run, "dlci-artifacts-a100-1-1-0000abcd", zipped({}))
+    got = fetching.fetch(
+        api, "auto", prefix="dlci-artifacts-a100-", into=tmp_path / "b", rest=fetching.JOB_ID
+    )
+    assert got.problem == "" and got.artifact == "dlci-artifacts-a100-1-1-0000abcd"
+
+
+def test_the_job_id_shape_is_what_the_action_makes(tmp_path) -> None:
+    """The action's own DLCI_JOB_ID line (action.yml), run by bash: its ids are JOB_ID's."""
+    import subprocess
+
+    text = (Path(__file__).resolve().parents[1] / "action.yml").read_text()
+    (line,) = [x.strip() for x in text.splitlines() if x.strip().startswith('echo "DLCI_JOB_ID=')]
+    env = {"PATH": "/usr/bin:/bin", "GITHUB_ENV": str(tmp_path / "env")}
+    for _ in range(20):  # random hex digits: leading zeros included
+        subprocess.run(["bash", "-c", line], env={**env, "GITHUB_RUN_ID": "9000000001",
+                       "GITHUB_RUN_ATTEMPT": "2"}, check=True)  # fmt: skip
+    ids = [x.split("=", 1)[1] for x in (tmp_path / "env").read_text().split()]
+    assert len(ids) == 20 and all(fetching.JOB_ID.fullmatch(i) for i in ids), ids
+    assert not fetching.JOB_ID.fullmatch("80gb-" + ids[0])  # control: another class's rest
+
+
+# -- a bound with nothing compared, folders, hostile numbers (findings 5, 4, 10)
+
+
+def test_a_gated_comparison_with_nothing_compared_is_inconclusive(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "utilization.json").write_text(
+        '{"kind": "utilization", "schema_version": 1, "gpu_utilization_pct": 250}'
+    )
+    outputs = tmp_path / "out.txt"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(outputs))
+    head = {"utilization.json": utilization(50)}
+    code, text = compare(tmp_path, head, "--base-dir", str(base), "--max-utilization-drop", "10")
+    assert code == 0
+    assert "## ⚠️ dl-ci against the baseline: inconclusive" in text
+    assert "comparison=inconclusive" in outputs.read_text()
+    assert "nothing was gated: the base has no utilization report" in capsys.readouterr().err
+    # control: without a bound, nothing was asked to be gated, and it passes
+    code, text = compare(tmp_path / "free", head, "--base-dir", str(base))
+    assert code == 0 and "## ✅ dl-ci against the baseline: passed" in text
+
+
+@pytest.mark.parametrize("flag", ["--base-dir", "--artifacts"])
+def test_a_folder_that_is_not_there_is_a_located_error(tmp_path, capsys, flag) -> None:
+    there = tmp_path / "there"
+    there.mkdir()
+    argv = ["baseline", "--artifacts", str(there), "--base-dir", str(there)]
+    argv[argv.index(flag) + 1] = str(tmp_path / "typo")
+    assert main([*argv, "--markdown", str(tmp_path / "s.md")]) == 1
+    assert f"error: {flag} {tmp_path / 'typo'}: not a folder" in capsys.readouterr().err
+    # control: both folders there
+    assert main(["baseline", "--artifacts", str(there), "--base-dir", str(there),
+                 "--markdown", str(tmp_path / "s.md")]) == 0  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"losses": [1.0, 10**400]}, "losses[1]: expected a number, got an integer beyond 64 bits"),
+        ({"threshold": 10**400}, "threshold: expected a number, got an integer beyond 64 bits"),
+        ({"final_loss": -(10**400)}, "final_loss: expected a number"),
+        ({"tier": "x"}, "tier: expected an object, got 'x'"),
+    ],
+)
+def test_hostile_numbers_in_a_base_report_are_left_out(tmp_path, capsys, change, why) -> None:
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "memorization.json").write_text(json.dumps({**json.loads(memorization(5)), **change}))
+    head = {"memorization.json": memorization(7)}
+    code, text = compare(tmp_path, head, "--base-dir", str(base))
+    assert code == 0, capsys.readouterr().err
+    assert f"base: left out memorization.json: {why}" in text.replace("\\", "")
+    assert "| memorization: epochs to threshold | - | 7 |" in text
+    # control: the sound report is compared (a diverged step's loss is written "nan")
+    sound = json.loads(memorization(5))
+    (base / "memorization.json").write_text(json.dumps({**sound, "losses": [1.0, "nan", None]}))
+    code, text = compare(tmp_path / "sound", head, "--base-dir", str(base))
+    assert code == 0 and "| memorization: epochs to threshold | 5 | 7 |" in text
+
+
+@pytest.mark.parametrize("rate", ["1e999", "nan", "-0.5", "1.5"])
+def test_a_base_coverage_rate_out_of_range_is_left_out(tmp_path, rate) -> None:
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "coverage.xml").write_text(f'<coverage line-rate="{rate}"/>')
+    code, text = compare(tmp_path, {"utilization.json": utilization(10)}, "--base-dir", str(base))
+    assert code == 0 and "base: left out coverage.xml: line-rate" in text, text
+    assert "inf %" not in text and "nan %" not in text
+    (base / "coverage.xml").write_text('<coverage line-rate="0.5"/>')  # control
+    code, text = compare(
+        tmp_path / "ok", {"utilization.json": utilization(10)}, "--base-dir", str(base)
+    )
+    assert "| coverage | 50.0 % |" in text
+
+
+def test_outside_github_actions_the_warning_says_what_to_pass(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    monkeypatch.delenv("GITHUB_REPOSITORY", raising=False)
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    code, _ = compare(tmp_path, {"utilization.json": utilization(10)})
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "no baseline: GITHUB_REPOSITORY is not set" in err
+    assert "outside GitHub Actions pass --base-dir DIR" in err
+
+
+# -- the zip's end records as zipfile reads them (finding 3)
+
+
+def _zip64(n: int, *, classic: tuple[int, int] | None, pointed: int | None = None) -> bytes:
+    """n central directory entries, a zip64 end record right before its locator (which points
+    at ``pointed``, default: that record), and a classic end record claiming ``classic``
+    (entries, directory bytes), or 0xFFFF/0xFFFFFFFF (a true zip64 archive)."""
+    import struct
+
+    entry = struct.pack("<4s4B4HL2L5H2L", b"PK\x01\x02", 20, 3, 20, 0, *[0] * 7,
+                        1, 0, 0, 0, 0, 0, 0) + b"x"  # fmt: skip
+    directory = entry * n
+    record = struct.pack("<4sQ2H2L4Q", b"PK\x06\x06", 44, 45, 45, 0, 0, n, n, len(directory), 0)
+    at = len(directory) if pointed is None else pointed
+    locator = struct.pack("<4sLQL", b"PK\x06\x07", 0, at, 1)
+    count, size = classic or (0xFFFF, 0xFFFFFFFF)
+    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, count, count, size, 0, 0)
+    return directory + record + locator + end
+
+
+def test_the_member_count_is_read_where_zipfile_reads_it(tmp_path, monkeypatch) -> None:
+    """The classic record claims 1 member; Python 3.11's zipfile reads the zip64 record before
+    the locator whatever it says, and would parse all 1000 entries before any check."""
+    monkeypatch.setattr(fetching, "MAX_ENTRIES", 100)
+    lying = tmp_path / "lying.zip"
+    lying.write_bytes(_zip64(1000, classic=(1, 47)))
+    assert fetching.directory_size(lying)[0] == 1000
+    with pytest.raises(fetching.ApiError, match="more than 100 files"):
+        fetching.extract(lying, tmp_path / "out")
+    # control: a true zip64 archive of 50 members passes the check (and zipfile reads 50)
+    true = tmp_path / "true.zip"
+    true.write_bytes(_zip64(50, classic=None))
+    assert fetching.directory_size(true) == (50, 50 * 47)
+    assert len(zipfile.ZipFile(true).infolist()) == 50
+    # a locator pointing at another zip64 record than the one before it: refused
+    other = _zip64(50, classic=None, pointed=0)
+    twice = tmp_path / "twice.zip"
+    record = other[50 * 47 : 50 * 47 + 56]
+    twice.write_bytes(record.replace(b"\x32\x00", b"\x33\x00", 1) + other)
+    with pytest.raises(zipfile.BadZipFile, match="disagree"):
+        fetching.directory_size(twice)
+
+
+def test_the_directory_is_capped_in_bytes_before_it_is_parsed(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "a.zip"
+    path.write_bytes(zipped({f"f{i}": b"" for i in range(40)}))
+    monkeypatch.setattr(fetching, "MAX_DIRECTORY", 1000)
+    with pytest.raises(fetching.ApiError, match="directory is larger than"):
+        fetching.extract(path, tmp_path / "out")
+    monkeypatch.setattr(fetching, "MAX_DIRECTORY", 10_000)  # control
+    assert fetching.extract(path, tmp_path / "out") == []
+
+
+# -- the sticky comment is dl-ci's own (finding 8)
+
+
+def test_another_bots_comment_quoting_the_marker_is_never_edited(
+    standin, tmp_path, monkeypatch, capsys
+) -> None:
+    """A summary bot that quotes the comparison has the marker in its comment: not dl-ci's."""
+    _pr_event(tmp_path, monkeypatch)
+    quote = f"Summary of this PR:\n> {MARKER}\n> ## dl-ci against the baseline"
+    standin.comment(7, quote, login="summary-app[bot]", kind="Bot")
+    base_run(standin, {"utilization.json": utilization(10)})
+    head = {"utilization.json": utilization(10)}
+    assert compare(tmp_path / "1", head, "--comment", "true")[0] == 0
+    assert "baseline: commented on pull request 7" in capsys.readouterr().err
+    copy = standin.comment(7, f"{MARKER}\nan app's copy", login="other-app[bot]", kind="Bot")
+    assert (
+        compare(tmp_path / "2", {"utilization.json": utilization(50)}, "--comment", "true")[0] == 0
+    )
+    assert "baseline: updated the comment on pull request 7" in capsys.readouterr().err
+    summary, ours, _ = standin.comments[7]
+    assert summary["body"] == quote and copy["body"] == f"{MARKER}\nan app's copy"
+    assert ours["user"]["login"] == "github-actions[bot]" and "48.9 %" in ours["body"]
+    # control: without the job token's own comment, a bot's comment that starts with the
+    # marker is dl-ci's (an app token posts as its app), never the quote
+    from dlci.action.comment import find_comment
+
+    api = GitHub.from_environment(TOKEN)
+    standin.comments[7].remove(ours)
+    assert find_comment(api, 7, MARKER) == copy["id"]

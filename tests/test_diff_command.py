@@ -219,7 +219,7 @@ def test_runs_on_other_gpus_or_torch_versions_are_not_comparable(tmp_path: Path,
         assert main(["diff", base, head]) == 0
         captured = capsys.readouterr()
         assert "not comparable" in _rows(captured.out)["GPU utilization"]
-        assert "warning: the comparison is not comparable" in captured.err
+        assert "warning: nothing was gated: the runs are not comparable" in captured.err
 
 
 def test_cpu_only_traces_have_no_utilization_to_compare(tmp_path: Path, capsys) -> None:

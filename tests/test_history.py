@@ -159,3 +159,73 @@ def test_auto_takes_the_history_of_the_last_finished_night(tmp_path, monkeypatch
         assert "no previous history, starting a new one:" in err and "HTTP 401" in err
     finally:
         standin.stop()
+
+
+@pytest.fixture
+def nightly(monkeypatch):
+    """The stand-in GitHub API, as the nightly workflow's history step sees it."""
+    standin = StandIn(token=TOKEN).start()
+    monkeypatch.setenv("GITHUB_API_URL", standin.api)
+    monkeypatch.setenv("GITHUB_REPOSITORY", "org/project")
+    monkeypatch.setenv(
+        "GITHUB_WORKFLOW_REF", "org/project/.github/workflows/nightly.yml@refs/heads/main"
+    )
+    monkeypatch.setenv("GITHUB_REF_NAME", "main")
+    monkeypatch.delenv("GITHUB_BASE_REF", raising=False)
+    monkeypatch.setenv("DLCI_GITHUB_TOKEN", TOKEN)
+    yield standin
+    standin.stop()
+
+
+def _kept(standin: StandIn, entries: list[dict], **run) -> dict:
+    made = standin.add_run("nightly.yml", event=run.pop("event", "schedule"), **run)
+    blob = json.dumps({"schema_version": 1, "kind": "history", "entries": entries}).encode()
+    standin.add_artifact(made, "nightly-history-a100", zipped({"history.json": blob}))
+    return made
+
+
+ARGV = ("--previous", "auto", "--artifact-name", "nightly-history-a100")
+
+
+def test_auto_never_takes_a_forks_pull_request_run_of_the_nightly(nightly, tmp_path) -> None:
+    """A fork's PR can add `on: pull_request` to its copy of nightly.yml and upload a history."""
+    _kept(nightly, [night(0), night(1)])
+    _kept(nightly, [night(9, util=1.0)], event="pull_request", head_repository="mallory/project")
+    code, data, _ = run_history(tmp_path, *ARGV)
+    assert code == 0 and [e["run_id"] for e in data["entries"]] == ["1000", "1001"]
+    # control: a newer night of this repository's own is taken
+    _kept(nightly, [night(2)], event="workflow_dispatch")
+    code, data, _ = run_history(tmp_path / "b", *ARGV)
+    assert [e["run_id"] for e in data["entries"]] == ["1002"]
+
+
+def test_a_night_without_its_history_artifact_does_not_wipe_the_history(
+    nightly, tmp_path, monkeypatch, capsys
+) -> None:
+    """The newest night was cancelled before `dlci history`: the night before carries on."""
+    from dlci.action import baseline
+
+    kept = _kept(nightly, [night(i) for i in range(28)])
+    nightly.add_run("nightly.yml", event="schedule", conclusion="cancelled")
+    code, data, _ = run_history(tmp_path, *ARGV)
+    assert code == 0 and len(data["entries"]) == 28
+    err = capsys.readouterr().err
+    assert "1 newer finished run(s) kept no nightly-history-a100 artifact" in err
+    assert f"carried on from run {kept['id']}" in err
+    # the walk is bounded: with one run tried, the history starts afresh
+    monkeypatch.setattr(baseline, "MAX_RUNS_TRIED", 1)
+    code, data, _ = run_history(tmp_path / "b", *ARGV)
+    assert code == 0 and data["entries"] == []
+    assert "no previous history, starting a new one: run" in capsys.readouterr().err
+
+
+def test_a_history_without_append_says_nothing_was_added(tmp_path, capsys) -> None:
+    previous = write_history(tmp_path / "h.json", [night(0)])
+    code, data, _ = run_history(tmp_path, "--previous", str(previous))
+    assert code == 0 and len(data["entries"]) == 1
+    assert "warning: no --append: nothing added tonight" in capsys.readouterr().err
+    art = tmp_path / "art"  # control: with --append, no such warning
+    art.mkdir()
+    (art / "preflight.json").write_text(json.dumps({"tier": {"hardware_class": "h100"}}))
+    run_history(tmp_path / "b", "--previous", str(previous), "--append", str(art))
+    assert "no --append" not in capsys.readouterr().err

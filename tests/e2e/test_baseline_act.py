@@ -156,7 +156,7 @@ def jobs(tmp_path_factory: pytest.TempPathFactory, kit_image: str, act_bin: Path
         runs["main"] = act(act_bin, folder, repo, *api, kit=kit, payload=push)
         base = standin.add_run("e2e.yml")
         kept = {name: (keep / name).read_bytes() for name in REPORTS if (keep / name).is_file()}
-        standin.add_artifact(base, "dlci-artifacts-cpu-4242-1-abcd", zipped(kept))
+        standin.add_artifact(base, "dlci-artifacts-cpu-4242-1-0000abcd", zipped(kept))
 
         folder = tmp_path / "rerun"
         folder.mkdir()
@@ -171,7 +171,7 @@ def jobs(tmp_path_factory: pytest.TempPathFactory, kit_image: str, act_bin: Path
 
         planted = standin.add_run("e2e.yml")
         standin.add_artifact(
-            planted, "dlci-artifacts-cpu-4343-1-abcd", zipped(synthetic_base(tmp_path))
+            planted, "dlci-artifacts-cpu-4343-1-0000abcd", zipped(synthetic_base(tmp_path))
         )
         folder = tmp_path / "planted"
         folder.mkdir()

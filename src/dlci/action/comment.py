@@ -2,7 +2,8 @@
 
 Needs the token's ``pull-requests: write``. Never on a fork's pull request (its token cannot
 write, and its code must not steer what the base repository says). The comment is found
-again by its marker, among the comments that a bot wrote; nothing here fails the job.
+again by the marker it starts with, among the comments that a bot wrote (the job token's own
+first); nothing here fails the job.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dlci.fsutil import read_input
 
 MAX_BODY = 60_000  # characters; GitHub refuses comments over 65536
 MAX_PAGES = 10
+ACTIONS_BOT = "github-actions[bot]"  # who a job's GITHUB_TOKEN comments as
 
 
 def pull_request(environ: dict[str, str] | os._Environ[str]) -> tuple[int | None, str]:
@@ -45,22 +47,26 @@ def _path(data: Any, *keys: str) -> Any:
 
 
 def find_comment(api: GitHub, number: int, marker: str) -> int | None:
-    """The id of the bot's comment that carries ``marker`` on pull request ``number``."""
+    """The id of dl-ci's own comment on pull request ``number``: a bot's comment that starts
+    with ``marker`` (another bot quoting it does not start so), the job token's own
+    (ACTIONS_BOT; an app token posts as another bot) first, else the oldest."""
+    found: list[tuple[bool, int]] = []
     for page in range(1, MAX_PAGES + 1):
         comments = api.get(f"/repos/{{repo}}/issues/{number}/comments", per_page=100, page=page)
         if not isinstance(comments, list):
             raise ApiError(f"pull request {number}: the answer is not a list of comments")
-        for comment in comments:
-            if (
-                isinstance(comment, dict)
-                and isinstance(comment.get("id"), int)
-                and _path(comment, "user", "type") == "Bot"
-                and marker in str(comment.get("body", ""))
-            ):
-                return int(comment["id"])
+        found += [
+            (_path(comment, "user", "login") == ACTIONS_BOT, int(comment["id"]))
+            for comment in comments
+            if isinstance(comment, dict)
+            and isinstance(comment.get("id"), int)
+            and _path(comment, "user", "type") == "Bot"
+            and str(comment.get("body", "")).startswith(marker)
+        ]
         if len(comments) < 100:
             break
-    return None
+    ours = [cid for own, cid in found if own] or [cid for _, cid in found]
+    return ours[0] if ours else None
 
 
 def sticky_comment(

@@ -10,6 +10,7 @@ with confidence; memorization and coverage are shown, not gated.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,13 +70,22 @@ def _checked(path: Path, kind: str, side: Side) -> dict[str, Any] | None:
 
 
 def _check_memorization(report: dict[str, Any]) -> str | None:
+    """The fields the comparison reads beyond :func:`check_run`'s: threshold, tier, losses."""
+    from dlci.report.diff import describe
+
+    threshold, tier = report.get("threshold"), report.get("tier")
+    if threshold is not None and _number(threshold) is None:
+        return f"threshold: expected a number, got {describe(threshold)}"
+    if tier is not None and not isinstance(tier, dict):
+        return f"tier: expected an object, got {describe(tier)}"
     losses = report.get("losses")
     if losses is None:
         return None
     if not isinstance(losses, list) or len(losses) > MAX_LOSSES:
         return f"losses: expected a list of at most {MAX_LOSSES} numbers"
-    if any(isinstance(v, bool) or not isinstance(v, int | float | str) for v in losses):
-        return "losses: expected numbers"
+    for i, value in enumerate(losses):  # null or "nan"/"inf": a diverged run's, as written
+        if value is not None and not isinstance(value, str) and _number(value) is None:
+            return f"losses[{i}]: expected a number, got {describe(value)}"
     return None
 
 
@@ -87,6 +97,9 @@ def base_side(folder: Path) -> Side:
     side.utilization = _checked(folder / "utilization.json", "utilization", side)
     side.memorization = _checked(folder / "memorization.json", "memorization", side)
     side.coverage = coverage_rate(folder / "coverage.xml")
+    if side.coverage is not None and not 0 <= side.coverage <= 100:  # also nan
+        side.left_out.append(f"coverage.xml: line-rate {side.coverage / 100:.3g} is not 0 to 1")
+        side.coverage = None
     try:
         preflight = (
             _json(folder / "preflight.json") if (folder / "preflight.json").is_file() else {}
@@ -113,8 +126,8 @@ def head_side(folder: Path, host_record: Path | None) -> Side:
 def _hardware_class(preflight: Any, memorization: dict[str, Any] | None) -> str | None:
     tier = preflight.get("tier") if isinstance(preflight, dict) else None
     value = tier.get("hardware_class") if isinstance(tier, dict) else None
-    if value is None and memorization:
-        value = (memorization.get("tier") or {}).get("hardware_class")
+    if value is None and memorization and isinstance(memorization.get("tier"), dict):
+        value = memorization["tier"].get("hardware_class")
     return str(value)[:80] if isinstance(value, str) else None
 
 
@@ -142,7 +155,13 @@ def memorization_rows(base: Side, head: Side) -> list[dict[str, Any]]:
 
 
 def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    """A number from a report as a float: None for anything else, an integer beyond 64 bits
+    (no float holds 10**400), or NaN and the infinities."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, int):
+        return float(value) if abs(value) < 2**63 else None
+    return value if math.isfinite(value) else None
 
 
 def _plain(metric: str, b: float | None, h: float | None, unit: str) -> dict[str, Any]:
@@ -179,6 +198,17 @@ def compare_sides(
     if base.coverage is not None or head.coverage is not None:
         coverage.append(_plain("coverage", base.coverage, head.coverage, "percentage points"))
     verdict = "passed" if utilization is None else utilization["verdict"]
+    warnings = []
+    if utilization is None and (max_utilization_drop, max_step_time) != (None, None):
+        # a bound was asked for and nothing was judged: never read as passed
+        verdict = "inconclusive"
+        missing = [
+            name for name, side in (("base", base), ("head", head)) if side.utilization is None
+        ]
+        warnings.append(
+            f"nothing was gated: the {' and the '.join(missing)} "
+            f"{'has' if len(missing) == 1 else 'have'} no utilization report to compare"
+        )
     return {
         "schema_version": 1,
         "kind": "baseline-comparison",
@@ -190,6 +220,7 @@ def compare_sides(
             "head": _losses(head.memorization),
         },
         "left_out": {"base": base.left_out, "head": head.left_out},
+        "warnings": warnings,
         "verdict": verdict,
         "passed": utilization is None or bool(utilization["passed"]),
     }
@@ -197,7 +228,7 @@ def compare_sides(
 
 def _losses(report: dict[str, Any] | None) -> list[float]:
     values = (report or {}).get("losses") or []
-    return [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    return [v for v in map(_number, values) if v is not None]
 
 
 @dataclass
@@ -229,9 +260,10 @@ def against_baseline(
     ``spec``), rendered; a problem on the way is a warning and "no baseline", never a failure."""
     import tempfile
 
-    from dlci.action.baseline import fetch
+    from dlci.action.baseline import JOB_ID, fetch
     from dlci.action.github_api import ApiError, GitHub
     from dlci.report.comparison import MARKER, render_none
+    from dlci.report.github import in_github_actions
 
     head = head_side(artifacts, host_record)
     api: GitHub | None = None
@@ -242,18 +274,29 @@ def against_baseline(
             try:
                 api = GitHub.from_environment(token)
             except ApiError as exc:
-                problem = str(exc)
+                outside = (
+                    "" if in_github_actions() else ": outside GitHub Actions pass --base-dir DIR"
+                )
+                problem = f"{exc}{outside if base_dir is None else ''}"
+        passed_over: list[int] = []
         if base_dir is None and api is not None:
             name = f"{prefix}-{head.hardware_class}-" if head.hardware_class else f"{prefix}-"
-            fetched = fetch(api, spec, prefix=name, into=Path(tmp) / "base")
+            rest = JOB_ID if head.hardware_class else None  # no other class's name goes on so
+            fetched = fetch(api, spec, prefix=name, into=Path(tmp) / "base", rest=rest)
             folder, skipped, problem = fetched.folder, fetched.skipped, fetched.problem
             source = {**fetched.run, "artifact": fetched.artifact}
+            passed_over = fetched.passed_over
         if folder is None:
             reason = f"no baseline: {problem}"
             out = Outcome(render_none(reason), "none", warnings=[reason], outputs=_outputs("none"))
         else:
             out = _compared(base_side(folder), head, source, max_utilization_drop, max_step_time)
             out.warnings += [f"baseline: left out {item}" for item in skipped]
+            if passed_over:
+                out.warnings.append(
+                    f"baseline: passed over {len(passed_over)} newer run(s) without an artifact "
+                    f"of this class ({', '.join(map(str, passed_over[:5]))})"
+                )
     if comment and api is not None:
         from dlci.action.comment import sticky_comment
 
@@ -277,6 +320,7 @@ def _compared(
     )
     result["source"] = source
     out = Outcome(render(result), result["verdict"], result=result)
+    out.warnings += result["warnings"]
     out.failures = [
         f"{row['metric']} regressed against the baseline: {row['reason']}"
         for row in (result["utilization"] or {}).get("regressions", [])

@@ -50,6 +50,8 @@ class GitHub:
         scheme = urllib.parse.urlsplit(api_url).scheme
         if scheme not in ("http", "https"):
             raise ApiError(f"GITHUB_API_URL is not an http(s) URL: {api_url[:100]!r}")
+        if not repo:
+            raise ApiError("GITHUB_REPOSITORY is not set (GitHub Actions sets it)")
         if not REPOSITORY.fullmatch(repo):
             raise ApiError(f"not a repository name (owner/name): {repo[:100]!r}")
         if not token:

@@ -65,20 +65,24 @@ def entry(folder: Path, environ: dict[str, str] | os._Environ[str]) -> dict[str,
 def previous(
     spec: str, *, token: str, artifact: str, environ: dict[str, str] | os._Environ[str]
 ) -> tuple[dict[str, Any], list[str]]:
-    """The history so far: ``none``, ``auto`` (the last finished run's artifact) or a file."""
+    """The history so far: ``none``, ``auto`` (the newest finished run of the branch's own that
+    kept the history artifact: :func:`dlci.action.baseline.fetch`) or a file."""
     from dlci.action.baseline import fetch
     from dlci.action.github_api import ApiError, GitHub
     from dlci.report.history import checked, empty
 
     if spec == "none":
         return empty(), []
+    notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="dlci-history-") as tmp:
         path = Path(spec)
         if spec == "auto":
             try:
                 api = GitHub.from_environment(token)
             except ApiError as exc:
-                return empty(), [f"no previous history, starting a new one: {exc}"]
+                outside = environ.get("GITHUB_ACTIONS") != "true"
+                hint = ": outside GitHub Actions pass --previous FILE" if outside else ""
+                return empty(), [f"no previous history, starting a new one: {exc}{hint}"]
             got = fetch(
                 api, "auto", prefix=artifact, into=Path(tmp), names=(HISTORY_NAME,),
                 status="completed", environ=environ,
@@ -86,6 +90,11 @@ def previous(
             if got.problem or got.skipped:
                 why = got.problem or "; ".join(got.skipped)
                 return empty(), [f"no previous history, starting a new one: {why}"]
+            if got.passed_over:
+                notes.append(
+                    f"{len(got.passed_over)} newer finished run(s) kept no {artifact} artifact "
+                    f"(their nights are not in the history): carried on from run {got.run['id']}"
+                )
             path = Path(tmp) / HISTORY_NAME
         try:
             data = jsonio.decode(read_input(path, what="history"))
@@ -93,7 +102,7 @@ def previous(
             return empty(), [f"the previous history is unreadable, starting a new one: {exc}"]
     history, dropped = checked(data)
     warnings = [f"{dropped} malformed history entries were left out"] if dropped else []
-    return history, warnings
+    return history, notes + warnings
 
 
 def update(
@@ -110,7 +119,9 @@ def update(
     from dlci.report import history as render
 
     history, warnings = previous(previous_spec, token=token, artifact=artifact, environ=environ)
-    if artifacts is not None:
+    if artifacts is None:
+        warnings.append("no --append: nothing added tonight")
+    else:
         tonight = entry(artifacts, environ)
         if tonight is None:
             warnings.append(f"{artifacts} holds no report: no entry tonight")

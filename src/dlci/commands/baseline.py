@@ -38,14 +38,24 @@ def _parser() -> argparse.ArgumentParser:
         "syncs and coverage side by side, in the job summary. Exit 1 only when a bound is "
         "exceeded with confidence; no baseline is a warning.",
     )
-    p.add_argument("--baseline", default="auto", help="auto, none, or a workflow run id")
-    p.add_argument("--artifacts", default="dlci-artifacts", metavar="DIR", help="this run's")
-    p.add_argument("--host-record", metavar="FILE", default=os.environ.get("DLCI_HOST_RECORD"))
-    p.add_argument("--base-dir", metavar="DIR", help="the baseline's reports: no download")
-    p.add_argument("--artifact-prefix", default="dlci-artifacts", metavar="NAME")
-    p.add_argument("--max-utilization-drop", default="", metavar="PT", help="empty: not gated")
-    p.add_argument("--max-step-time-regression", default="", metavar="PCT", help="empty: no gate")
-    p.add_argument("--comment", type=str.lower, choices=("true", "false"), default="false")
+    for flag, default, metavar, text in (
+        ("--baseline", "auto", "SPEC", "auto (the newest successful push, schedule or "
+         "workflow_dispatch run of this workflow on the base branch; the action's input "
+         "defaults to none), none, or a workflow run id"),
+        ("--artifacts", "dlci-artifacts", "DIR", "this run's reports (default: dlci-artifacts)"),
+        ("--host-record", os.environ.get("DLCI_HOST_RECORD"), "FILE", "the host's record of "
+         "this run's reports: one it does not vouch for is left out (default: $DLCI_HOST_RECORD)"),
+        ("--base-dir", None, "DIR", "the baseline's reports: no download"),
+        ("--artifact-prefix", "dlci-artifacts", "NAME",
+         "the baseline's artifact is NAME-<hardware class>-<job id>"),
+        ("--max-utilization-drop", "", "PT", "fail when GPU utilization fell by more than PT "
+         "percentage points, with 95%% confidence; empty: not gated"),
+        ("--max-step-time-regression", "", "PCT", "fail when the step time grew by more than "
+         "PCT percent, with 95%% confidence; empty: not gated"),
+    ):  # fmt: skip
+        p.add_argument(flag, default=default, metavar=metavar, help=text)
+    p.add_argument("--comment", type=str.lower, choices=("true", "false"), default="false",
+                   help="post or update the sticky comment on the pull request")  # fmt: skip
     p.add_argument(
         "--markdown",
         metavar="FILE",
@@ -62,6 +72,11 @@ def main(argv: Sequence[str]) -> int:
         return 0
     if not (args.baseline == "auto" or args.baseline.isdigit() or args.base_dir):
         raise DlciError(f"--baseline: auto, none or a run id, got {args.baseline[:40]!r}")
+    for flag, folder in (("--artifacts", args.artifacts), ("--base-dir", args.base_dir)):
+        if folder is not None and not Path(folder).is_dir():
+            raise DlciError(
+                f"{flag} {folder[:200]}: not a folder", hint="a folder of dl-ci reports"
+            )
 
     from dlci.action.comparison import against_baseline
     from dlci.report.console import print_warning

@@ -78,7 +78,7 @@ def main(argv: Sequence[str]) -> int:
         from dlci.report.console import print_warning
 
         why = "not comparable" if result["not_comparable"] else result["verdict"]
-        print_warning(f"the comparison is {why}: it gates nothing it cannot tell (see the notes)")
+        print_warning(f"nothing was gated: the runs are {why} (see the notes)")
     return 0 if result["passed"] else 1
 
 

@@ -1,8 +1,8 @@
 """``dlci history``: append a night to the history, plot the trends, flag drift.
 
 Host-side (no torch). The history is a JSON file carried from night to night as an artifact
-(``--previous auto`` fetches the last finished run's through GitHub's API with the job's
-token, ``actions: read``) or kept anywhere else (``--previous FILE``).
+(``--previous auto`` fetches the newest finished night's that kept one through GitHub's
+API with the job's token, ``actions: read``) or kept anywhere else (``--previous FILE``).
 """
 
 from __future__ import annotations
@@ -26,8 +26,11 @@ def _parser() -> argparse.ArgumentParser:
         "statistics of dlci compare-profiles. Exit 0 unless --fail-on-drift and a figure "
         "drifted beyond its bound.",
     )
-    p.add_argument("--previous", default="none", help="auto, none, or a history.json file")
-    p.add_argument("--append", metavar="DIR", help="tonight's reports (dlci-artifacts)")
+    p.add_argument("--previous", default="none", help="auto (the newest finished push, "
+                   "schedule or workflow_dispatch run of this workflow on this branch that "
+                   "kept the history artifact), none, or a history.json file")  # fmt: skip
+    p.add_argument("--append", metavar="DIR",
+                   help="tonight's reports (dlci-artifacts); if omitted, none added")  # fmt: skip
     p.add_argument("--out", default="dlci-history", metavar="DIR")
     p.add_argument(
         "--artifact-name",

@@ -121,18 +121,21 @@ def chart(base: list[float], head: list[float]) -> list[str]:
 
 def render(result: dict[str, Any], *, title: str = "dl-ci against the baseline") -> str:
     """The comparison's Markdown section (also the PR comment's body, after MARKER)."""
-    from dlci.report.diff_render import notes
+    from dlci.report.diff_render import notes, shift_note
 
     verdict = result["verdict"]
     lines = [MARKER, f"## {ICON.get(verdict, '')} {md(title)}: {verdict}", ""]
     lines += [source_line(result.get("source") or {}), ""]
     lines += [*table(HEADERS, rows(result), align="lrrrl"), ""]
+    for line in shift_note(result["utilization"]) if result.get("utilization") else []:
+        lines += [md(line), ""]
     found = [
         f"{TITLES[row['metric']]}: {row['verdict']}: {row['reason']}"
         for row in result["memorization"]
         if row.get("reason")
     ][:1]  # the rows share their reason
     found += notes(result["utilization"]) if result.get("utilization") else []
+    found += result.get("warnings") or []
     for side, left in (result.get("left_out") or {}).items():
         found += [f"{side}: left out {item}" for item in left]
     if found:

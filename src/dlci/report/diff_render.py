@@ -12,6 +12,15 @@ from dlci.report.text import bullets, clean, md, md_code, table
 
 HEADERS = ["metric", "base", "head", "change [95% interval]", "verdict"]
 SUFFIX = {"percentage points": "pt", "percent": "%", "per step": "per step"}
+SHIFT = (
+    "a change with an interval is the Hodges-Lehmann shift (the median of every head-minus-base "
+    "step difference), not the difference of the base and head shown"
+)
+
+
+def shift_note(result: dict[str, Any]) -> list[str]:
+    """The line under the table that says what a change with an interval is, when one is."""
+    return [SHIFT] if any(row.get("low") is not None for row in result["rows"]) else []
 
 
 def change_text(row: dict[str, Any]) -> str:
@@ -94,6 +103,8 @@ def render_markdown(result: dict[str, Any], *, base: str = "", head: str = "") -
     if base or head:
         lines += [f"base: {md_code(base)}, head: {md_code(head)}", ""]
     lines += [*table(HEADERS, rows, align="lrrrl"), ""]
+    for line in shift_note(result):
+        lines += [md(line), ""]
     found = notes(result)
     if found:
         lines += [*bullets(md(note) for note in found), ""]
@@ -126,5 +137,5 @@ def print_table(result: dict[str, Any], *, base: str = "", head: str = "") -> No
     if base or head:
         console.print(Text(f"base: {clean(base)}\nhead: {clean(head)}"))
     console.print(grid)
-    for note in notes(result):
+    for note in shift_note(result) + notes(result):
         console.print(Text(clean(note)))
