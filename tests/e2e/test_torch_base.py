@@ -93,7 +93,7 @@ def torchless_kit(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 os.link(wheel, kit / "docker" / "wheelhouse" / wheel.name)
             except OSError:  # another file system
                 shutil.copy2(wheel, kit / "docker" / "wheelhouse" / wheel.name)
-    assert not list((kit / "docker" / "wheelhouse").glob("torch*.whl"))
+    assert not list((kit / "docker" / "wheelhouse").glob("torch-*.whl"))
     return kit
 
 
