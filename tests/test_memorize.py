@@ -54,6 +54,31 @@ def test_it_passes_and_stops_as_soon_as_the_threshold_is_reached() -> None:
     assert " of training (" in result.reason and " with the set-up of batch, model" in result.reason
 
 
+def test_the_reason_states_the_times_the_report_keeps() -> None:
+    """The reason's times come from the rounded times the report keeps: a wall time of
+    3.49996 ms once read "3 ms" in the reason and 0.0035 s (4 ms) in the report."""
+    from types import SimpleNamespace
+
+    from dlci.memorization.verdict import judge
+
+    result = judge(
+        PR,
+        losses=[1.0, 0.2],
+        best=0.2,
+        best_step=2,
+        stopped_by="threshold",
+        wall=0.00349996,
+        setup=0.0020001,
+        device="cpu",
+        dist=SimpleNamespace(world_size=1),
+        examples=32,
+        changes=[],
+        hparams={},
+    )
+    assert result.reason.endswith(training_time(result.wall_time_s, result.setup_time_s))
+    assert "in 4 ms of training" in result.reason
+
+
 def test_without_early_stop_it_runs_every_epoch_and_gives_the_same_verdict() -> None:
     full = memorize(
         mlp_target(), MemorizeConfig(max_epochs=100, max_loss=0.5, time_cap_s=60, early_stop=False)

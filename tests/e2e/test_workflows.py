@@ -173,7 +173,7 @@ def test_the_nightly_example_compares_with_last_night_and_keeps_a_history(
     entry = {"date": "2026-11-30T03:17Z", "run_id": "4242", "hardware_class": "cpu"}
     history = {"schema_version": 1, "kind": "history", "entries": [entry]}
     last = standin.add_run("nightly.yml", event="schedule")
-    standin.add_artifact(last, "nightly-cpu-4242-1-abcd", tonight)
+    standin.add_artifact(last, "nightly-cpu-4242-1-0000abcd", tonight)
     standin.add_artifact(
         last, "nightly-history-cpu", zipped({"history.json": json.dumps(history).encode()})
     )

@@ -88,6 +88,7 @@ def judge(
     steps = len(losses)
     final = losses[-1] if losses else None
     threshold = f"{config.max_loss:g}"
+    wall, setup = round(wall, 4), round(setup, 4)  # the reason says what the report keeps
     best_text = f"best {best:.4g} at step {best_step}" if best is not None else "no finite loss"
     reached = best is not None and best < config.max_loss
     timing = training_time(wall, setup)
@@ -119,8 +120,8 @@ def judge(
         best_step=best_step,
         final_loss=final,
         losses=losses,
-        wall_time_s=round(wall, 4),
-        setup_time_s=round(setup, 4),
+        wall_time_s=wall,
+        setup_time_s=setup,
         device=device,
         world_size=dist.world_size,
         batch_examples=examples,
