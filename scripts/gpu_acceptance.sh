@@ -10,8 +10,9 @@
 #   scripts/gpu_acceptance.sh --no-install [--out DIR] [--quick]
 #       the same steps with the python on PATH (it must have dl-ci, torch, scikit-learn)
 #
-# The steps: dlci hardware (NVML), memorize, doctor and profile on the digits example, a
-# profile of three known loops (scripts/gpu_loops.py) and dlci analyze of each with the
+# The steps: dlci hardware (NVML), memorize, doctor and profile (with its memory figures) on
+# the digits example, a real run at the batch size it estimated to fit, a profile of three
+# known loops (scripts/gpu_loops.py) and dlci analyze of each with the
 # --min-gpu-util gate. OUT gets each step's reports and log, the traces (gzipped) and
 # acceptance.json with every figure; the exit status is 0 when every step and check held.
 # Without a GPU it runs the CPU path and says so. Each step has a time budget (below); their
@@ -149,7 +150,7 @@ step() {
   echo "gpu_acceptance: $name: exit $rc in $seconds s (budget $budget s)"
 }
 
-# budgets (s): 20 + 80 + 80 + 60 + 3 * (35 + 15) = 390; with the install's 80, 470 of 480
+# budgets (s): 20 + 75 + 75 + 60 + 30 + 3 * (30 + 15) = 395; with the install's 80, 475 of 480
 gate=${DLCI_MIN_GPU_UTIL:-50}
 tier=(--budget pr --device "$device")
 digits=(--target digits_example.target:make_target "${tier[@]}")
@@ -161,14 +162,17 @@ if [ "$quick" = 1 ]; then
 fi
 
 step hardware 20 0 hardware.json -- "${dlci[@]}" hardware --json "$out/hardware.json"
-step memorize 80 0 memorize/memorization.json -- "${dlci[@]}" memorize "${digits[@]}" \
+step memorize 75 0 memorize/memorization.json -- "${dlci[@]}" memorize "${digits[@]}" \
   --out "$out/memorize" --tracker none --quiet
-step doctor 80 0 doctor/doctor.json -- "${dlci[@]}" doctor "${digits[@]}" "${checks[@]}" \
+step doctor 75 0 doctor/doctor.json -- "${dlci[@]}" doctor "${digits[@]}" "${checks[@]}" \
   --out "$out/doctor"
 step profile:digits 60 0 profile/digits/utilization.json -- "${dlci[@]}" profile "${digits[@]}" \
   "${profile[@]}" --out "$out/profile/digits"
+# a real run at the batch size the profile estimated to be the largest that fits
+step memory:digits 30 0 memory/batch-check.json -- "$python" "$here/gpu_acceptance.py" \
+  --check-batch "$out/profile/digits/utilization.json" --out "$out/memory"
 for loop in healthy slow_loader item_every_step; do
-  step "profile:$loop" 35 0 "" -- "${dlci[@]}" profile --target "gpu_loops:$loop" "${tier[@]}" \
+  step "profile:$loop" 30 0 "" -- "${dlci[@]}" profile --target "gpu_loops:$loop" "${tier[@]}" \
     "${profile[@]}" --no-analyze --out "$out/profile/$loop"
   # the gate's verdict is a figure: passing (0) and failing (1) are both expected exits
   step "analyze:$loop" 15 0,1 "profile/$loop/utilization.json" -- "${dlci[@]}" analyze \

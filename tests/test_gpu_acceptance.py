@@ -23,6 +23,7 @@ STEPS = [
     "memorize",
     "doctor",
     "profile:digits",
+    "memory:digits",
     *(
         f"{kind}:{loop}"
         for loop in ("healthy", "slow_loader", "item_every_step")
@@ -66,6 +67,15 @@ def test_the_cpu_path_runs_every_step_and_says_no_gpu(tmp_path: Path) -> None:
         assert 0 < step["seconds"] <= step["budget_seconds"]
     # the step budgets and the install's 80 s fit in the 8 minutes
     assert report["step_budgets_seconds"] + 80 <= report["budget_seconds"] == 480
+    # the memory figures of the digits profile, and the real run at the estimated batch
+    memory = report["steps"][3]["figures"]["memory"]
+    assert memory["peak_allocated_bytes"] > 0 and memory["estimate_batch_size"] == 64
+    assert memory["device"] == ("cuda:0" if gpu else "cpu")
+    batch = report["steps"][4]["figures"]
+    assert batch["kind"] == "batch-check" and batch["ran"] and batch["fits"]
+    if not gpu:  # the CPU path checks at 16 x the batch, not at the (huge) estimate
+        assert batch["size"] == 1024 and batch["capped"] is True
+        assert abs(batch["error"]) < 0.10  # the tolerance of test_profile_memory.py
     memorize = report["steps"][1]["figures"]
     assert memorize["verdict"] == "pass" and memorize["best_loss"] < memorize["threshold"]
     assert report["steps"][2]["figures"]["counts"]["fail"] == 0
@@ -104,3 +114,21 @@ def test_usage(args: list[str], code: int) -> None:
         assert "--prepare DIR" in done.stdout and "--no-install" in done.stdout
     else:
         assert "unknown argument: --frobnicate" in done.stderr
+
+
+def test_the_batch_check_without_an_estimate_says_so(tmp_path: Path) -> None:
+    """The control of the memory:digits step: a report without a batch estimate fails it."""
+    report = tmp_path / "utilization.json"
+    report.write_text(json.dumps({"memory": {"batch_estimate": None}}))
+    script = ROOT / "scripts" / "gpu_acceptance.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--check-batch", str(report), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "examples" / "digits")},
+    )
+    assert done.returncode == 1, done.stderr
+    assert "did not run: no estimate in the report" in done.stdout
+    check = json.loads((tmp_path / "batch-check.json").read_text())
+    assert (check["kind"], check["ran"], check["fits"]) == ("batch-check", False, None)

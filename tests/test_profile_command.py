@@ -66,7 +66,15 @@ def test_profile_writes_a_real_trace_and_its_report(example_profile: Path) -> No
 
 
 def test_a_slow_data_loader_is_named_with_advice(cpu_only, tmp_path: Path) -> None:
-    args = ["profile", "--target", "profile_targets:slow_loader", "--steps", "3", "--quiet"]
+    args = [
+        "profile",
+        "--target",
+        "profile_targets:slow_loader",
+        "--steps",
+        "3",
+        "--quiet",
+        "--no-memory",
+    ]
     assert main([*args, "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "utilization.json").read_text())
     # 8 examples of 5 ms each per batch (40 ms) against a sub-millisecond model step: loading
@@ -77,7 +85,15 @@ def test_a_slow_data_loader_is_named_with_advice(cpu_only, tmp_path: Path) -> No
 
 
 def test_item_every_step_is_in_the_inventory(cpu_only, tmp_path: Path) -> None:
-    args = ["profile", "--target", "profile_targets:item_every_step", "--steps", "4", "--quiet"]
+    args = [
+        "profile",
+        "--target",
+        "profile_targets:item_every_step",
+        "--steps",
+        "4",
+        "--quiet",
+        "--no-memory",
+    ]
     assert main([*args, "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "utilization.json").read_text())
     assert report["syncs"]["blocking_ops"] == 4
@@ -104,6 +120,8 @@ def test_profile_rejects_bad_arguments(cpu_only, tmp_path: Path, capsys) -> None
     assert "at least 1 active step" in capsys.readouterr().err
     assert main([*args, "--no-analyze", "--min-gpu-util", "10"]) == 1
     assert "--min-gpu-util needs the analysis" in capsys.readouterr().err
+    assert main([*args, "--no-analyze", "--max-gpu-memory", "10"]) == 1
+    assert "--max-gpu-memory needs the analysis" in capsys.readouterr().err
 
 
 def test_profile_context_in_a_users_own_loop(cpu_only, tmp_path: Path) -> None:
@@ -200,10 +218,11 @@ def test_torch_profiler_noise_stays_off_the_console(tmp_path: Path, capfd) -> No
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(Path(__file__).parent)}
     out = tmp_path / "art"
     cmd = [sys.executable, "-m", "dlci", "profile", "--target", "profile_targets:healthy"]
-    cmd += ["--steps", "2", "--no-analyze", "--out", str(out)]
+    cmd += ["--steps", "2", "--out", str(out)]  # the memory pass too (memcapture.py)
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     assert "profile: wrote" in done.stderr
+    assert (out / "trace-memory.json.gz").is_file()
     assert not [line for line in done.stderr.splitlines() if any(n in line for n in NOISE)]
     # the control: the same profiler without the filter prints the noise on fd 2 here
     capfd.readouterr()
@@ -281,7 +300,8 @@ def test_the_gate_passes_and_fails_with_reasons(gpu_trace: Path, tmp_path: Path,
     err = capsys.readouterr().err
     assert "GPU utilization 61.0% is below the minimum of 70%" in err
     assert "blocking device-to-host reads per step" in err  # the reason, from the numbers
-    assert "**GPU utilization gate FAILED**" in md.read_text()
+    assert "**Gate FAILED**" in md.read_text()
+    assert "min-gpu-util: FAILED: GPU utilization 61.0% is below" in md.read_text()
 
 
 def test_the_gate_on_a_cpu_only_trace_is_an_error(example_profile: Path, capsys) -> None:

@@ -147,6 +147,34 @@ class Trace:
         )
         return corr
 
+    # -- memory (torch.profiler's profile_memory=True)
+    def memory(
+        self,
+        ts: float,
+        nbytes: int,
+        allocated: int,
+        reserved: int,
+        *,
+        device: int = 0,
+        device_type: int = 1,
+        tid: int = MAIN_TID,
+    ) -> None:
+        """A synthetic ``[memory]`` instant event in the shape torch writes: ``nbytes`` allocated
+        (negative: freed) on the host thread ``tid``, the CUDA caching allocator's totals just
+        after it (device_type 1 is CUDA, 0 the CPU with device id -1)."""
+        args = {
+            "Total Reserved": reserved,
+            "Total Allocated": allocated,
+            "Bytes": nbytes,
+            "Device Id": device,
+            "Device Type": device_type,
+            "Addr": 0x7F0000000000 + len(self.events) * 512,
+            "finished": False,
+            "Ev Idx": len(self.events),
+        }
+        event = {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]"}
+        self.events.append({**event, "pid": HOST_PID, "tid": tid, "ts": T0 + ts, "args": args})
+
     # -- output
     def iter_json(self, *, legacy: bool = False, bare: bool = False) -> Iterator[bytes]:
         """The file, as Kineto lays it out (one event per line-group), in pieces."""

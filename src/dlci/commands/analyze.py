@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable, Sequence
 
@@ -31,7 +30,7 @@ def main(argv: Sequence[str]) -> int:
         metavar="DIR",
         help="write utilization.json, utilization.md and utilization.png into DIR",
     )
-    add_gate(p)
+    _common.add_gates(p)
     p.add_argument(
         "--max-size",
         type=float,
@@ -52,22 +51,13 @@ def main(argv: Sequence[str]) -> int:
         args.trace,
         Destinations.choose(args.out, json=args.json, markdown=args.markdown, plot=args.plot),
         min_gpu_util=args.min_gpu_util,
+        max_gpu_memory=args.max_gpu_memory,
         max_size=int(args.max_size * 2**30),
         on_written=lambda path: say(f"wrote {path}"),
     )
     if args.json == "-":
         _common.emit_json(result.report, "-")
     return show(result, say if args.json != "-" else speaker("analyze", quiet=True))
-
-
-def add_gate(p: argparse.ArgumentParser) -> None:
-    """--min-gpu-util, which ``dlci profile`` takes too."""
-    p.add_argument(
-        "--min-gpu-util",
-        type=float,
-        metavar="PCT",
-        help="fail (exit 1) when GPU utilization is below PCT percent (0-100)",
-    )
 
 
 def speaker(verb: str, *, quiet: bool) -> Callable[[str], None]:

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dlci.commands import _common, analyze
-from dlci.errors import DlciError
 
 if TYPE_CHECKING:
     from dlci.profiling.capture import Schedule
@@ -20,24 +19,14 @@ def _parser() -> argparse.ArgumentParser:
         "Train the target for a few real steps under torch.profiler (a wait/warmup/active "
         "schedule, so every recorded step carries a ProfilerStep#N marker; data, forward, "
         "backward and optimizer annotated) and write OUT/trace.json.gz, then analyze it "
-        "(OUT/utilization.json, .md, .png). On a machine without a GPU the trace is CPU-only "
-        "and the report says so.",
+        "(OUT/utilization.json, .md, .png). Then, unless --no-memory, a short memory pass of "
+        "its own (OUT/trace-memory.json.gz, peak memory per step) and the largest batch that "
+        "fits (docs/memory.md). On a machine without a GPU the trace is CPU-only and the "
+        "report says so.",
     )
     _common.add_target(p)
     _common.add_tier_options(p)
-    p.add_argument(
-        "--steps",
-        type=int,
-        default=None,
-        metavar="N",
-        help="active (recorded) steps (default: the tier's profile_steps)",
-    )
-    p.add_argument(
-        "--wait", type=int, default=1, metavar="N", help="steps skipped first (default: 1)"
-    )
-    p.add_argument(
-        "--warmup", type=int, default=1, metavar="N", help="steps traced but discarded (default: 1)"
-    )
+    _common.add_schedule(p)
     p.add_argument(
         "--out",
         default="dlci-artifacts",
@@ -52,7 +41,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_false",
         help="write the trace only, without the utilization report",
     )
-    analyze.add_gate(p)
+    p.add_argument(
+        "--no-memory",
+        dest="memory",
+        action="store_false",
+        help="skip the memory pass and the batch size estimate",
+    )
+    _common.add_gates(p)
     p.add_argument("--quiet", action="store_true", help="no progress output")
     _common.add_detection(p)
     return p
@@ -64,10 +59,10 @@ def main(argv: Sequence[str]) -> int:
     from dlci.memorization.target import load_target, resolve_spec
     from dlci.profiling.analysis import Destinations, analyze_trace, check_gate
     from dlci.profiling.capture import profile_target
+    from dlci.profiling.memcapture import measure_memory
 
-    if args.min_gpu_util is not None and not args.analyze:
-        raise DlciError("--min-gpu-util needs the analysis", hint="leave out --no-analyze")
-    check_gate(args.min_gpu_util)
+    _common.gates_need_analysis(args)
+    check_gate(args.min_gpu_util, args.max_gpu_memory)
     schedule, tier_info = _schedule(args)
     spec = resolve_spec(args.target)
     target = load_target(spec)
@@ -88,12 +83,17 @@ def main(argv: Sequence[str]) -> int:
     say(f"wrote {result.trace}: {kind}, {result.wall_time_s:.1f} s")
     if result.log is not None:
         say(f"wrote {result.log}: what torch.profiler printed")
+    memory = None
+    if args.memory and args.analyze:  # the figures go into the report
+        memory = measure_memory(target, out=out, device=args.device, seed=args.seed, say=say)
     if not args.analyze:
         return 0
     analysis = analyze_trace(
         result.trace,
         Destinations.choose(out),
         min_gpu_util=args.min_gpu_util,
+        max_gpu_memory=args.max_gpu_memory,
+        memory=memory,
         on_written=lambda path: say(f"wrote {path}"),
     )
     return analyze.show(analysis, say)

@@ -1,9 +1,12 @@
 """Analyse a trace file, apply the GPU utilization gate, and write the report's files.
 
 The one path behind ``dlci analyze`` and ``dlci profile``: :func:`analyze_trace` reads the
-trace, builds the report (:mod:`dlci.profiling.metrics`), adds the ``--min-gpu-util`` verdict,
-and writes utilization.json, .md and .png where :class:`Destinations` says, telling the caller
-each file as it is written. Nothing here imports torch or matplotlib, except the PNG writer.
+trace, builds the report (:mod:`dlci.profiling.metrics`), adds the memory figures ``dlci
+profile`` measured itself (memory pass, batch estimate: :mod:`dlci.profiling.memcapture`,
+:mod:`dlci.profiling.batchfit`), the verdict of the gates asked for (``--min-gpu-util``,
+``--max-gpu-memory``), and writes utilization.json, .md and .png where :class:`Destinations`
+says, telling the caller each file as it is written. Nothing here imports torch or
+matplotlib, except the PNG writer.
 """
 
 from __future__ import annotations
@@ -67,13 +70,24 @@ class Analysis:
         return self.gate is None or bool(self.gate["passed"])
 
 
-def check_gate(minimum: float | None) -> None:
-    """Refuse a ``--min-gpu-util`` that is not a percentage."""
-    if minimum is not None and not 0 <= minimum <= 100:
-        raise DlciError(
-            f"--min-gpu-util must be a percentage from 0 to 100, got {minimum:g}",
-            hint="for 40% write --min-gpu-util 40",
-        )
+def check_gate(minimum: float | None, maximum_memory: float | None = None) -> None:
+    """Refuse a ``--min-gpu-util`` or ``--max-gpu-memory`` that is not a percentage."""
+    for name, value in (("min-gpu-util", minimum), ("max-gpu-memory", maximum_memory)):
+        if value is not None and not 0 <= value <= 100:  # NaN too
+            raise DlciError(
+                f"--{name} must be a percentage from 0 to 100, got {value:g}",
+                hint=f"for 40% write --{name} 40",
+            )
+
+
+@dataclass(frozen=True)
+class MemoryFigures:
+    """What ``dlci profile`` measured beside the timed trace: the memory pass's trace, its
+    per-step figures (report["memory"]["capture"]) and the batch size estimate."""
+
+    trace: Path | None = None
+    capture: dict[str, Any] | None = None
+    batch_estimate: dict[str, Any] | None = None
 
 
 def analyze_trace(
@@ -81,16 +95,22 @@ def analyze_trace(
     destinations: Destinations,
     *,
     min_gpu_util: float | None = None,
+    max_gpu_memory: float | None = None,
+    memory: MemoryFigures | None = None,
     max_size: int | None = None,
     on_written: Callable[[Path], None] | None = None,
 ) -> Analysis:
-    """Read ``trace``, build its report with the gate's verdict, and write its files."""
+    """Read ``trace``, build its report with the gates' verdict, and write its files."""
+    from dlci.profiling.memgate import add_memory, combined_gate
     from dlci.profiling.metrics import analyze
     from dlci.profiling.reader import DEFAULT_MAX_SIZE, read_trace
 
-    check_gate(min_gpu_util)
-    report = analyze(read_trace(trace, max_size=max_size or DEFAULT_MAX_SIZE), source=str(trace))
-    gate = evaluate_gate(report, min_gpu_util)
+    check_gate(min_gpu_util, max_gpu_memory)
+    size = max_size or DEFAULT_MAX_SIZE
+    report = analyze(read_trace(trace, max_size=size), source=str(trace))
+    if memory is not None:
+        add_memory(report, memory, max_size=size)
+    gate = combined_gate(report, evaluate_gate(report, min_gpu_util), max_gpu_memory=max_gpu_memory)
     if gate is not None:
         report["gate"] = gate
     analysis = Analysis(report, gate)
@@ -178,6 +198,23 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     if phases:
         split = ", ".join(f"{k.replace('_', ' ')} {v:.1f}%" for k, v in phases.items())
         lines.append(f"host step time: {split}")
+    lines += _memory_lines(report.get("memory") or {})
     lines += [f"recommendation: {r['finding']}: {r['advice']}" for r in report["recommendations"]]
     lines += [f"warning: {w}" for w in report["warnings"]]
     return lines
+
+
+def _memory_lines(memory: dict[str, Any]) -> list[str]:
+    """The memory section in one line: the peak from the trace's events, or why none."""
+    peak = memory.get("peak_allocated_bytes")
+    if memory.get("source") != "trace" or not isinstance(peak, int):
+        return [f"memory: {memory['note']}"] if memory.get("note") else []
+    line = f"memory on {memory.get('device')}: peak allocated {peak / 2**20:,.1f} MiB"
+    reserved, pct = memory.get("peak_reserved_bytes"), memory.get("peak_percent_of_device")
+    if isinstance(reserved, int):
+        line += f", reserved {reserved / 2**20:,.1f} MiB"
+    if isinstance(pct, int | float):
+        line += f" ({pct:.1f}% of the device)"
+    if memory.get("peak_phase"):
+        line += f", peak in {memory['peak_phase']}"
+    return [line]

@@ -38,6 +38,7 @@ from dlci.errors import DlciError
 from dlci.profiling.native_stderr import NativeStderr
 
 TRACE_NAME = "trace.json.gz"
+MEMORY_TRACE_NAME = "trace-memory.json.gz"  # the memory pass's own trace (memcapture.py)
 LOG_NAME = "profiler.log"  # what torch.profiler printed on fd 2 (native_stderr.py)
 PHASES = ("data", "forward", "backward", "optimizer", "train_step")
 
@@ -90,7 +91,10 @@ def _experimental_config() -> Any:
         return None
 
 
-def _torch_profile(schedule: Schedule, device: Any, on_ready: Callable[[Any], None]) -> Any:
+def _torch_profile(
+    schedule: Schedule, device: Any, on_ready: Callable[[Any], None], *, memory: bool = False
+) -> Any:
+    """``memory``: record every allocation (``profile_memory``), for the memory pass only."""
     import torch.profiler
 
     kwargs: dict[str, Any] = {
@@ -101,6 +105,7 @@ def _torch_profile(schedule: Schedule, device: Any, on_ready: Callable[[Any], No
         "on_trace_ready": on_ready,
         "record_shapes": False,
         "with_stack": False,
+        "profile_memory": memory,
     }
     config = _experimental_config()
     if config is not None and torch.profiler.ProfilerActivity.CUDA in kwargs["activities"]:
@@ -288,7 +293,7 @@ def _remove_stale(out: Path) -> None:
     (os._exit) must leave no trace or report that could pass for its own."""
     from dlci.profiling.analysis import REPORT_NAME
 
-    for name in (TRACE_NAME, REPORT_NAME):
+    for name in (TRACE_NAME, MEMORY_TRACE_NAME, REPORT_NAME):
         path = out / name
         if path.is_file() or path.is_symlink():
             path.unlink()

@@ -1,8 +1,9 @@
 """The events a trace's metrics need, folded into per-category numpy columns.
 
 :class:`ColumnBuilder` takes the decoded events of one slice at a time, keeps the device
-events, runtime calls, host ops and ProfilerStep markers as Python lists, and moves them
-into numpy chunks every ``FLUSH_EVENTS`` events (30-40 bytes an event instead of ~200);
+events, runtime calls, host ops, ProfilerStep markers (and [memory] events: memcols.py) as
+Python lists, and moves them into numpy chunks every ``FLUSH_EVENTS`` events (30-40 bytes
+an event instead of ~200);
 :meth:`ColumnBuilder.columns` joins the chunks into one :class:`Columns`.
 """
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlci.profiling.events import Args, Event
+from dlci.profiling.memcols import MEMORY_CATEGORIES, MemoryBuilder, MemoryColumns
 
 # Kind codes of device events.
 KERNEL, MEMCPY, MEMSET, SYNC = 0, 1, 2, 3
@@ -30,6 +32,7 @@ DEVICE_CATEGORIES = {
 RUNTIME_CATEGORIES = frozenset({"cuda_runtime", "Runtime", "cuda_driver", "hip_runtime"})
 CPU_OP_CATEGORIES = frozenset({"cpu_op", "Operator", "operator"})
 ANNOTATION_CATEGORIES = frozenset({"user_annotation"})
+_HOST_CATEGORIES = RUNTIME_CATEGORIES | CPU_OP_CATEGORIES | ANNOTATION_CATEGORIES
 # Known and deliberately not used: GPU-side copies of annotations, flows, metadata, Python
 # stack frames, the profiler's own overhead events, counters.
 _IGNORED = (
@@ -79,6 +82,7 @@ class Columns:
     steps: list[tuple[int, float, float, int, int]]  # (number, start, end, pid, tid)
     gpu_step_starts: list[tuple[str, float]] = field(default_factory=list)
     header: dict[str, Any] = field(default_factory=dict)
+    memory: MemoryColumns = field(default_factory=MemoryColumns.empty)  # [memory] events
     categories: Counter[str] = field(default_factory=Counter)
     unknown_categories: Counter[str] = field(default_factory=Counter)
     events: int = 0
@@ -145,6 +149,7 @@ class ColumnBuilder:
         self.events = 0
         self.missing_duration = 0
         self.missing_timestamp = 0
+        self.memory = MemoryBuilder()
 
     def name_id(self, name: str) -> int:
         found = self.names.get(name)
@@ -172,6 +177,8 @@ class ColumnBuilder:
                 bucket = groups[event.cat] = []
             bucket.append(event)
         for cat, group in groups.items():
+            if cat in MEMORY_CATEGORIES:
+                self.memory.add(group, self._threads)
             if cat in IGNORED_CATEGORIES:
                 self.categories[cat] += len(group)
                 if cat == "gpu_user_annotation":
@@ -182,13 +189,7 @@ class ColumnBuilder:
                 continue
             self.categories[cat] += len(group)
             kind = DEVICE_CATEGORIES.get(cat)
-            known = (
-                kind is not None
-                or cat in RUNTIME_CATEGORIES
-                or cat in CPU_OP_CATEGORIES
-                or cat in ANNOTATION_CATEGORIES
-            )
-            if not known:
+            if kind is None and cat not in _HOST_CATEGORIES:
                 self.unknown[cat] += len(group)
                 continue
             good = [e for e in group if e.ts is not None]
@@ -300,6 +301,7 @@ class ColumnBuilder:
         import numpy as np
 
         self._check_times()
+        self.memory.flush()
         for lists, chunks, types in (
             (self.dev, self.dev_chunks, DEV_TYPES),
             (self.rt, self.rt_chunks, RT_TYPES),
@@ -360,6 +362,7 @@ class ColumnBuilder:
             ),
             gpu_step_starts=self.gpu_step_starts,
             header=header,
+            memory=self.memory.columns(),
             categories=self.categories,
             unknown_categories=self.unknown,
             events=self.events,
@@ -374,7 +377,9 @@ def normalise_time(columns: Columns) -> None:
     import numpy as np
 
     unit = str(columns.header.get("displayTimeUnit", "")).lower()
-    starts = [a for a in (columns.dev_ts, columns.rt_ts, columns.op_ts) if a.size]
+    starts = [
+        a for a in (columns.dev_ts, columns.rt_ts, columns.op_ts, columns.memory.ts) if a.size
+    ]
     if columns.steps:
         starts.append(np.asarray([s[1] for s in columns.steps]))
     if not starts:
@@ -386,6 +391,7 @@ def normalise_time(columns: Columns) -> None:
         columns.time_scale = scale
         for name in ("dev_ts", "dev_end", "rt_ts", "rt_end", "op_ts", "op_end"):
             setattr(columns, name, getattr(columns, name) * scale)
+        columns.memory.ts = columns.memory.ts * scale
         columns.steps = [
             (num, start * scale, end * scale, pid, tid)
             for num, start, end, pid, tid in columns.steps

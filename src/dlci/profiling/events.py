@@ -5,8 +5,9 @@ A slice of well-typed events decodes straight into :class:`Event` structs; a sli
 field of an unexpected type is decoded event by event (:func:`loose`), and each odd event
 goes through :func:`coerce`. What odd values become:
 
-- an integer field (pid, tid, args.device, .stream, .correlation, .bytes) outside the 64
-  bits of the columns, or not an integer at all, is ignored, as if the event had none;
+- an integer field (pid, tid, args.device, .stream, .correlation, .bytes, and the memory
+  event's "Bytes", "Total Allocated", "Total Reserved", "Device Type", "Device Id") outside
+  the 64 bits of the columns, or not an integer at all, is ignored, as if the event had none;
 - a time (ts, dur) that is not a number is missing (the reader counts and warns); a number
   out of any range (``1e400``, a 400-digit integer, ``"inf"``, ``"nan"``) is kept as an
   infinity or NaN, so that the columns refuse the event by name (see
@@ -30,6 +31,12 @@ class Args(msgspec.Struct, gc=False):
     stream: Int64 | None = None
     correlation: Int64 | None = None
     bytes: Int64 | None = None
+    # the fields of a ``[memory]`` instant event (torch.profiler's profile_memory=True)
+    mem_bytes: Int64 | None = msgspec.field(default=None, name="Bytes")
+    mem_allocated: Int64 | None = msgspec.field(default=None, name="Total Allocated")
+    mem_reserved: Int64 | None = msgspec.field(default=None, name="Total Reserved")
+    mem_device_type: Int64 | None = msgspec.field(default=None, name="Device Type")
+    mem_device_id: Int64 | None = msgspec.field(default=None, name="Device Id")
 
 
 class Event(msgspec.Struct, gc=False):
@@ -111,6 +118,11 @@ def coerce(raw: Any) -> Event | None:
             stream=_integer(args.get("stream")),
             correlation=_integer(args.get("correlation")),
             bytes=_integer(args.get("bytes")),
+            mem_bytes=_integer(args.get("Bytes")),
+            mem_allocated=_integer(args.get("Total Allocated")),
+            mem_reserved=_integer(args.get("Total Reserved")),
+            mem_device_type=_integer(args.get("Device Type")),
+            mem_device_id=_integer(args.get("Device Id")),
         )
     name = raw.get("name", "")
     return Event(

@@ -4,8 +4,8 @@ Every number is documented, with its exact definition, in docs/profiling.md; the
 report (schema_version 1) is the dict that :func:`analyze` returns. Times are microseconds
 (``*_us``), shares are percentages (``*_pct``, 0-100). Each family lives in its own module:
 :mod:`~dlci.profiling.busy` (per GPU), :mod:`~dlci.profiling.steps` (breakdown and phases),
-:mod:`~dlci.profiling.syncs`, :mod:`~dlci.profiling.launches` and
-:mod:`~dlci.profiling.advice` (recommendations).
+:mod:`~dlci.profiling.syncs`, :mod:`~dlci.profiling.launches`,
+:mod:`~dlci.profiling.memory` and :mod:`~dlci.profiling.advice` (recommendations).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dlci.profiling.advice import recommendations
 from dlci.profiling.busy import device_report
 from dlci.profiling.columns import Columns
 from dlci.profiling.launches import last_step_warning, launches
+from dlci.profiling.memory import memory_section
 from dlci.profiling.names import GRAPH_LAUNCH, NameMasks
 from dlci.profiling.steps import per_step, sum_over_steps
 from dlci.profiling.syncs import syncs
@@ -57,6 +58,7 @@ def analyze(cols: Columns, *, source: str = "") -> dict[str, Any]:
     report["phases"] = sum_over_steps(report["per_step"], "phases", "host_duration_us")
     report["syncs"] = syncs(cols, names, host_pid, windows)
     report["launches"] = launches(cols, names, launch_of, primary)
+    report["memory"] = memory_section(cols)
     if np.any(names.mask(cols.rt_name, GRAPH_LAUNCH)):
         warnings.append(
             "the trace holds CUDA graph launches: kernels replayed by a graph have no launch "

@@ -30,16 +30,7 @@ def per_step(
     else:
         on = np.zeros(cols.dev_kind.size, dtype=bool)
     ordered = _breakdown_sets(cols, names, on, host)
-    raw = {}
-    for phase, patterns in PHASES.items():
-        mask = host & names.mask(cols.op_name, *patterns)
-        raw[f"{phase}_us"] = (cols.op_ts[mask], cols.op_end[mask])
-    # data loading first; among the others the innermost wins: a forward and backward run by
-    # Optimizer.step (a closure: Lightning's automatic optimisation, LBFGS) are forward and
-    # backward time, an optimizer step inside a training_step (manual optimisation) is
-    # optimizer time
-    data = raw.pop("data_loading_us")
-    phase_sets = [("data_loading_us", iv.merge(*data)), *iv.innermost(raw).items()]
+    phases_in = phase_sets(cols, names, host)
 
     numbers = [w[0] for w in windows]
     lo = np.array([w[1] for w in windows])
@@ -47,7 +38,7 @@ def per_step(
     cpu_hi = np.array([w[3] for w in windows])
     breakdown = iv.priority_lengths(lo, hi, ordered)
     breakdown["other_us"] = breakdown.pop("other")
-    phases = iv.priority_lengths(lo, np.maximum(cpu_hi, lo), phase_sets)
+    phases = iv.priority_lengths(lo, np.maximum(cpu_hi, lo), phases_in)
     phases["other_us"] = phases.pop("other")
     kernel_starts, kernel_ends = dict(ordered)["kernel_us"]
     kernel_time = iv.clipped_lengths(kernel_starts, kernel_ends, lo, hi)
@@ -65,6 +56,22 @@ def per_step(
             }
         )
     return out
+
+
+def phase_sets(cols: Columns, names: NameMasks, host: Any) -> list[tuple[str, iv.Pair]]:
+    """The host time of each phase (``data_loading_us``, then the others), merged sets.
+
+    Data loading first; among the others the innermost wins: a forward and backward run by
+    Optimizer.step (a closure: Lightning's automatic optimisation, LBFGS) are forward and
+    backward time, an optimizer step inside a training_step (manual optimisation) is
+    optimizer time.
+    """
+    raw = {}
+    for phase, patterns in PHASES.items():
+        mask = host & names.mask(cols.op_name, *patterns)
+        raw[f"{phase}_us"] = (cols.op_ts[mask], cols.op_end[mask])
+    data = raw.pop("data_loading_us")
+    return [("data_loading_us", iv.merge(*data)), *iv.innermost(raw).items()]
 
 
 def sum_over_steps(per_step: list[dict[str, Any]], part: str, total_key: str) -> dict[str, Any]:

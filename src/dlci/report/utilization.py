@@ -46,17 +46,13 @@ def render_markdown(report: dict[str, Any], *, gate: dict[str, Any] | None = Non
         title += " (CPU-only trace: no GPU work recorded)"
     lines = [title, ""]
     if gate is not None:
-        mark = "passed" if gate["passed"] else "FAILED"
-        lines += [
-            f"**GPU utilization gate {mark}**: {_pct(gate['value'])} against a minimum of "
-            f"{gate['minimum']:g}%.",
-            "",
-        ]
+        lines += _gate_lines(gate)
     lines += [*table(["metric", "value", "definition"], _metric_rows(report)), ""]
     lines += _share_tables(report)
     for device in report["devices"]:
         lines += _gap_table(device) + _copy_table(device)
     lines += _sync_table(report["syncs"])
+    lines += memory_lines(report.get("memory"))
     advice = [
         f"**{md(rec['finding'])}**: {md(rec['advice'])}." for rec in report["recommendations"]
     ]
@@ -65,6 +61,25 @@ def render_markdown(report: dict[str, Any], *, gate: dict[str, Any] | None = Non
         if items:
             lines += [f"#### {heading}", "", *bullets(items), ""]
     return "\n".join(lines)
+
+
+def _gate_lines(gate: dict[str, Any]) -> list[str]:
+    """The gate's verdict: one line per check when the report lists them (the combined gate
+    of --min-gpu-util and --max-gpu-memory), else the utilization gate's line."""
+    mark = "passed" if gate["passed"] else "FAILED"
+    checks = gate.get("checks")
+    if isinstance(checks, list) and checks:
+        items = [
+            f"{md(c.get('name'))}: {'passed' if c.get('passed') else 'FAILED'}: "
+            f"{md(c.get('message'))}"
+            for c in checks
+        ]
+        return [f"**Gate {mark}**", "", *bullets(items), ""]
+    return [
+        f"**GPU utilization gate {mark}**: {_pct(gate['value'])} against a minimum of "
+        f"{gate['minimum']:g}%.",
+        "",
+    ]
 
 
 def _metric_rows(report: dict[str, Any]) -> list[list[str]]:
@@ -176,6 +191,104 @@ def _sync_table(syncs: dict[str, Any]) -> list[str]:
         return []
     headers = ["host call", "made by", "count", "waited", "longest"]
     return ["#### Sync points", "", *table(headers, rows), ""]
+
+
+def _bytes(value: object) -> str:
+    """Bytes in binary units, the exact count beside them.
+
+    >>> _bytes(8389388), _bytes(512), _bytes(None)
+    ('8.0 MiB (8,389,388 bytes)', '512 bytes', 'n/a')
+    """
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return "n/a"
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(value) >= size:
+            return f"{value / size:.1f} {unit} ({int(value):,} bytes)"
+    return f"{int(value):,} bytes"
+
+
+PER_STEP_ROWS = 8  # a per-step memory table only for a trace with this many steps or fewer
+
+
+def memory_lines(memory: object) -> list[str]:
+    """The Memory section: peaks, the phase they fall in, the largest allocations by
+    operator and, for a few steps, each step; the note alone when the trace has none."""
+    if not isinstance(memory, dict):
+        return []  # a report written before the memory section existed
+    lines = ["#### Memory", ""]
+    if memory.get("note"):
+        lines += [f"_{md(memory['note'])}_", ""]
+    if memory.get("source") == "trace":
+        lines += [*table(["memory", "value"], _memory_rows(memory), align="lr"), ""]
+        lines += _top_allocations(memory.get("top_allocations") or [])
+        steps = memory.get("steps") or []
+        if 0 < len(steps) <= PER_STEP_ROWS:
+            rows = [
+                [
+                    label(s.get("step")),
+                    _bytes(s.get("peak_allocated_bytes")),
+                    _bytes(s.get("peak_reserved_bytes")),
+                    md(s.get("peak_phase") or "n/a"),
+                ]
+                for s in steps
+            ]
+            headers = ["step", "peak allocated", "peak reserved", "peak phase"]
+            lines += [*table(headers, rows, align="lrrl"), ""]
+    lines += _measured_lines(memory)
+    return lines
+
+
+def _memory_rows(memory: dict[str, Any]) -> list[list[str]]:
+    total = memory.get("device_total_bytes")
+    share = memory.get("peak_percent_of_device")
+    return [
+        ["device", md(memory.get("device") or "n/a")],
+        ["peak allocated", _bytes(memory.get("peak_allocated_bytes"))],
+        ["peak reserved", _bytes(memory.get("peak_reserved_bytes"))],
+        ["device memory", _bytes(total)],
+        ["peak, % of device", _pct(share) if isinstance(share, int | float) else "n/a"],
+        ["peak phase", md(memory.get("peak_phase") or "n/a")],
+    ]
+
+
+def _top_allocations(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    cells = [
+        [md_code(r.get("operator"), limit=80), _bytes(r.get("bytes")), label(r.get("count"))]
+        for r in rows
+    ]
+    title = "Largest allocations by operator (innermost host op; bytes summed over the steps)"
+    return [
+        f"_{title}_",
+        "",
+        *table(["operator", "allocated", "allocations"], cells, align="lrr"),
+        "",
+    ]
+
+
+def _measured_lines(memory: dict[str, Any]) -> list[str]:
+    """dlci profile's own per-step figures and the batch estimate, when it added them."""
+    lines: list[str] = []
+    capture = memory.get("capture")
+    if isinstance(capture, dict):
+        lines.append(
+            f"Measured by dlci profile on {md(capture.get('device') or 'n/a')}: peak allocated "
+            f"{_bytes(capture.get('peak_allocated_bytes'))}, peak reserved "
+            f"{_bytes(capture.get('peak_reserved_bytes'))}, device memory "
+            f"{_bytes(capture.get('device_total_bytes'))} ({md(capture.get('method') or '')})."
+        )
+    estimate = memory.get("batch_estimate")
+    if isinstance(estimate, dict):
+        largest = estimate.get("largest_batch")
+        lines.append(
+            f"Batch size {label(estimate.get('batch_size'))}; largest batch that fits: "
+            f"{label(largest) if largest is not None else 'not estimated'} "
+            f"({md(estimate.get('confidence') or '')}). {md(estimate.get('method') or '')}"
+        )
+        if estimate.get("advice"):
+            lines.append(f"**Advice**: {md(estimate['advice'])}")
+    return [*bullets(lines), ""] if lines else []
 
 
 def plot(report: dict[str, Any], path: Path) -> Path:

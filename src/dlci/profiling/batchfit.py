@@ -1,0 +1,221 @@
+"""The largest batch that fits in memory, from the peak at two batch sizes.
+
+A training step's peak memory is, to a first approximation, a line in the batch size:
+activations (and their gradients) grow with each example, while parameters, gradients,
+optimizer state and workspace do not. :func:`estimate` measures the peak (memcapture's
+:class:`PeakMeter`) at the target's own batch size B and at a second size (B/2, or 2B when B
+is small or on the CPU, where a process's peak resident memory needs a larger step to show),
+both built from the target's own loader (``batching.take_batch``: batches joined or cut to the
+size), and :func:`fit` turns the two points into slope (bytes per example), intercept (fixed
+bytes) and the largest batch below the device's memory less a margin.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from dlci.errors import DlciError
+
+MARGIN = 0.10  # share of the device kept free: see docs/memory.md ("The margin")
+STEPS = 3  # measured steps at each size, after one warmup step
+SMALL_BATCH = 16  # below this B/2 is too few examples to measure; 2B is used instead
+FAR = 64.0  # an estimate this many times the largest measured size is a long extrapolation
+METHOD = (
+    "peak memory measured at two batch sizes built from the target's loader ({points}); "
+    "a line through them: slope = activation memory per example, intercept = fixed memory "
+    "(parameters, gradients, optimizer state, workspace{cpu}); largest batch = floor((total "
+    "x (1 - {margin:g}) - fixed) / slope)"
+)
+
+
+class ResizeError(DlciError):
+    """The target's batches cannot be joined or cut to the size the estimate needs."""
+
+
+def _point(size: int, peaks: list[int]) -> dict[str, Any]:
+    return {
+        "batch_size": size,
+        "peak_bytes": max(peaks),
+        "spread_bytes": max(peaks) - min(peaks),
+        "per_step_bytes": peaks,
+    }
+
+
+def fit(
+    a: dict[str, Any], b: dict[str, Any], total: int | None, *, margin: float = MARGIN
+) -> dict[str, Any]:
+    """Slope, intercept, largest batch and how far to trust it, from two measured points.
+
+    >>> small = {"batch_size": 10, "peak_bytes": 2000, "spread_bytes": 0}
+    >>> large = {"batch_size": 20, "peak_bytes": 3000, "spread_bytes": 0}
+    >>> r = fit(small, large, 11000, margin=0.1)
+    >>> r["bytes_per_example"], r["fixed_bytes"], r["largest_batch"], r["confidence"]
+    (100.0, 1000.0, 89, 'medium')
+    >>> fit(small, dict(large, peak_bytes=2000), 11000)["largest_batch"] is None
+    True
+    """
+    a, b = sorted((a, b), key=lambda p: p["batch_size"])
+    growth = b["peak_bytes"] - a["peak_bytes"]
+    noise = max(a["spread_bytes"], b["spread_bytes"])
+    slope = growth / (b["batch_size"] - a["batch_size"])
+    fixed = a["peak_bytes"] - slope * a["batch_size"]
+    out: dict[str, Any] = {
+        "bytes_per_example": slope,
+        "fixed_bytes": fixed,
+        "usable_bytes": None if total is None else int(total * (1 - margin)),
+        "largest_batch": None,
+        "confidence": "none",
+        "confidence_reason": "",
+    }
+    if total is None:
+        out["confidence_reason"] = "the device's total memory is unknown"
+    elif growth <= noise or slope <= 0:
+        out["confidence_reason"] = (
+            f"the peak did not grow measurably with the batch ({growth:+,} bytes from "
+            f"{a['batch_size']} to {b['batch_size']} examples, step-to-step spread "
+            f"{noise:,} bytes): activation memory is too small to measure at these sizes"
+        )
+    else:
+        out.update(_largest(out, slope, fixed, growth, noise, b["batch_size"]))
+    return out
+
+
+def _largest(
+    out: dict[str, Any], slope: float, fixed: float, growth: int, noise: int, biggest: int
+) -> dict[str, Any]:
+    """The largest batch and the confidence words, once the slope is measurable."""
+    room = out["usable_bytes"] - fixed
+    largest = max(0, math.floor(room / slope))
+    doubts = []
+    if growth < 3 * noise:
+        doubts.append(
+            f"the growth between the two sizes ({growth:,} bytes) is under three times the "
+            f"step-to-step spread ({noise:,} bytes)"
+        )
+    if fixed < 0:
+        doubts.append(
+            "the line's intercept is negative: memory grows faster than linearly in the batch "
+            "(the estimate is too high)"
+        )
+    if largest > FAR * biggest:
+        doubts.append(
+            f"{largest:,} is {largest / biggest:,.0f} times the largest size measured: a long "
+            "extrapolation (other limits, such as data set size, time or numerics, come first)"
+        )
+    if largest == 0:
+        doubts.append("the fixed memory alone is over the usable memory")
+    reason = "; ".join(doubts) or (
+        "two points, memory assumed linear in the batch size; the allocator's rounding and "
+        "fragmentation are covered by the margin only"
+    )
+    return {
+        "largest_batch": largest,
+        "confidence": "low" if doubts else "medium",
+        "confidence_reason": reason,
+    }
+
+
+def second_size(size: int, *, cuda: bool) -> int:
+    """The other batch size measured: half of B on a GPU (the larger one might not fit),
+    twice B on the CPU or when B is small.
+
+    >>> second_size(64, cuda=True), second_size(64, cuda=False), second_size(8, cuda=True)
+    (32, 128, 16)
+    """
+    return size // 2 if cuda and size >= SMALL_BATCH else size * 2
+
+
+def measure(trainer: Any, loader: Any, size: int, meter: Any, steps: int = STEPS) -> list[int]:
+    """The peak of ``steps`` training steps on one batch of ``size`` examples from ``loader``
+    (after a warmup step, which also builds the optimizer's state)."""
+    from dlci.memorization.batching import take_batch
+
+    try:
+        batch, taken = take_batch(loader, size)
+    except DlciError as exc:
+        raise ResizeError(exc.message, hint=exc.hint) from None
+    if taken < size:
+        raise ResizeError(
+            f"the batch size estimate needs a batch of {size} examples, and the target's "
+            f"train_loader holds only {taken}",
+            hint="use --no-memory, or a larger data set",
+        )
+    peaks = []
+    for step in range(steps + 1):
+        meter.start()
+        trainer.step(iter([batch]), step + 1)
+        allocated, _reserved = meter.stop()
+        if step:
+            peaks.append(allocated)
+    return peaks
+
+
+def batch_size_of_loader(loader: Any) -> int:
+    """B: the examples in the first batch the target's loader yields."""
+    from dlci.memorization.batching import as_pair, batch_size_of
+
+    for raw in loader:
+        return batch_size_of(as_pair(raw, 0))
+    raise DlciError("the target's train_loader yielded no batches", hint="check the data set")
+
+
+def estimate(target: Any, *, device: str | None, seed: int) -> dict[str, Any]:
+    """report["memory"]["batch_estimate"] for ``target``, measured on ``device``."""
+    from dlci.profiling.capture import _Trainer
+    from dlci.profiling.memcapture import PeakMeter, device_label, device_total
+
+    trainer = _Trainer(target, device, seed)
+    cuda = trainer.device.type == "cuda"
+    size = batch_size_of_loader(target.train_loader)
+    other = second_size(size, cuda=cuda)
+    meter = PeakMeter(trainer.device)
+    points = []
+    for n in sorted((size, other)):  # smaller first: a heap grown by the larger is kept
+        points.append(_point(n, measure(trainer, target.train_loader, n, meter)))
+    total, total_source = device_total(trainer.device)
+    result = fit(points[0], points[1], total)
+    sizes = " and ".join(str(p["batch_size"]) for p in points)
+    cpu = ", and on the CPU the whole process: Python, libraries, data" if not cuda else ""
+    return {
+        "device": device_label(trainer.device),
+        "batch_size": size,
+        "points": points,
+        "device_total_bytes": total,
+        "device_total_source": total_source,
+        "margin": MARGIN,
+        "measure": ("peak allocated bytes; " if cuda else "peak RSS; ") + meter.method,
+        **result,
+        "method": METHOD.format(points=sizes, cpu=cpu, margin=MARGIN),
+        "advice": None,
+    }
+
+
+def refused(why: str) -> dict[str, Any]:
+    """report["memory"]["batch_estimate"] when the batch size cannot be changed."""
+    return {
+        "batch_size": None,
+        "points": [],
+        "largest_batch": None,
+        "confidence": "none",
+        "confidence_reason": f"the batch size cannot be changed: {why}",
+        "advice": None,
+    }
+
+
+def advice(report: dict[str, Any]) -> dict[str, str] | None:
+    """A recommendation when the GPU is under-used and the batch could grow a lot."""
+    memory = report.get("memory") or {}
+    est = memory.get("batch_estimate") or {}
+    util = report.get("gpu_utilization_pct")
+    largest, size = est.get("largest_batch"), est.get("batch_size")
+    if util is None or util >= 50.0 or not largest or not size or largest < 2 * size:
+        return None
+    return {
+        "id": "batch-size",
+        "finding": f"GPU utilization {util:.1f}% with room in memory for a batch of about "
+        f"{largest:,} examples ({largest / size:.1f}x the current {size}; confidence "
+        f"{est.get('confidence')})",
+        "advice": "raise the batch size (a larger batch cuts Python and launch overhead per "
+        "example), scaling the learning rate with it, and check the new peak with dlci profile",
+    }

@@ -1,0 +1,135 @@
+"""The report's memory figures from ``dlci profile``'s own passes, and the combined gate.
+
+:func:`add_memory` puts the memory pass (its trace's memory section, its per-step figures) and
+the batch estimate into report["memory"]; :func:`combined_gate` joins the verdicts of
+``--min-gpu-util`` and ``--max-gpu-memory`` into report["gate"]: passed only when every gate
+asked for passes, each one listed under "checks". No torch here: ``dlci analyze`` runs on the
+runner host.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dlci.profiling.analysis import MemoryFigures
+
+GATE_HINT = (
+    "profile on a GPU runner with dlci profile (it records memory unless --no-memory), or "
+    "leave out --max-gpu-memory on the CPU path"
+)
+
+
+def empty_section(note: str) -> dict[str, Any]:
+    """A memory section with no trace figures (report["memory"], docs/profiling.md)."""
+    return {
+        "source": "none",
+        "note": note,
+        "device": None,
+        "device_total_bytes": None,
+        "peak_allocated_bytes": None,
+        "peak_reserved_bytes": None,
+        "peak_percent_of_device": None,
+        "peak_phase": None,
+        "steps": [],
+        "top_allocations": [],
+        "capture": None,
+        "batch_estimate": None,
+    }
+
+
+def _trace_memory(path: Any, max_size: int) -> dict[str, Any]:
+    """The memory section of the memory pass's own trace."""
+    from dlci.profiling.memory import memory_section
+    from dlci.profiling.reader import read_trace
+
+    return memory_section(read_trace(path, max_size=max_size))
+
+
+def add_memory(report: dict[str, Any], figures: MemoryFigures, *, max_size: int) -> None:
+    """report["memory"] with the memory pass's trace and figures, and the batch advice."""
+    from dlci.profiling.batchfit import advice
+
+    section = report.get("memory")
+    if figures.trace is not None:
+        section = _trace_memory(figures.trace, max_size)
+        section["trace_file"] = figures.trace.name
+    if not isinstance(section, dict):
+        section = empty_section("the trace's memory events were not read")
+    section["capture"] = figures.capture
+    section["batch_estimate"] = figures.batch_estimate
+    report["memory"] = section
+    recommendation = advice(report)
+    if recommendation is not None and figures.batch_estimate is not None:
+        figures.batch_estimate["advice"] = (
+            f"{recommendation['finding']}: {recommendation['advice']}"
+        )
+        report.setdefault("recommendations", []).append(recommendation)
+
+
+def memory_percent(report: dict[str, Any]) -> tuple[float | None, str]:
+    """The GPU's peak memory as a percentage of its total, and where it comes from: the
+    profile's own measurement (peak reserved, else allocated) first, else the trace's."""
+    memory = report.get("memory") or {}
+    capture = memory.get("capture") or {}
+    if str(capture.get("device") or "").startswith("cuda"):
+        peak = capture.get("peak_reserved_bytes") or capture.get("peak_allocated_bytes")
+        total = capture.get("device_total_bytes")
+        if peak and total:
+            return peak / total * 100, f"{capture['device']}, measured by dlci profile"
+    if str(memory.get("device") or "").startswith("cuda"):
+        value = memory.get("peak_percent_of_device")
+        if isinstance(value, int | float):
+            return float(value), f"{memory['device']}, from the trace's memory events"
+    return None, ""
+
+
+def memory_gate(report: dict[str, Any], maximum: float) -> dict[str, Any]:
+    """The --max-gpu-memory check: passed, message, hint, value."""
+    value, where = memory_percent(report)
+    if value is None:
+        return {
+            "name": "max-gpu-memory",
+            "passed": False,
+            "value": None,
+            "message": "the GPU memory gate cannot be evaluated: the report has no GPU memory "
+            "figures (a CPU run, or a trace without [memory] events)",
+            "hint": GATE_HINT,
+        }
+    passed = value <= maximum
+    relation = "<=" if passed else "is above the maximum of"
+    return {
+        "name": "max-gpu-memory",
+        "passed": passed,
+        "value": value,
+        "message": f"GPU peak memory {value:.1f}% of the device ({where}) {relation} {maximum:g}%",
+        "hint": None if passed else "lower the batch size, or see the memory section",
+    }
+
+
+def combined_gate(
+    report: dict[str, Any], util_gate: dict[str, Any] | None, *, max_gpu_memory: float | None
+) -> dict[str, Any] | None:
+    """report["gate"]: the --min-gpu-util gate's keys as before, "passed" only when every
+    gate asked for passes, "message" the failing ones' messages, and "checks"."""
+    checks: list[dict[str, Any]] = []
+    if util_gate is not None:
+        checks.append(
+            {"name": "min-gpu-util", "passed": bool(util_gate["passed"]),
+             "message": util_gate["message"], "hint": util_gate.get("hint")}
+        )  # fmt: skip
+    memory = None if max_gpu_memory is None else memory_gate(report, max_gpu_memory)
+    if memory is not None:
+        checks.append({k: memory[k] for k in ("name", "passed", "message", "hint")})
+    if not checks:
+        return None
+    gate: dict[str, Any] = {"minimum": None, "value": None, **(util_gate or {})}
+    failed = [c for c in checks if not c["passed"]]
+    gate["passed"] = not failed
+    gate["message"] = "; ".join(c["message"] for c in failed or checks)
+    gate["hint"] = next((c["hint"] for c in failed if c["hint"]), None)
+    if memory is not None:
+        gate["max_gpu_memory"] = max_gpu_memory
+        gate["gpu_memory_pct"] = memory["value"]
+    gate["checks"] = checks
+    return gate

@@ -1,0 +1,337 @@
+"""``dlci profile``'s memory figures: the memory pass, the batch size estimate, the memory gate.
+
+The peaks are measured on real CPU training steps (the process's resident memory); the
+estimate is checked against actually running a larger batch of the digits example. The GPU
+path of the gate reads a synthetic trace with CUDA memory events (no GPU on CI).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import dlci
+from dlci.cli import main
+from dlci.errors import DlciError
+from dlci.profiling import batchfit, memcapture
+from dlci.profiling.capture import _Trainer
+from dlci.profiling.memgate import combined_gate, memory_gate
+from tracegen import training_trace
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits"
+MIB = 2**20
+
+
+def _point(size: int, peak: int, spread: int = 0) -> dict[str, Any]:
+    return {"batch_size": size, "peak_bytes": peak, "spread_bytes": spread}
+
+
+# ------------------------------------------------------------------------------ the line fit
+
+
+def test_fit_recovers_a_known_line() -> None:
+    # fixed 1 GiB, 3 MiB per example, 8 GiB device, 10% margin
+    a, b = _point(32, 2**30 + 32 * 3 * MIB), _point(64, 2**30 + 64 * 3 * MIB)
+    r = batchfit.fit(a, b, 8 * 2**30, margin=0.1)
+    assert r["bytes_per_example"] == 3 * MIB and r["fixed_bytes"] == 2**30
+    assert r["largest_batch"] == int((8 * 2**30 * 0.9 - 2**30) // (3 * MIB))
+    assert r["confidence"] == "medium"
+    assert batchfit.fit(b, a, 8 * 2**30, margin=0.1) == r  # the order of the points
+
+
+@pytest.mark.parametrize(
+    ("b", "spread", "words"),
+    [
+        (1000, 0, "did not grow measurably"),  # flat: no slope
+        (900, 0, "did not grow measurably"),  # shrinking
+        (1050, 100, "did not grow measurably"),  # growth within the step-to-step spread
+    ],
+)
+def test_fit_gives_no_number_without_a_measurable_slope(b: int, spread: int, words: str) -> None:
+    r = batchfit.fit(_point(10, 1000, spread), _point(20, b, spread), 10**6)
+    assert r["largest_batch"] is None and r["confidence"] == "none"
+    assert words in r["confidence_reason"]
+
+
+def test_fit_says_low_confidence_and_why() -> None:
+    noisy = batchfit.fit(_point(10, 1000, 40), _point(20, 1100, 40), 10**5)
+    assert noisy["confidence"] == "low" and "three times" in noisy["confidence_reason"]
+    convex = batchfit.fit(_point(10, 100), _point(20, 1100), 10**5)  # intercept -900
+    assert convex["confidence"] == "low" and "negative" in convex["confidence_reason"]
+    far = batchfit.fit(_point(10, 1000), _point(20, 1100), 10**9)
+    assert far["confidence"] == "low" and "extrapolation" in far["confidence_reason"]
+    full = batchfit.fit(_point(10, 1000), _point(20, 1100), 900)
+    assert full["largest_batch"] == 0 and "over the usable" in full["confidence_reason"]
+    unknown = batchfit.fit(_point(10, 1000), _point(20, 1100), None)
+    assert unknown["largest_batch"] is None and "unknown" in unknown["confidence_reason"]
+
+
+def test_the_advice_needs_low_utilization_and_room() -> None:
+    def report(util: float | None, largest: int | None) -> dict[str, Any]:
+        estimate = {"batch_size": 64, "largest_batch": largest, "confidence": "medium"}
+        return {"gpu_utilization_pct": util, "memory": {"batch_estimate": estimate}}
+
+    advice = batchfit.advice(report(20.0, 1000))
+    assert advice is not None and advice["id"] == "batch-size"
+    assert "1,000 examples (15.6x the current 64" in advice["finding"]
+    assert batchfit.advice(report(80.0, 1000)) is None  # control: the GPU is busy
+    assert batchfit.advice(report(20.0, 100)) is None  # control: little headroom
+    assert batchfit.advice(report(None, 1000)) is None  # control: no GPU
+
+
+# --------------------------------------------------------------------------- peak measurement
+
+
+def _peak_with(meter: memcapture.PeakMeter, nbytes: int) -> int:
+    meter.start()
+    if nbytes:
+        block = torch.ones(nbytes // 4)  # written, so its pages are resident
+        time.sleep(0.05)  # long enough for the sampler too
+        del block
+    peak, reserved = meter.stop()
+    assert reserved is None  # no caching allocator on the CPU
+    return peak
+
+
+def test_the_cpu_peak_sees_a_step_that_allocates_and_frees(tmp_path: Path) -> None:
+    meter = memcapture.PeakMeter(torch.device("cpu"))
+    assert meter.method == memcapture.METHOD_HWM  # this kernel lets the peak be reset
+    quiet = _peak_with(meter, 0)
+    loud = _peak_with(meter, 64 * MIB)
+    assert loud - quiet >= 60 * MIB  # freed before stop(): only a peak can show it
+    assert _peak_with(meter, 0) - quiet < 32 * MIB  # control: the reset forgets the last peak
+
+
+def test_the_cpu_peak_falls_back_to_sampling(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memcapture, "_CLEAR_REFS", Path("/nonexistent/clear_refs"))
+    meter = memcapture.PeakMeter(torch.device("cpu"))
+    assert meter.method == memcapture.METHOD_SAMPLED
+    assert _peak_with(meter, 64 * MIB) - _peak_with(meter, 0) >= 60 * MIB
+
+
+def test_the_cpu_total_is_the_memory_the_process_may_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    meminfo = Path("/proc/meminfo").read_text().split()
+    machine = int(meminfo[meminfo.index("MemTotal:") + 1]) * 1024
+    limit = tmp_path / "memory.max"
+    monkeypatch.setattr(memcapture, "_CGROUP_LIMITS", (limit,))
+    limit.write_text("max\n")  # cgroup v2 without a limit
+    assert memcapture.device_total(torch.device("cpu")) == (
+        machine,
+        "the machine's memory (MemTotal of /proc/meminfo; no lower cgroup limit)",
+    )
+    limit.write_text(f"{2**30}\n")
+    total, source = memcapture.device_total(torch.device("cpu"))
+    assert (total, source.startswith("the control group's")) == (2**30, True)
+    limit.write_text(f"{machine * 4}\n")  # a limit above the machine's memory is no limit
+    assert memcapture.device_total(torch.device("cpu"))[0] == machine
+
+
+# -------------------------------------------------------------------- resizing the batches
+
+
+def _target(batches: list[tuple[torch.Tensor, torch.Tensor]]) -> dlci.Target:
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LazyLinear(2))
+    return dlci.Target(
+        model, lambda p: torch.optim.SGD(p, lr=0.1), batches, loss_fn=torch.nn.CrossEntropyLoss()
+    )
+
+
+def test_batches_that_cannot_be_joined_are_refused_clearly() -> None:
+    ragged = [(torch.randn(4, 5), torch.zeros(4, dtype=torch.long)),
+              (torch.randn(4, 7), torch.zeros(4, dtype=torch.long))]  # fmt: skip
+    with pytest.raises(batchfit.ResizeError, match="cannot be joined"):
+        batchfit.estimate(_target(ragged), device="cpu", seed=0)
+    too_few = ragged[:1]
+    with pytest.raises(batchfit.ResizeError, match="holds only 4"):
+        batchfit.estimate(_target(too_few), device="cpu", seed=0)
+    refused = batchfit.refused("x")
+    assert refused["largest_batch"] is None and refused["confidence"] == "none"
+    assert issubclass(batchfit.ResizeError, DlciError)  # one clear line, not a traceback
+
+
+class _MeanLinear(torch.nn.Module):
+    """Any sequence length: the mean over it, then a linear layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(1, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x.mean(dim=1, keepdim=True))
+
+
+def ragged() -> dlci.Target:
+    """Batches of sequences whose length changes from batch to batch (no padding)."""
+    batches = [(torch.randn(4, 5 + i), torch.zeros(4, dtype=torch.long)) for i in range(4)]
+    return dlci.Target(
+        _MeanLinear(), lambda p: torch.optim.SGD(p, lr=0.1), batches,
+        loss_fn=torch.nn.CrossEntropyLoss(),
+    )  # fmt: skip
+
+
+def test_profile_without_resizable_batches_says_why_there_is_no_estimate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    args = ["profile", "--target", "test_profile_memory:ragged", "--steps", "1", "--wait", "0"]
+    assert main([*args, "--warmup", "1", "--out", str(tmp_path)]) == 0  # the profile stands
+    assert "no batch size estimate: train_loader's batches have different shapes" in (
+        capsys.readouterr().err
+    )
+    memory = json.loads((tmp_path / "utilization.json").read_text())["memory"]
+    assert memory["capture"]["peak_allocated_bytes"] > 0  # the memory pass still ran
+    estimate = memory["batch_estimate"]
+    assert estimate["largest_batch"] is None and estimate["confidence"] == "none"
+    assert estimate["confidence_reason"].startswith("the batch size cannot be changed: ")
+
+
+# ------------------------------------------------------- the digits example, end to end
+
+
+@pytest.fixture(scope="module")
+def digits() -> Any:
+    mp = pytest.MonkeyPatch()
+    mp.chdir(EXAMPLE)
+    mp.syspath_prepend(str(EXAMPLE))
+    mp.setenv("CUDA_VISIBLE_DEVICES", "")
+    yield mp
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def profiled(digits: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``dlci profile`` on the digits example with the memory gate asked for, on the CPU."""
+    out = tmp_path_factory.mktemp("memory")
+    args = ["profile", "--steps", "2", "--out", str(out), "--quiet", "--max-gpu-memory", "90"]
+    assert main(args) == 1  # the gate cannot be evaluated without a GPU
+    return out
+
+
+def test_profile_records_memory_and_a_batch_estimate(profiled: Path) -> None:
+    report = json.loads((profiled / "utilization.json").read_text())
+    memory = report["memory"]
+    assert memory["trace_file"] == "trace-memory.json.gz"
+    capture = memory["capture"]
+    assert capture["device"] == "cpu" and len(capture["per_step"]) == memcapture.MEMORY_STEPS
+    assert capture["peak_allocated_bytes"] == max(
+        s["peak_allocated_bytes"] for s in capture["per_step"]
+    )
+    assert capture["peak_reserved_bytes"] is None and capture["device_total_bytes"] > 0
+    assert "VmHWM" in capture["method"]
+    estimate = memory["batch_estimate"]
+    assert [p["batch_size"] for p in estimate["points"]] == [64, 128]  # B and 2B on the CPU
+    assert estimate["margin"] == batchfit.MARGIN and "floor(" in estimate["method"]
+    assert estimate["confidence"] in ("low", "medium", "none")
+    # the memory pass's own trace holds the allocations; the timed trace holds none
+    events = json.loads(gzip.decompress((profiled / "trace-memory.json.gz").read_bytes()))
+    assert any(e.get("name") == "[memory]" for e in events["traceEvents"])
+    timed = json.loads(gzip.decompress((profiled / "trace.json.gz").read_bytes()))
+    assert not any(e.get("name") == "[memory]" for e in timed["traceEvents"])
+
+
+def test_the_memory_gate_on_the_cpu_cannot_be_evaluated(profiled: Path, capsys) -> None:
+    gate = json.loads((profiled / "utilization.json").read_text())["gate"]
+    assert gate["passed"] is False and gate["checks"][0]["name"] == "max-gpu-memory"
+    assert "no GPU memory figures" in gate["message"]
+    trace = str(profiled / "trace.json.gz")
+    assert main(["analyze", trace, "--max-gpu-memory", "50", "--quiet"]) == 1
+    assert "GPU memory gate cannot be evaluated" in capsys.readouterr().err
+    assert main(["analyze", trace, "--quiet"]) == 0  # control: no gate asked for
+
+
+def test_the_estimate_holds_for_a_larger_batch_on_the_cpu(digits: Any) -> None:
+    """The estimate's line, checked by running a batch 16x the target's (1,024 examples: the
+    estimate itself is far beyond the data set of 1,437). Tolerance: the predicted peak within
+    10% of the measured one, and the activation part (peak less the fixed memory) within a
+    factor of 2: the process's RSS moves by a few MiB from step to step."""
+    from digits_example.target import make_target
+
+    estimate = batchfit.estimate(make_target(), device="cpu", seed=0)
+    assert estimate["largest_batch"] is not None and estimate["largest_batch"] > 1024
+    size = 1024
+    trainer = _Trainer(make_target(), "cpu", 0)
+    meter = memcapture.PeakMeter(trainer.device)
+    measured = max(batchfit.measure(trainer, trainer.target.train_loader, size, meter))
+    predicted = estimate["fixed_bytes"] + estimate["bytes_per_example"] * size
+    error = (predicted - measured) / measured
+    print(f"batch {size}: predicted {predicted / MIB:.1f} MiB, measured {measured / MIB:.1f}"
+          f" MiB, error {error:+.1%}")  # fmt: skip
+    assert abs(error) < 0.10
+    activations = measured - estimate["fixed_bytes"]
+    assert 0.5 < estimate["bytes_per_example"] * size / activations < 2.0
+
+
+# ----------------------------------------------------------------------------- the gate
+
+
+def _gpu_report(pct: float | None) -> dict[str, Any]:
+    capture = None
+    if pct is not None:
+        total = 80 * 2**30
+        capture = {"device": "cuda:0", "peak_allocated_bytes": int(total * pct / 200),
+                   "peak_reserved_bytes": int(total * pct / 100), "device_total_bytes": total}  # fmt: skip
+    return {"memory": {"device": "cuda:0" if pct else "cpu", "capture": capture}}
+
+
+def test_the_memory_gate_reads_peak_reserved_against_the_device() -> None:
+    assert memory_gate(_gpu_report(40.0), 50)["passed"] is True
+    failed = memory_gate(_gpu_report(40.0), 30)
+    assert failed["passed"] is False
+    assert "40.0% of the device (cuda:0, measured by dlci profile)" in failed["message"]
+    assert memory_gate(_gpu_report(None), 50)["passed"] is False  # nothing to read
+
+
+def test_the_combined_gate_passes_only_when_every_gate_passes() -> None:
+    util_ok = {"minimum": 50, "value": 60.0, "passed": True, "message": "ok", "hint": None}
+    util_bad = {**util_ok, "value": 40.0, "passed": False, "message": "util low", "hint": "h"}
+    report = _gpu_report(40.0)
+    assert combined_gate(report, None, max_gpu_memory=None) is None
+    alone = combined_gate(report, util_ok, max_gpu_memory=None)
+    assert alone is not None and {**alone, "checks": None} == {**util_ok, "checks": None}
+    both = combined_gate(report, util_ok, max_gpu_memory=50)
+    assert both is not None and both["passed"] is True and len(both["checks"]) == 2
+    memory_fails = combined_gate(report, util_ok, max_gpu_memory=30)
+    assert memory_fails is not None and memory_fails["passed"] is False
+    assert memory_fails["message"].startswith("GPU peak memory 40.0%")  # only the failing one
+    util_fails = combined_gate(report, util_bad, max_gpu_memory=50)
+    assert util_fails is not None and util_fails["passed"] is False
+    assert util_fails["message"] == "util low" and util_fails["hint"] == "h"
+
+
+@pytest.fixture
+def gpu_memory_trace(tmp_path: Path) -> Path:
+    """A synthetic GPU trace (no GPU on CI) whose caching allocator peaks at 40% of the
+    device's 85,029,158,912 bytes (its deviceProperties)."""
+    trace = training_trace(steps=3, kernels=4)
+    reserved = int(85029158912 * 0.4)
+    trace.memory(150.0, 2**30, 2**31, reserved)
+    trace.memory(160.0, -(2**30), 2**30, reserved)
+    return trace.write(tmp_path / "gpu-memory.json.gz")
+
+
+def test_analyze_applies_the_memory_gate_to_a_traces_events(
+    gpu_memory_trace: Path, tmp_path: Path, capsys
+) -> None:
+    trace = str(gpu_memory_trace)
+    assert main(["analyze", trace, "--max-gpu-memory", "50", "--quiet"]) == 0
+    out = tmp_path / "u.json"
+    assert main(["analyze", trace, "--max-gpu-memory", "30", "--json", str(out)]) == 1
+    assert "GPU peak memory 40.0% of the device (cuda:0, from the trace" in capsys.readouterr().err
+    gate = json.loads(out.read_text())["gate"]
+    assert gate["gpu_memory_pct"] == pytest.approx(40.0) and gate["max_gpu_memory"] == 30
+    # both gates: the utilization gate passes (61%), the memory gate fails
+    assert main(["analyze", trace, "--min-gpu-util", "50", "--max-gpu-memory", "30"]) == 1
+
+
+@pytest.mark.parametrize("value", ["-1", "101", "nan"])
+def test_a_bad_memory_gate_is_refused(gpu_memory_trace: Path, value: str, capsys) -> None:
+    assert main(["analyze", str(gpu_memory_trace), "--max-gpu-memory", value]) == 1
+    assert "--max-gpu-memory must be a percentage" in capsys.readouterr().err
