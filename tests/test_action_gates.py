@@ -390,7 +390,7 @@ def test_the_host_reads_allow_no_tests(tmp_path, monkeypatch, args: list, allow:
 
 
 def test_junit_is_read_as_a_stream_with_the_failed_cases_capped(tmp_path: Path) -> None:
-    from dlci.action.summary import MAX_FAILED_CASES, junit_counts
+    from dlci.action.testfiles import MAX_FAILED_CASES, junit_counts
 
     cases = "".join(
         f'<testcase classname="t" name="c{i}"><failure message="m{i}"/></testcase>'

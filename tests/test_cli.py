@@ -139,6 +139,7 @@ def test_host_side_commands_never_import_torch(tmp_path) -> None:
         f"assert main(['summary', '--artifacts', {str(tmp_path)!r}, '--no-fail', '--markdown', {str(tmp_path / 's.md')!r}]) == 0\n"
         f"assert main(['baseline', '--base-dir', {str(tmp_path)!r}, '--artifacts', {str(tmp_path)!r}]) == 0\n"
         f"assert main(['history', '--previous', 'none', '--append', {str(tmp_path)!r}, '--out', {str(tmp_path / 'h')!r}]) == 0\n"
+        f"assert main(['config', '--dir', {str(tmp_path)!r}, '--json', '-']) == 0\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'matplotlib'))\n"
         "assert not bad, bad\n"
     )

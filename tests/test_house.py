@@ -102,7 +102,7 @@ LEVELS = {
     "ladder": 3,
     "memorization": 4,
     "checks": 5, "profiling": 5, "calibration": 5,
-    "action": 6,
+    "action": 6, "config": 6,
     "commands": 7, "pytest_plugin": 7,
     "cli": 8, "__main__": 9,
 }  # fmt: skip

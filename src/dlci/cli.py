@@ -21,6 +21,7 @@ from dlci.errors import EXIT_FAIL, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, 
 
 # verb -> one-line summary; the order is the order of a CI job.
 VERBS: dict[str, str] = {
+    "config": "print the resolved configuration, where each value came from, the waivers",
     "preflight": "check the runner host: fork guard, GPU, tier, Docker (no torch needed)",
     "container": "build or pull the job's image, run dlci run in it, clean up",
     "hardware": "detect the GPUs and name their hardware class (no torch needed)",

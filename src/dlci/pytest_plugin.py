@@ -1,6 +1,8 @@
 """pytest plugin (entry point ``dlci``): the detected hardware and the selected tier as fixtures.
 
-Settings resolve in one place, in this order: command line, environment, ini file.
+Settings resolve in one place, in this order: command line, environment, ini file; the
+target and the ladder then fall back on the project's configuration (dlci.toml or
+``[tool.dlci]``), through ``dlci.config.resolve`` as every other command reads them.
 
     pytest --dlci-budget nightly          # or DLCI_BUDGET=nightly, or dlci_budget = nightly
 """
@@ -33,7 +35,7 @@ SETTINGS: dict[str, tuple[str, str, str | None]] = {
     "target": (
         "DLCI_TARGET",
         "dl-ci target, package.module:function returning dlci.Target "
-        "(default: [tool.dlci] target in pyproject.toml)",
+        "(default: target in dlci.toml, or [tool.dlci] in pyproject.toml)",
         None,
     ),
 }
@@ -72,7 +74,10 @@ def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
 
 
 def setting(config: pytest.Config, name: str) -> str | None:
-    """One setting, resolved command line > environment > ini > default."""
+    """One setting, resolved command line > environment > ini > default; ``target`` and
+    ``ladder`` through :func:`configured`."""
+    if name in CONFIGURED:
+        return configured(config, name)
     env, _help, default = SETTINGS[name]
     value: Any = config.getoption(f"dlci_{name}")
     if value is None:
@@ -82,15 +87,38 @@ def setting(config: pytest.Config, name: str) -> str | None:
     return value if value is not None else default
 
 
+CONFIGURED = ("target", "ladder")  # keys of dlci.config
+
+
+def configured(config: pytest.Config, name: str) -> str | None:
+    """``target`` or ``ladder`` through ``dlci.config.resolve``: the option is its command
+    line; the ini key keeps its place below the environment (and the action's input) and
+    above the configuration file."""
+    from dlci.config import resolve
+    from dlci.config.resolve import ACTION_INPUT, COMMAND_LINE, ENVIRONMENT
+
+    resolved = resolve({name: config.getoption(f"dlci_{name}")})
+    ini = config.getini(f"dlci_{name}") or None
+    if ini and resolved.source(name) not in (COMMAND_LINE, ACTION_INPUT, ENVIRONMENT):
+        return str(ini)
+    value = resolved.get(name)
+    return None if value is None else str(value)
+
+
 @pytest.fixture(scope="session")
 def dlci_hardware(pytestconfig: pytest.Config) -> tuple[HardwareInfo, ClassMatch]:
     """The machine's GPUs (``HardwareInfo``) and its hardware class (``ClassMatch``)."""
     from dlci import hardware
+    from dlci.errors import DlciError
     from dlci.ladder.classes import classify
     from dlci.ladder.load import load_ladder
 
+    try:
+        ladder = load_ladder(setting(pytestconfig, "ladder"))
+    except DlciError as exc:
+        pytest.fail(f"dl-ci: {exc}", pytrace=False)
     info = hardware.detect()
-    return info, classify(info, load_ladder(setting(pytestconfig, "ladder")))
+    return info, classify(info, ladder)
 
 
 @pytest.fixture(scope="session")
@@ -103,7 +131,7 @@ def dlci_tier(pytestconfig: pytest.Config) -> Tier:
         return choose_tier(
             budget=setting(pytestconfig, "budget") or "auto",
             hardware=setting(pytestconfig, "hardware") or "auto",
-            ladder=setting(pytestconfig, "ladder"),
+            ladder=configured(pytestconfig, "ladder"),
         )
     except DlciError as exc:
         pytest.fail(f"dl-ci: {exc}", pytrace=False)
@@ -112,14 +140,16 @@ def dlci_tier(pytestconfig: pytest.Config) -> Tier:
 @pytest.fixture
 def dlci_target(request: pytest.FixtureRequest) -> Any:
     """A fresh ``dlci.Target``: from the test's ``memorization(target=...)`` marker, else the
-    ``--dlci-target`` option, $DLCI_TARGET, the ini key, or ``[tool.dlci] target``."""
+    ``--dlci-target`` option, $DLCI_TARGET, the ini key, or the configuration's ``target``."""
     from dlci.errors import DlciError
     from dlci.memorization.engine import seed_everything
     from dlci.memorization.target import load_target, resolve_spec
 
     marker = request.node.get_closest_marker("memorization")
-    spec = (marker.kwargs.get("target") if marker else None) or setting(request.config, "target")
     try:
+        spec = (marker.kwargs.get("target") if marker else None) or setting(
+            request.config, "target"
+        )
         seed_everything(0)
         return load_target(resolve_spec(spec))
     except DlciError as exc:

@@ -31,6 +31,7 @@ class Side:
     coverage: float | None = None
     hardware_class: str | None = None
     left_out: list[str] = field(default_factory=list)
+    preflight: dict[str, Any] | None = None  # this run's: the host's copy, with its config
 
     def environment(self) -> dict[str, Any]:
         """The hardware class and torch version this run reported (None: unknown)."""
@@ -91,7 +92,7 @@ def _check_memorization(report: dict[str, Any]) -> str | None:
 
 def base_side(folder: Path) -> Side:
     """The baseline's reports from ``folder`` (outside input: every field checked)."""
-    from dlci.action.summary import coverage_rate
+    from dlci.action.testfiles import coverage_rate
 
     side = Side()
     side.utilization = _checked(folder / "utilization.json", "utilization", side)
@@ -120,7 +121,16 @@ def head_side(folder: Path, host_record: Path | None) -> Side:
         if data[key] is not None:
             setattr(side, key, _checked(folder / f"{key}.json", key, side))
     side.hardware_class = _hardware_class(data["preflight"], side.memorization)
+    side.preflight = data["preflight"]
     return side
+
+
+def bound(given: float | None, head: Side, key: str) -> float | None:
+    """A comparison bound: the one given (the action's input, the command line), else the
+    trusted configuration's (the host record's preflight, never the workspace's files)."""
+    from dlci.action import trusted
+
+    return given if given is not None else trusted.number(head.preflight, key)
 
 
 def _hardware_class(preflight: Any, memorization: dict[str, Any] | None) -> str | None:
@@ -315,6 +325,8 @@ def _compared(
 ) -> Outcome:
     from dlci.report.comparison import render
 
+    max_utilization_drop = bound(max_utilization_drop, head, "max-utilization-drop")
+    max_step_time = bound(max_step_time, head, "max-step-time-regression")
     result = compare_sides(
         base, head, max_utilization_drop=max_utilization_drop, max_step_time=max_step_time
     )

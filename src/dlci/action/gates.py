@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from dlci import jsonio
-from dlci.action.summary import EVIDENCE, evidence
+from dlci.action import trusted
+from dlci.action.verdicts import as_bool, held_to_policy, judge
 from dlci.errors import DlciError
 from dlci.fsutil import NOT_ALLOWED, copy_beneath, mirror_beneath, read_input
 
@@ -50,11 +51,6 @@ KEPT = frozenset([*(n for names in GATE_FILES.values() for n in names), "run.jso
 TESTS_FILES = ("run.json", "junit.xml", "coverage.xml")
 FILE_LIMIT, TOTAL_LIMIT = 512 << 20, 1 << 30  # bytes: one file (a long trace fits), a container
 BAD = ("failed", "error", "interrupted", "running")
-TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
-NO_TESTS = (
-    "no tests were collected: {how} (a -k or -m that deselects every test, or test paths "
-    "without tests); if the project has none, say so with allow-no-tests: true"
-)
 
 
 @dataclass
@@ -249,6 +245,8 @@ class Parts:
             found = judge(gate, code, status, self.collected[gate], gpu_gate=gpu_gate, who=who)
             if step.get("status") == status == "failed" and step.get("reason"):
                 found.pop("reason", None)  # the step's own words, from inside, say more
+            if gate == "doctor" and found.get("status", status) == "passed":
+                found.update(held_to_policy(self.collected[gate], trusted.policy(self.source)))
             step = {**step, "status": status, **found}
         return {**step, "container_exit_code": code, "isolated": True}
 
@@ -266,7 +264,8 @@ class Parts:
                 allow = as_bool(value) if eq or value else True
             except ValueError:
                 allow = False
-        gpu = any(a.partition("=")[0] == "--min-gpu-util" for a in self.args)
+        asked = ("--min-gpu-util", "--max-gpu-memory")
+        gpu = any(a.partition("=")[0] in asked for a in self.args) or trusted.gpu_gate(self.source)
         return {"gpu_gate": gpu, "allow_no_tests": allow}
 
     def _tests_step(self, step: dict[str, Any]) -> dict[str, Any]:
@@ -343,58 +342,3 @@ def _missing(name: str, code: int | None) -> dict[str, Any]:
 def stale_files(name: str) -> tuple[str, ...]:
     """What a step writes as its verdict: deleted before it runs, so a stale one never counts."""
     return ("junit.xml",) if name == "tests" else GATE_FILES.get(name, ())
-
-
-def as_bool(value: str) -> bool:
-    """An action input or option value as a boolean; ValueError for anything else.
-
-    >>> as_bool("True"), as_bool(""), as_bool("off")
-    (True, False, False)
-    """
-    word = value.strip().lower()
-    if word in TRUE or word in FALSE:
-        return word in TRUE
-    raise ValueError(f"expected true or false, got {value!r}")
-
-
-def judge(
-    name: str,
-    code: int,
-    status: str,
-    folder: Path,
-    *,
-    gpu_gate: bool = False,
-    allow_no_tests: bool = False,
-    who: str = "",
-) -> dict[str, Any]:
-    """What a step's evidence changes in its record (``{}``: nothing).
-
-    ``status`` is what the exit code alone says; a step passes only when its report agrees.
-    ``who`` exited with ``code``: the step (default), or on the host the gate's container.
-
-    >>> judge("tests", 5, "failed", Path("/nonexistent"))["reason"][:29]
-    'no tests were collected: pyte'
-    """
-    if name not in EVIDENCE or status not in ("passed", "failed"):
-        return {}
-    if name == "tests" and code == 5:
-        if allow_no_tests:
-            return {"status": "passed", "reason": "no tests were collected (allow-no-tests)"}
-        return {"status": "failed", "reason": NO_TESTS.format(how="pytest exited 5")}
-    kind, words = evidence(name, folder, gpu_gate=gpu_gate)
-    who = who or ("pytest" if name == "tests" else name)
-    if kind == "none" and not allow_no_tests:
-        return {"status": "failed", "reason": NO_TESTS.format(how=f"{who} exited {code} {words}")}
-    if kind in ("pass", "none"):
-        if status == "passed":
-            return {}
-        return {"reason": f"{who} exited {code} although {EVIDENCE[name]} says it passed"}
-    if status == "failed":  # a failing report explains itself; a missing one is named
-        return {} if kind == "fail" else {"reason": f"{who} exited {code} {words}"}
-    if kind == "fail":
-        return {"status": "failed", "reason": f"no positive verdict: {who} exited {code} {words}"}
-    lead = "the tests" if name == "tests" else "the target"
-    return {
-        "status": "failed",
-        "reason": f"{lead} exited before a verdict: {who} exited {code} {words}",
-    }

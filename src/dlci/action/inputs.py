@@ -40,7 +40,7 @@ SECRET_HINTS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL")
 
 # Action inputs that become `dlci run` options: DLCI_INPUT_<NAME> on the host -> argv in the
 # container (a list, never a shell string, so no input can inject a command).
-VALUE_INPUTS = ("target", "tests", "pytest-args", "install", "min-gpu-util")
+VALUE_INPUTS = ("target", "tests", "pytest-args", "install", "min-gpu-util", "max-gpu-memory")
 SWITCH_INPUTS = ("doctest", "coverage", "memorize", "doctor", "profile")
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dlci import jsonio
-from dlci.errors import DlciError
+from dlci.action.jobfiles import image_torch, relative_coverage
 from dlci.report.text import clean
 
 REPORT_NAME = "run.json"
@@ -55,6 +55,7 @@ class JobOptions:
     doctor: bool = True
     profile: bool = True
     min_gpu_util: float | None = None
+    max_gpu_memory: float | None = None  # percent of the device's memory
     tier_json: str | None = None
     phase: str = "all"  # all, tests, or one gate
     allow_no_tests: bool = False  # pytest's exit code 5 (no tests collected) passes
@@ -67,11 +68,14 @@ def run_job(options: JobOptions) -> int:
         from dlci.ladder.tiers import tier_from_file
 
         tier_from_file(options.tier_json)  # a bad file is one clear error, before any step
+    from dlci.action.jobconfig import configured
+
+    options = configured(options)
     runner = Runner(options.out)
     if os.environ.get("DLCI_IN_CONTAINER"):  # bytecode of its own: never a planted __pycache__
         runner.env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="dlci-pycache-")
     runner.rules = {
-        "gpu_gate": options.min_gpu_util is not None,
+        "gpu_gate": options.min_gpu_util is not None or options.max_gpu_memory is not None,
         "allow_no_tests": options.allow_no_tests,
     }
     if options.tier_json:
@@ -121,6 +125,8 @@ def _dlci_steps(options: JobOptions) -> dict[str, list[str] | None]:
     profile = [*dlci, "profile", "--out", out, *tail]
     if options.min_gpu_util is not None:
         profile += ["--min-gpu-util", f"{options.min_gpu_util:g}"]
+    if options.max_gpu_memory is not None:
+        profile += ["--max-gpu-memory", f"{options.max_gpu_memory:g}"]
     return {
         "memorize": [*dlci, "memorize", "--out", out, *tail] if options.memorize else None,
         "doctor": [*dlci, "doctor", "--out", out, *doctor, *tail] if options.doctor else None,
@@ -175,35 +181,6 @@ def pytest_command(options: JobOptions) -> list[str]:
     cmd += extra
     cmd += shlex.split(options.tests) if options.tests else []
     return cmd
-
-
-def relative_coverage(path: Path, root: Path) -> None:
-    """Coverage XML with paths relative to the workspace (pytest-cov #329): Codecov needs them."""
-    if not path.is_file():
-        return
-    import xml.etree.ElementTree as ET
-
-    from dlci.fsutil import atomic_write_bytes
-
-    try:
-        tree = ET.parse(path)  # noqa: S314 - written by coverage.py in this job
-    except ET.ParseError:
-        return
-    changed = False
-    for source in tree.getroot().iter("source"):
-        text = (source.text or "").strip()
-        if text and os.path.isabs(text):
-            try:
-                rel = os.path.relpath(text, root)
-            except ValueError:
-                continue
-            if not rel.startswith(".."):
-                source.text = rel
-                changed = True
-    if changed:
-        atomic_write_bytes(
-            path, ET.tostring(tree.getroot(), xml_declaration=True, encoding="utf-8")
-        )
 
 
 def classify(name: str, code: int, stopping: bool, running_test: str) -> dict[str, Any]:
@@ -285,7 +262,8 @@ class Runner:
         """Run one step (or record why it is skipped), and save run.json before and after.
 
         The step passes only on the report it writes now: an earlier one is deleted first."""
-        from dlci.action.gates import judge, stale_files
+        from dlci.action.gates import stale_files
+        from dlci.action.verdicts import judge
 
         for stale in stale_files(name):
             (self.out / stale).unlink(missing_ok=True)
@@ -381,18 +359,3 @@ def _read(path: Path | None) -> str:
 def _in_actions() -> bool:
     # in the action's container the host stops workflow commands around all output: no groups
     return os.environ.get("GITHUB_ACTIONS") == "true" and "DLCI_IN_CONTAINER" not in os.environ
-
-
-TORCH_RECORD = "/etc/dlci/torch.json"  # written by docker/Dockerfile: where torch came from
-
-
-def image_torch(path: str = TORCH_RECORD) -> dict[str, Any] | None:
-    """The image's record of its torch (version, CUDA, base or installed, file); None outside
-    dl-ci's image. Read, not imported: importing torch takes seconds."""
-    from dlci.fsutil import read_input
-
-    try:
-        data = jsonio.decode(read_input(path, what="torch record", limit=1 << 16))
-    except (DlciError, jsonio.DecodeError):
-        return None
-    return data if isinstance(data, dict) else None

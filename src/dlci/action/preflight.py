@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +48,7 @@ class PreflightRequest:
     timeout: float = 10.0
     probes: tuple[str, ...] = ("nvml", "nvidia-smi")
     copies: tuple[str, ...] = field(default=())  # more places for the report ('-': stdout)
+    workdir: Path | None = None  # the project's directory: its configuration (None: not read)
 
 
 def preflight(request: PreflightRequest) -> dict[str, Any]:
@@ -60,7 +61,12 @@ def preflight(request: PreflightRequest) -> dict[str, Any]:
     start = time.perf_counter()
     try:
         report["fork_guard"] = fork_guard(allow=request.allow_fork_prs)
+        if request.workdir is not None:
+            report["config"] = trusted_configuration(request.workdir)
+            if not request.ladder:  # the ladder input, else the configuration's (trusted) key
+                request = replace(request, ladder=report["config"]["values"].get("ladder"))
         report.update(_tier_decision(request))
+        report["warnings"] += report.get("config", {}).get("notes", [])
         report["gpu"] = report["tier"]["hardware_class"] != "cpu"
         if request.docker:
             report["docker"] = check_docker(gpu=report["gpu"], timeout=max(request.timeout, 5.0))
@@ -169,10 +175,9 @@ def trusted_ladder(
         return ladder, None, True
     from dlci.ladder.trust import Unverifiable, ladder_at_commit
 
-    payload = _event_payload(env.get("GITHUB_EVENT_PATH", ""))
-    base = ((payload.get("pull_request") or {}).get("base") or {}).get("sha")
+    base = base_commit(env)
     unverified = "the pull request's ladder is used, under the ceiling"
-    if not isinstance(base, str) or not base:
+    if not base:
         return ladder, f"the base commit is unknown: {unverified}", False
     try:
         loaded, changed = ladder_at_commit(ladder, base)
@@ -190,6 +195,33 @@ def trusted_ladder(
         "ladder change takes effect once merged)",
         True,
     )
+
+
+def base_commit(env: dict[str, str]) -> str:
+    """The pull request's base commit from the event's payload ('': unknown)."""
+    payload = _event_payload(env.get("GITHUB_EVENT_PATH", ""))
+    base = ((payload.get("pull_request") or {}).get("base") or {}).get("sha")
+    return base if isinstance(base, str) else ""
+
+
+def trusted_configuration(workdir: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """The project's configuration as the host trusts it (dlci.config.trust), for the report.
+
+    On a pull request its trusted keys and the doctor's waivers come from the base commit,
+    as the ladder does (a base commit that cannot be read gives the defaults, with a note);
+    otherwise from the working tree. The action's inputs arrive as DLCI_INPUT_* variables.
+    """
+    from dlci.config.trust import trusted_config
+
+    env = dict(os.environ if env is None else env)
+    if not workdir.is_dir():
+        raise DlciError(
+            f"working-directory {str(workdir)[:200]!r}: not a folder of the checkout",
+            hint="the project's directory, relative to the repository root",
+        )
+    pull_request = env.get("GITHUB_EVENT_NAME") in PR_EVENTS
+    base = base_commit(env) if pull_request else None
+    return trusted_config(base, cwd=workdir, env=env).to_json()
 
 
 def _event_payload(path: str) -> dict[str, Any]:

@@ -5,12 +5,23 @@ The check IDs are part of the interface (reports, ``--only``): keep them.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dlci.checks.base import CRASHED, FAIL, SKIP, CheckResult, Context, TargetFault, preserved
+from dlci.checks.base import (
+    CRASHED,
+    FAIL,
+    SKIP,
+    WARN,
+    CheckResult,
+    Context,
+    TargetFault,
+    preserved,
+)
+from dlci.checks.policy import SKIP_WAIVER, WARN_ONLY, Policy, Waiver
 from dlci.errors import DlciError
 from dlci.memorization.guard import (
     TargetExited,
@@ -112,49 +123,106 @@ def run_checks(
     on_result: Callable[[CheckResult], None] | None = None,
     factory: Callable[[], Target] | None = None,
     crashes: list[BaseException] | None = None,
+    policy: Policy | None = None,
+    today: dt.date | None = None,
 ) -> list[CheckResult]:
     """Run the checks in order, each leaving the model and random state as it found them.
 
     A check that raises without the target's code on the stack crashed: its result says so
     (status ``crashed``, never a failure the target earned) and the exception is appended to
     ``crashes``, for the caller to report as dl-ci's own error once the other checks ran.
+    ``policy`` holds the project's thresholds, which the checks read, and its waivers: a
+    ``skip`` waiver keeps its check from running, a ``warn-only`` one turns its failure into
+    a warning (a crash stays a crash); a waiver past its ``until`` (``today`` by default the
+    date of the run) no longer applies.
     """
     checks = checks if checks is not None else _registry()
+    policy = policy or Policy()
     batch_size = getattr(tier, "batch_size", 16)
-    ctx = Context.build(target, batch_size=batch_size, device=device, tier=tier, factory=factory)
+    ctx = Context.build(
+        target, batch_size=batch_size, device=device, tier=tier, factory=factory, policy=policy
+    )
     results: list[CheckResult] = []
     stopped = False
     for check in checks:
+        waiver = policy.waiver(check.id)
+        if waiver is not None and waiver.expired(today):
+            waiver = None  # it stopped working: the check runs and counts as usual
         if stopped:
             result = CheckResult(check.id, SKIP, cause="--stop-on-fail: an earlier check failed")
+        elif waiver is not None and waiver.mode == SKIP_WAIVER:
+            result = _skipped(check.id, waiver)
         elif check.run is None:
             result = CheckResult(check.id, SKIP, cause="not available in this version of dl-ci yet")
         else:
-            start = time.perf_counter()
-            with preserved(target):
-                try:
-                    result = check.run(ctx)
-                except (TargetExited, UserCodeError) as exc:  # the target's code, inside a
-                    result = _failed_in_target(check.id, exc)  # check that ran it (memorize)
-                except DlciError:
-                    raise
-                except SystemExit as exc:  # an exit in the target's code: no verdict, a failure
-                    result = _exited(check.id, exc)
-                except TargetFault as exc:  # the target's code gave back something unusable
-                    result = _raised(check.id, exc)
-                except Exception as exc:
-                    if raised_by_dlci(exc) or not _in_target(exc):
-                        result = _crashed(check.id, exc)  # dl-ci's bug, or torch under it
-                        if crashes is not None:
-                            crashes.append(exc)
-                    else:
-                        result = _raised(check.id, exc)  # the target's own code failed
-            result.seconds = round(time.perf_counter() - start, 3)
+            result = _run_one(check, ctx, crashes)
+            if waiver is not None and waiver.mode == WARN_ONLY:
+                _warn_only(result, waiver)
         results.append(result)
         if on_result is not None:
             on_result(result)
         stopped = stopped or (stop_on_fail and result.status in (FAIL, CRASHED))
     return results
+
+
+def _run_one(check: Check, ctx: Context, crashes: list[BaseException] | None) -> CheckResult:
+    """One check, timed, its exceptions sorted: the target's fault, or dl-ci's crash."""
+    assert check.run is not None
+    start = time.perf_counter()
+    with preserved(ctx.target):
+        try:
+            result = check.run(ctx)
+        except (TargetExited, UserCodeError) as exc:  # the target's code, inside a
+            result = _failed_in_target(check.id, exc)  # check that ran it (memorize)
+        except DlciError:
+            raise
+        except SystemExit as exc:  # an exit in the target's code: no verdict, a failure
+            result = _exited(check.id, exc)
+        except TargetFault as exc:  # the target's code gave back something unusable
+            result = _raised(check.id, exc)
+        except Exception as exc:
+            if raised_by_dlci(exc) or not _in_target(exc):
+                result = _crashed(check.id, exc)  # dl-ci's bug, or torch under it
+                if crashes is not None:
+                    crashes.append(exc)
+            else:
+                result = _raised(check.id, exc)  # the target's own code failed
+    result.seconds = round(time.perf_counter() - start, 3)
+    return result
+
+
+def _waived(waiver: Waiver, status: str | None) -> dict[str, Any]:
+    """What a check's result says of the waiver applied to it."""
+    entry = waiver.to_json()
+    return {
+        "mode": entry["mode"],
+        "reason": entry["reason"],
+        "until": entry["until"],
+        "source": entry["source"],
+        "status_without_waiver": status,
+    }
+
+
+def _skipped(check_id: str, waiver: Waiver) -> CheckResult:
+    """A check the project waived with ``skip``: not run, the reason in its place."""
+    until = f" (until {waiver.until.isoformat()})" if waiver.until else ""
+    where_ = f" at {waiver.source}" if waiver.source else ""
+    return CheckResult(
+        check_id,
+        SKIP,
+        cause=f"waived: {waiver.reason}{until}",
+        fix=f"remove the waiver{where_} to run the check again",
+        waived=_waived(waiver, None),
+    )
+
+
+def _warn_only(result: CheckResult, waiver: Waiver) -> None:
+    """A ``warn-only`` waiver: a failure reads as a warning; a crash stays a crash (it is
+    no verdict on the target, so there is nothing to waive)."""
+    before = result.status
+    if before == FAIL:
+        result.status = WARN
+    result.waived = _waived(waiver, before)
 
 
 def _in_target(exc: BaseException) -> bool:

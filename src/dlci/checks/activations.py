@@ -11,11 +11,13 @@ from typing import Any
 from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, fmt
 from dlci.checks.units import MAX_SITES, UNDERSTOOD, Recording, Site, recording
 
-EXPECTED = "under 40% dead or saturated units per layer"
 SHOWN = 20  # sites listed in the details, worst first
 
 
 def activations(ctx: Context) -> CheckResult:
+    warn = ctx.policy.threshold("activations", "warn-share")
+    fail = ctx.policy.threshold("activations", "fail-share")
+    expected = f"under {warn:.0%} dead or saturated units per layer"
     record = _record(ctx)
     sites = list(record.sites.values())
     if not sites:
@@ -25,7 +27,7 @@ def activations(ctx: Context) -> CheckResult:
     if not judged:  # leaky ReLU and PReLU only
         kinds = ", ".join(sorted({s.kind for s in sites}))
         measured = f"{len(sites)} places, all {kinds}: a slope at every input, no unit can die"
-        return CheckResult("activations", PASS, measured, EXPECTED, details=details)
+        return CheckResult("activations", PASS, measured, expected, details=details)
     worst = max(judged, key=_score)
     dead, saturated = worst.dead_share(), worst.saturated_share()
     kind = "dead" if worst.alive and dead >= saturated else "saturated"
@@ -33,10 +35,11 @@ def activations(ctx: Context) -> CheckResult:
     measured = f"{worst.label}: {share:.0%} {kind}"
     # ReLUs fed only positive inputs (after ReLU and pooling) leave a share of units silent
     # on a small batch at initialisation; that is not yet a dead network
-    if share < 0.4:
+    if share < warn:
         measured += f" (the worst of {len(sites)} places)" if len(sites) > 1 else " (one place)"
-        return CheckResult("activations", PASS, measured, EXPECTED, details=details)
-    return _verdict(kind, worst, share, measured, details)
+        return CheckResult("activations", PASS, measured, expected, details=details)
+    status = FAIL if share >= fail else WARN
+    return _verdict(status, kind, (measured, expected), details)
 
 
 def _score(site: Site) -> float:
@@ -105,14 +108,16 @@ _FIXES = {
 
 
 def _verdict(
-    kind: str, worst: Site, share: float, measured: str, details: dict[str, Any]
+    status: str, kind: str, texts: tuple[str, str], details: dict[str, Any]
 ) -> CheckResult:
-    """A warning from 40% dead or saturated units in a layer, a failure from 50%."""
+    """A warning from 40% dead or saturated units in a layer, a failure from 50% (by default:
+    the project's thresholds warn-share and fail-share)."""
+    measured, expected = texts
     return CheckResult(
         "activations",
-        FAIL if share >= 0.5 else WARN,
+        status,
         measured,
-        EXPECTED,
+        expected,
         cause=_CAUSES[kind],
         fix=_FIXES[kind],
         details=details,

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlci.checks.policy import Policy
 from dlci.errors import DlciError
 from dlci.memorization.batching import as_pair, call_model, take_batch, to_device, tree_map
 from dlci.memorization.guard import user_code
@@ -35,6 +36,9 @@ class CheckResult:
     fix: str = ""  # one line, for anything but pass
     details: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    # the project's waiver, when one applied: mode, reason, until, source, and the status the
+    # check would have had without it (None for a check the waiver kept from running)
+    waived: dict[str, Any] | None = None
 
 
 @dataclass
@@ -47,6 +51,7 @@ class Context:
     tier: Any = None
     factory: Callable[[], Target] | None = None  # rebuilds the target, for reproducibility
     shared: dict[str, Any] = field(default_factory=dict)  # work one check leaves for another
+    policy: Policy = field(default_factory=Policy)  # the project's thresholds (and waivers)
 
     @classmethod
     def build(
@@ -57,6 +62,7 @@ class Context:
         device: Any = None,
         tier: Any = None,
         factory: Callable[[], Target] | None = None,
+        policy: Policy | None = None,
     ) -> Context:
         from dlci.memorization.engine import pick_device
 
@@ -64,7 +70,8 @@ class Context:
         with preserved(target), user_code("train_loader"):
             batch, _ = take_batch(target.train_loader, batch_size)
         target.model.to(device)
-        return cls(target, to_device(batch, device), device, tier, factory)
+        batch = to_device(batch, device)
+        return cls(target, batch, device, tier, factory, policy=policy or Policy())
 
     @property
     def model(self) -> Any:
@@ -205,3 +212,18 @@ def layer_name(name: str) -> str:
 
 def fmt(value: float) -> str:
     return f"{value:.3g}"
+
+
+def number(value: float) -> str:
+    """A threshold as people write it: ``1e-05`` -> ``1e-5``, ``1e+03`` -> ``1e3``.
+
+    >>> number(1e-5), number(1e-4), number(2.5e-4), number(1e3), number(0.3), number(1e12)
+    ('1e-5', '1e-4', '2.5e-4', '1000', '0.3', '1e12')
+    """
+    text = f"{value:.3e}" if 0 < abs(value) < 1e-3 else f"{value:g}"
+    mantissa, _, exponent = text.partition("e")
+    if not exponent:
+        return text
+    if "." in mantissa:
+        mantissa = mantissa.rstrip("0").rstrip(".")
+    return f"{mantissa}e{int(exponent)}"

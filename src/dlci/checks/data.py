@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context
+from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, number
 from dlci.memorization.batching import as_pair, tree_map
 
 SHUFFLE_BATCHES = 4
@@ -22,6 +22,7 @@ def shuffle(ctx: Context) -> CheckResult:
     if not targets:
         return CheckResult("shuffle", SKIP, cause="the targets are not tensors")
     sequential = _is_sequential(loader)
+    threshold = ctx.policy.threshold
     if ctx.is_classification():
         classes = ctx.target.num_classes or int(max(int(t.max()) for t in targets) + 1)
         seen = [len(set(t.flatten().tolist())) for t in targets]
@@ -30,9 +31,11 @@ def shuffle(ctx: Context) -> CheckResult:
         score = (sum(seen) / len(seen)) / expected_distinct
         measured = f"{sum(seen) / len(seen):.1f} classes per batch in the first {len(seen)} batches"
         expected = (
-            f"about {expected_distinct:.1f} (a shuffled batch of {size:.0f} from {classes} classes)"
+            f"about {expected_distinct:.1f} (a shuffled batch of {size:.0f} from {classes} "
+            f"classes; fails under {number(threshold('shuffle', 'fail-mix'))} of it)"
         )
-        bad, warn = score < 0.5, score < 0.75
+        bad = score < threshold("shuffle", "fail-mix")
+        warn = score < threshold("shuffle", "warn-mix")
     else:
         values = torch.cat([t.reshape(t.shape[0], -1).float().mean(dim=1) for t in targets])
         if values.numel() < 16:
@@ -40,8 +43,9 @@ def shuffle(ctx: Context) -> CheckResult:
         rising = float((values[1:] >= values[:-1]).float().mean())
         order = max(rising, 1 - rising)
         measured = f"{order:.0%} of neighbouring targets in order"
-        expected = "about 50% for shuffled data"
-        bad, warn = order > 0.95, order > 0.8
+        fail_order = threshold("shuffle", "fail-order")
+        expected = f"about 50% for shuffled data (fails over {fail_order:.0%})"
+        bad, warn = order > fail_order, order > threshold("shuffle", "warn-order")
     cause = "training batches are not shuffled: each step sees one kind of example"
     fix = "pass shuffle=True to the training DataLoader (or a shuffling sampler)"
     if bad:
@@ -103,8 +107,9 @@ def batch_independence(ctx: Context) -> CheckResult:
         return CheckResult("batch-independence", SKIP, cause="the outputs are not one tensor")
     diff = float((full[:half] - part).abs().max())
     scale = 1.0 + float(full.abs().max())
-    expected = "identical outputs (max difference below 1e-4 of the output scale)"
-    if diff <= 1e-4 * scale:
+    tolerance = ctx.policy.threshold("batch-independence", "tolerance")
+    expected = f"identical outputs (max difference below {number(tolerance)} of the output scale)"
+    if diff <= tolerance * scale:
         return CheckResult("batch-independence", PASS, f"max difference {diff:.2g}", expected)
     return CheckResult(
         "batch-independence",

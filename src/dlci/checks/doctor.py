@@ -4,6 +4,7 @@ ladder, and write the report (JSON, and Markdown on request)."""
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 from dlci import jsonio
 from dlci.checks import run_checks, select
 from dlci.checks.base import CheckResult
+from dlci.checks.policy import Policy, threshold_table
 from dlci.errors import DlciError
 
 NO_VERDICT = (
@@ -36,6 +38,8 @@ class DoctorRequest:
     out: str = "dlci-artifacts"
     json: str | None = None  # None: OUT/doctor.json; "-": standard output
     markdown: str | None = None
+    policy: Policy | None = None  # the project's waivers and thresholds; None: none, defaults
+    today: dt.date = field(default_factory=dt.date.today)  # when waivers expire against
 
 
 @dataclass
@@ -64,12 +68,10 @@ def run_doctor(
     selected = select(request.only)  # a typo in --only fails before anything is loaded
     spec = resolve_spec(request.target)
     tier = choose_tier(
-        budget=request.budget,
-        hardware=request.hardware,
-        ladder=request.ladder,
-        **request.detection,
+        budget=request.budget, hardware=request.hardware, ladder=request.ladder, **request.detection
     )
     json_path = request.json or str(Path(request.out) / report.REPORT_NAME)
+    policy = request.policy or Policy()
 
     def unfinished(reason: str) -> None:  # a failing report until the verdict replaces it
         if json_path != "-":
@@ -89,18 +91,74 @@ def run_doctor(
             on_result=on_result,
             factory=lambda: load_target(spec),
             crashes=crashes,
+            policy=policy,
+            today=request.today,
         )
     except DlciError as exc:
         with contextlib.suppress(OSError, DlciError):  # the error itself is what counts
             unfinished(f"{exc.location}: {exc.message}" if exc.location else exc.message)
         raise
-    data = report.build(results, target=spec, tier=tier.to_dict(), seed=request.seed)
-    if json_path != "-":
-        jsonio.write(json_path, data)
-    if request.markdown:
-        from dlci.fsutil import atomic_write_text
-
-        atomic_write_text(request.markdown, report.render_markdown(data))
+    data = report.build(
+        results,
+        target=spec,
+        tier=tier.to_dict(),
+        seed=request.seed,
+        waivers=waiver_entries(policy, results, request.today),
+        policy=policy_entry(policy),
+    )
+    _write(data, json_path, request.markdown)
     if crashes:
         raise crashes[0]
     return DoctorOutcome(data, json_path, 1 if data["verdict"] == "fail" else 0)
+
+
+def _write(data: dict[str, Any], json_path: str, markdown: str | None) -> None:
+    """The report as JSON (unless it goes to standard output) and, on request, Markdown."""
+    from dlci.report import doctor as report
+
+    if json_path != "-":
+        jsonio.write(json_path, data)
+    if markdown:
+        from dlci.fsutil import atomic_write_text
+
+        atomic_write_text(markdown, report.render_markdown(data))
+
+
+def waiver_entries(
+    policy: Policy, results: list[CheckResult], today: dt.date
+) -> list[dict[str, Any]]:
+    """The report's ``waivers``: every waiver of the policy, whether it has expired, whether
+    it applied in this run (a check not selected, or skipped by --stop-on-fail, had none
+    applied), and the status its check had or would have had without it."""
+    by_id = {r.id: r for r in results}
+    entries = []
+    for waiver in policy.waivers:
+        result = by_id.get(waiver.check)
+        applied = result is not None and result.waived is not None
+        if result is None:
+            before = None
+        elif applied:
+            before = (result.waived or {}).get("status_without_waiver")
+        else:
+            before = result.status
+        entries.append(
+            {
+                **waiver.to_json(),
+                "expired": waiver.expired(today),
+                "applied": applied,
+                "status_without_waiver": before,
+            }
+        )
+    return entries
+
+
+def policy_entry(policy: Policy) -> dict[str, Any]:
+    """The report's ``policy``: where it came from, and the thresholds that differ from the
+    defaults."""
+    table = threshold_table()
+    changed = {
+        name: value
+        for name, value in policy.thresholds.items()
+        if name not in table or float(value) != table[name].default
+    }
+    return {"origin": policy.origin, "thresholds": changed}

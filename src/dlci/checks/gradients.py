@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, fmt, layer_name
+from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, fmt, layer_name, number
 from dlci.checks.trajectory import STEPS, Trajectory, trajectory
 
 # a tensor behind a zero-initialised one (the last BatchNorm gamma of a residual branch,
@@ -153,12 +153,13 @@ def grad_flow(ctx: Context) -> CheckResult:
         steps = sorted({flow.flowing[n] for n in late})
         when = f"{steps[0]}" if len(steps) == 1 else f"{steps[0]}-{steps[-1]}"
         measured += f"; {len(late)} got their first gradient at step {when}"
-    if largest > 1e3:
+    ceiling = ctx.policy.threshold("grad-flow", "warn-norm")
+    if largest > ceiling:
         return CheckResult(
             "grad-flow",
             WARN,
             f"largest gradient norm {fmt(largest)}",
-            "below 1e3",
+            f"below {number(ceiling)}",
             details=details,
             cause="gradients explode",
             fix="lower the learning rate or clip gradients "
@@ -191,7 +192,9 @@ def _scale_note(path: Trajectory, name: str) -> str:
 
 def weight_norms(ctx: Context) -> CheckResult:
     path = trajectory(ctx)
-    expected = "weights grow at most 3x in the first steps"
+    warn = ctx.policy.threshold("weight-norms", "warn-growth")
+    fail = ctx.policy.threshold("weight-norms", "fail-growth")
+    expected = f"weights grow at most {fmt(warn)}x in the first steps"
     if path.nonfinite:
         return _nonfinite_result("weight-norms", path, expected)
     if not path.norms:
@@ -203,7 +206,7 @@ def weight_norms(ctx: Context) -> CheckResult:
     details: dict[str, Any] = {"growth": {layer_name(n): fmt(g) for n, g in growth.items()}}
     if path.zero_init:
         details["zero_initialised"] = {n: fmt(path.scale[n]) for n in path.zero_init}
-    if value > 10:
+    if value > fail:
         return CheckResult(
             "weight-norms",
             FAIL,
@@ -213,7 +216,7 @@ def weight_norms(ctx: Context) -> CheckResult:
             cause="weights grow without bound",
             fix="lower the learning rate; add weight decay or normalization",
         )
-    if value > 3:
+    if value > warn:
         return CheckResult(
             "weight-norms",
             WARN,
@@ -226,9 +229,13 @@ def weight_norms(ctx: Context) -> CheckResult:
     return CheckResult("weight-norms", PASS, measured, expected, details=details)
 
 
+_RATIO_BOUNDS = ("warn-low", "fail-low", "warn-high", "fail-high", "fail-largest")
+
+
 def update_ratio(ctx: Context) -> CheckResult:
     path = trajectory(ctx)
-    expected = "about 1e-3 per step (1e-5 to 0.1)"
+    bound = {key: ctx.policy.threshold("update-ratio", key) for key in _RATIO_BOUNDS}
+    expected = f"about 1e-3 per step ({number(bound['warn-low'])} to {number(bound['warn-high'])})"
     if path.nonfinite:
         return _nonfinite_result("update-ratio", path, expected)
     ratios = path.ratios
@@ -236,50 +243,65 @@ def update_ratio(ctx: Context) -> CheckResult:
         return CheckResult("update-ratio", SKIP, cause="no trainable weight matrices to watch")
     medians = {n: sorted(v)[len(v) // 2] for n, v in ratios.items()}
     peaks = {n: max(v) for n, v in ratios.items()}
-    high = max(medians, key=lambda n: medians[n])
-    low = min(medians, key=lambda n: medians[n])
-    peak = max(peaks, key=lambda n: peaks[n])
     details: dict[str, Any] = {
         "median_ratio": {layer_name(n): fmt(r) for n, r in medians.items()},
         "largest_ratio": {layer_name(n): fmt(r) for n, r in peaks.items()},
     }
     if path.zero_init:
         details["zero_initialised"] = {n: fmt(path.scale[n]) for n in path.zero_init}
+    found = _ratio_finding(medians, peaks, bound)
+    if found is None:
+        top, bottom = max(medians.values()), min(medians.values())
+        measured = f"{fmt(bottom)} to {fmt(top)}"
+        return CheckResult("update-ratio", PASS, measured, expected, details=details)
+    status, name, value, cause, fix = found
+    note = "" if cause.startswith("the updates do nothing") else _scale_note(path, name)
+    return CheckResult(
+        "update-ratio",
+        status,
+        f"{layer_name(name)}: {fmt(value)}{note}",
+        expected,
+        details=details,
+        cause=cause,
+        fix=fix,
+    )
+
+
+def _ratio_finding(
+    medians: dict[str, float], peaks: dict[str, float], bound: dict[str, float]
+) -> tuple[str, str, float, str, str] | None:
+    """(status, tensor, ratio, cause, fix) of the worst update ratio outside the bounds."""
+    high = max(medians, key=lambda n: medians[n])
+    low = min(medians, key=lambda n: medians[n])
+    peak = max(peaks, key=lambda n: peaks[n])
     top, bottom = medians[high], medians[low]
     # Adam's first steps move every weight by about lr: an update larger than the weight
     # itself is a learning rate orders of magnitude too high, even if later ratios shrink
-    if peaks[peak] > 1.0 or top > 0.3:
-        name, value = (peak, peaks[peak]) if peaks[peak] > 1.0 else (high, top)
-        return CheckResult(
-            "update-ratio",
+    if peaks[peak] > bound["fail-largest"] or top > bound["fail-high"]:
+        name, value = (peak, peaks[peak]) if peaks[peak] > bound["fail-largest"] else (high, top)
+        return (
             FAIL,
-            f"{layer_name(name)}: {fmt(value)}{_scale_note(path, name)}",
-            expected,
-            details=details,
-            cause="each step rewrites much of the weights: the learning rate is far too high",
-            fix="lower the learning rate by 10-100x (an LR range test finds a good one)",
+            name,
+            value,
+            "each step rewrites much of the weights: the learning rate is far too high",
+            "lower the learning rate by 10-100x (an LR range test finds a good one)",
         )
-    if top < 1e-7:
-        return CheckResult(
-            "update-ratio",
+    if top < bound["fail-low"]:
+        return (
             FAIL,
-            f"{layer_name(high)}: {fmt(top)}",
-            expected,
-            details=details,
-            cause="the updates do nothing: the learning rate is far too low or no step is applied",
-            fix="raise the learning rate; check that optimizer.step() runs",
+            high,
+            top,
+            "the updates do nothing: the learning rate is far too low or no step is applied",
+            "raise the learning rate; check that optimizer.step() runs",
         )
-    if top > 0.1 or bottom < 1e-5:  # Adam at lr 3e-3 moves small layers by a few 1e-2
-        which, value = (high, top) if top > 0.1 else (low, bottom)
-        return CheckResult(
-            "update-ratio",
+    # Adam at lr 3e-3 moves small layers by a few 1e-2
+    if top > bound["warn-high"] or bottom < bound["warn-low"]:
+        which, value = (high, top) if top > bound["warn-high"] else (low, bottom)
+        return (
             WARN,
-            f"{layer_name(which)}: {fmt(value)}{_scale_note(path, which)}",
-            expected,
-            details=details,
-            cause="updates are large" if top > 0.1 else "some layer barely moves",
-            fix="tune the learning rate (per layer if needed)",
+            which,
+            value,
+            "updates are large" if top > bound["warn-high"] else "some layer barely moves",
+            "tune the learning rate (per layer if needed)",
         )
-    return CheckResult(
-        "update-ratio", PASS, f"{fmt(bottom)} to {fmt(top)}", expected, details=details
-    )
+    return None

@@ -213,10 +213,14 @@ def label_alignment(ctx: Context) -> CheckResult:
     measured = f"held-out loss {fmt(true.loss)} with true labels, {fmt(control.loss)} with shuffled"
     if true.accuracy is not None and control.accuracy is not None:
         measured += f" (accuracy {true.accuracy:.0%} vs {control.accuracy:.0%})"
-    expected = "true labels clearly better (loss at least 10% lower)"
+    warn = ctx.policy.threshold("label-alignment", "warn-gain")
+    fail = ctx.policy.threshold("label-alignment", "fail-gain")
+    expected = f"true labels clearly better (loss at least {warn:.0%} lower)"
     if floor < 0:  # no floor at zero (a likelihood): the lowest loss seen stands in for it
         measured += f"; the loss goes below zero: floor taken at the lowest seen, {fmt(floor)}"
-        expected = "true labels clearly better (10% of the way from shuffled down to the lowest)"
+        expected = (
+            f"true labels clearly better ({warn:.0%} of the way from shuffled down to the lowest)"
+        )
     span = control.loss - floor
     gain = (control.loss - true.loss) / span if span > 0 else 0.0
     gain = gain if math.isfinite(gain) else 0.0
@@ -229,11 +233,11 @@ def label_alignment(ctx: Context) -> CheckResult:
         "shuffled_accuracy": control.accuracy,
         "steps": len(batches),
     }
-    if gain >= 0.1:
+    if gain >= warn:
         return CheckResult("label-alignment", PASS, measured, expected, details=details)
     return CheckResult(
         "label-alignment",
-        FAIL if gain < 0.02 else WARN,
+        FAIL if gain < fail else WARN,
         measured,
         expected,
         details=details,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlci.checks import overlap, probe
-from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context
+from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, number
 from dlci.checks.labels import (
     LEAKAGE_STEPS,
     evaluate,
@@ -19,7 +19,6 @@ from dlci.checks.labels import (
 from dlci.checks.sample import Sample, Split, data_sample, feature_name
 
 MIN_HELD_OUT = 32  # examples the one-feature probe needs
-EARLY_PERFECT = 0.99  # accuracy, R^2 or AUC that is near perfect after 20 steps
 
 
 @dataclass
@@ -37,7 +36,7 @@ def leakage(ctx: Context) -> CheckResult:
         return CheckResult("leakage", SKIP, cause="no val_loader: held-out data is needed")
     sample = data_sample(ctx)
     parts = {
-        "copies": _copies(sample),
+        "copies": _copies(ctx, sample),
         "probe": _single_feature(ctx, sample),
         "early": _early(ctx),
     }
@@ -71,12 +70,12 @@ def _flat(sample: Sample) -> tuple[Split, Split, Any, Any] | str:
     return train, val, t, v
 
 
-def _copies(sample: Sample) -> Part:
+def _copies(ctx: Context, sample: Sample) -> Part:
     flat = _flat(sample)
     if isinstance(flat, str):
         return Part(SKIP, f"no search for copies: {flat}")
     train, val, t, v = flat
-    found = overlap.find(t, v)
+    found = overlap.find(t, v, ctx.policy.threshold("leakage", "near-copy"))
     expected = "no held-out example copied from training"
     compared = f"{val.coverage()} held-out against {train.coverage()} training examples"
     details = {
@@ -97,8 +96,9 @@ def _copies(sample: Sample) -> Part:
         f"({exact} exact): {named} ({val.where()}; {compared}; training examples repeat "
         f"among themselves at {found.within:.1%})"
     )
+    warn, fail = (ctx.policy.threshold("leakage", k) for k in ("warn-copies", "fail-copies"))
     return Part(
-        found.status(),
+        found.status(warn, fail),
         measured,
         expected,
         cause="held-out examples also appear in training (duplicates split apart, or "
@@ -127,17 +127,18 @@ def _single_feature(ctx: Context, sample: Sample) -> Part:
             "one number per example",
         )
     name = feature_name(train, found.column)
+    warn = number(found.bounds(ctx.policy)[0])
     if found.classification:
         measured = (
             f"{name} alone predicts {found.accuracy:.0%} of held-out labels (chance "
             f"{found.chance:.0%}, skill {found.score:.2f})"
         )
-        expected = f"no single feature with skill {probe.SKILL_WARN:g} or more"
+        expected = f"no single feature with skill {warn} or more"
     else:
         measured = f"{name} alone explains R^2 {found.score:.3f} of the held-out targets"
-        expected = f"no single feature with R^2 {probe.R2_WARN:g} or more"
+        expected = f"no single feature with R^2 {warn} or more"
     return Part(
-        found.status(),
+        found.status(ctx.policy),
         measured,
         expected,
         cause="one input feature predicts the label nearly alone: a feature derived from the "
@@ -176,16 +177,17 @@ def _early(ctx: Context) -> Part:
     if score is None:
         score = evaluate(ctx, trained_copy(ctx, train_batches(ctx, LEAKAGE_STEPS))[0], val)
     after = f"after {LEAKAGE_STEPS} steps"
+    perfect = ctx.policy.threshold("leakage", "early-score")
     details = {"loss": score.loss, "accuracy": score.accuracy, "steps": LEAKAGE_STEPS}
     if score.accuracy is not None:
         classes = ctx.target.num_classes or 2
         measured = f"held-out accuracy {score.accuracy:.1%} {after}"
-        expected = "well below 99% this early"
-        suspicious = score.accuracy >= EARLY_PERFECT and classes >= 2
+        expected = f"well below {perfect:.0%} this early"
+        suspicious = score.accuracy >= perfect and classes >= 2
     elif score.fit is not None:
         measured = f"held-out {score.fit_name} {score.fit:.3f} {after}"
-        expected = f"{score.fit_name} well below {EARLY_PERFECT:g} this early"
-        suspicious = score.fit >= EARLY_PERFECT
+        expected = f"{score.fit_name} well below {number(perfect)} this early"
+        suspicious = score.fit >= perfect
         details.update(fit=score.fit, fit_name=score.fit_name)
     else:
         reason = score.no_fit or "no accuracy and no fit"

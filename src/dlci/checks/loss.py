@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context
+from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, fmt
+
+_BOUNDS = ("warn-low", "warn-high", "fail-low", "fail-high")  # times ln C
 
 
 def initial_loss(ctx: Context) -> CheckResult:
@@ -23,7 +25,10 @@ def initial_loss(ctx: Context) -> CheckResult:
         outputs = ctx.forward()
         loss = float(ctx.target.loss_fn(outputs, ctx.batch[1]))
     expected = math.log(classes)
-    measured, want = f"{loss:.3f}", f"about ln {classes} = {expected:.3f}"
+    bound = {key: ctx.policy.threshold("initial-loss", key) for key in _BOUNDS}
+    measured = f"{loss:.3f}"
+    band = f"{fmt(bound['warn-low'])}-{fmt(bound['warn-high'])}x"
+    want = f"about ln {classes} = {expected:.3f} ({band})"
     if _looks_like_probabilities(outputs):
         return CheckResult(
             "initial-loss",
@@ -35,9 +40,9 @@ def initial_loss(ctx: Context) -> CheckResult:
             fix="remove the softmax from forward (CrossEntropyLoss applies log-softmax itself)",
         )
     ratio = loss / expected
-    if 0.7 <= ratio <= 1.5:
+    if bound["warn-low"] <= ratio <= bound["warn-high"]:
         return CheckResult("initial-loss", PASS, measured, want)
-    status = WARN if 0.5 <= ratio <= 3 else FAIL
+    status = WARN if bound["fail-low"] <= ratio <= bound["fail-high"] else FAIL
     if ratio < 1:
         cause = "the loss starts below chance before any training: labels may leak into the inputs"
         fix = "check that no input feature encodes the label and that the loss sees the output"

@@ -12,7 +12,7 @@ import itertools
 import math
 from typing import Any
 
-from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context
+from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, number
 
 START, END, STEPS, BETA, DIVERGE, SKIP_FIRST, WINDOW = 1e-7, 10.0, 100, 0.98, 4.0, 10, 5
 
@@ -47,7 +47,11 @@ def lr_range(ctx: Context) -> CheckResult:
         f"configured {configured:.1e}; steepest descent at {steepest:.1e}, "
         f"lowest loss at {lowest:.1e}"
     )
-    return _verdict(configured, steepest, (low, high), measured, details)
+    factors = (
+        ctx.policy.threshold("lr-range", "fail-above"),
+        ctx.policy.threshold("lr-range", "fail-below"),
+    )
+    return _verdict(configured, steepest, (low, high, *factors), measured, details)
 
 
 def _steepest_and_lowest(lrs: list[float], losses: list[float]) -> tuple[float, float]:
@@ -69,14 +73,18 @@ def _steepest_and_lowest(lrs: list[float], losses: list[float]) -> tuple[float, 
 def _verdict(
     configured: float,
     steepest: float,
-    bounds: tuple[float, float],
+    bounds: tuple[float, float, float, float],
     measured: str,
     details: dict[str, Any],
 ) -> CheckResult:
-    """Fail two orders of magnitude outside ``bounds`` (one above), warn just outside."""
-    low, high = bounds
-    expected = f"between {low:.1e} and {high:.1e}"
-    if configured > 10 * high or configured < low / 100:
+    """Fail two orders of magnitude outside ``bounds`` (one above), warn just outside (by
+    default: the project's lr-range.fail-above and fail-below set the factors)."""
+    low, high, above, below = bounds
+    expected = (
+        f"between {low:.1e} and {high:.1e} (fails over {number(above)}x above or "
+        f"{number(below)}x below)"
+    )
+    if configured > above * high or configured < low / below:
         too = "high" if configured > high else "low"
         return CheckResult(
             "lr-range",

@@ -14,22 +14,28 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, fmt
+from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, fmt, number
 from dlci.checks.sample import Sample, data_sample
 
-SCALE_WARN, SCALE_FAIL = 10.0, 30.0  # root mean square of a feature: 1 and 1.5 decades out
-DOMINATES = 100.0  # one dense feature's rms over the median feature's
+# The thresholds are the project's (dlci.checks.policy, under "input-normalization"); by
+# default: a feature's root mean square warns over 10 and fails over 30 (1 and 1.5 decades
+# out); one dense feature's rms over 100x the median feature's warns; the median
+# |held-out mean - training mean| / training sd warns over 0.3 and fails over 1; the median
+# held-out sd / training sd, either way, warns over 1.5x and fails over 3x; one dense
+# feature's mean shift fails over 5 training sd (sampling noise: ~0.2).
+BOUNDS = (
+    "warn-rms",
+    "fail-rms",
+    "warn-dominance",
+    "warn-shift",
+    "fail-shift",
+    "warn-sd-ratio",
+    "fail-sd-ratio",
+    "fail-one-shift",
+)
 CONSTANT_SHARE = 0.5  # warn when more than half the features never vary
-SHIFT_WARN, SHIFT_FAIL = 0.3, 1.0  # median |held-out mean - training mean| / training sd
-RATIO_WARN, RATIO_FAIL = 1.5, 3.0  # median held-out sd / training sd, either way
-ONE_SHIFT = 5.0  # one dense feature's mean shift, in training sd (sampling noise: ~0.2)
 MIN_HELD_OUT = 32  # examples needed to compare the splits
 CHUNK = 256  # examples per step of the statistics
-EXPECTED = (
-    f"per feature or channel: rms under {SCALE_WARN:g}, not constant; held-out means within "
-    f"{SHIFT_WARN:g} training sd of the training means, sd ratio within {RATIO_WARN:g}x (each "
-    "beyond twice the sampling noise)"
-)
 FIX_SCALE = (
     "standardise each feature with the training split's mean and sd (divide 8-bit pixels by "
     "255, then normalise per channel), and apply the same transform to every split"
@@ -139,42 +145,51 @@ def input_normalization(ctx: Context) -> CheckResult:
         )
     findings: list[Finding] = []
     notes: list[str] = []
+    bound = {key: ctx.policy.threshold("input-normalization", key) for key in BOUNDS}
     train_w, val_w = _class_weights(ctx, sample)
     for name, leaf in floats.items():
         train = columns(name, leaf)
-        findings += _scale(train, notes)
+        findings += _scale(train, notes, bound)
         if sample.val is not None and sample.val.size >= MIN_HELD_OUT:
             held_out = columns(name, sample.val.leaves[name])
             if held_out.m1.shape[1] == train.m1.shape[1] and not train.nonfinite:
-                findings += _shift(train, held_out, (train_w, val_w), notes)
+                findings += _shift(train, held_out, (train_w, val_w), notes, bound)
     if sample.val is not None and sample.val.size < MIN_HELD_OUT:
         notes.append(f"too few held-out examples to compare ({sample.val.size})")
     integers = [n for n, leaf in sample.train.leaves.items() if not leaf.is_floating_point()]
     if integers:
         notes.append(f"integer inputs not judged: {', '.join(integers)}")
-    return _verdict(findings, notes)
+    return _verdict(findings, notes, _expected(bound))
 
 
-def _verdict(findings: list[Finding], notes: list[str]) -> CheckResult:
+def _expected(bound: dict[str, float]) -> str:
+    return (
+        f"per feature or channel: rms under {number(bound['warn-rms'])}, not constant; held-out "
+        f"means within {number(bound['warn-shift'])} training sd of the training means, sd ratio "
+        f"within {number(bound['warn-sd-ratio'])}x (each beyond twice the sampling noise)"
+    )
+
+
+def _verdict(findings: list[Finding], notes: list[str], expected: str) -> CheckResult:
     order = {FAIL: 0, WARN: 1}
     findings.sort(key=lambda f: order[f.status])
     details = {"findings": [f.measured for f in findings], "notes": notes}
     if not findings:
-        return CheckResult("input-normalization", PASS, "; ".join(notes), EXPECTED, details=details)
+        return CheckResult("input-normalization", PASS, "; ".join(notes), expected, details=details)
     worst = findings[0]
     more = f" (and {len(findings) - 1} more in details)" if len(findings) > 1 else ""
     return CheckResult(
         "input-normalization",
         worst.status,
         worst.measured + more,
-        EXPECTED,
+        expected,
         cause=worst.cause,
         fix=worst.fix,
         details=details,
     )
 
 
-def _scale(cols: Columns, notes: list[str]) -> list[Finding]:
+def _scale(cols: Columns, notes: list[str], bound: dict[str, float]) -> list[Finding]:
     """Non-finite values, constant features, and features far from unit scale."""
     import torch
 
@@ -208,10 +223,10 @@ def _scale(cols: Columns, notes: list[str]) -> list[Finding]:
         notes.append(
             f"{count} {cols.prefix}{cols.kind}{plural}, rms up to {fmt(value)} ({cols.name(worst)})"
         )
-        if value > SCALE_WARN:
+        if value > bound["warn-rms"]:
             found.append(
                 Finding(
-                    FAIL if value > SCALE_FAIL else WARN,
+                    FAIL if value > bound["fail-rms"] else WARN,
                     f"{cols.name(worst)}: rms {fmt(value)} (mean {fmt(float(mean[worst]))}, "
                     f"sd {fmt(float(sd[worst]))}, range {fmt(float(cols.low[worst]))} to "
                     f"{fmt(float(cols.high[worst]))})",
@@ -221,7 +236,7 @@ def _scale(cols: Columns, notes: list[str]) -> list[Finding]:
                     FIX_SCALE,
                 )
             )
-        found += _dominant(cols, rms, judged & cols.dense)
+        found += _dominant(cols, rms, judged & cols.dense, bound["warn-dominance"])
     return found
 
 
@@ -246,7 +261,7 @@ def _constant(cols: Columns, constant: Any, mean: Any, *, everything: bool) -> F
     )
 
 
-def _dominant(cols: Columns, rms: Any, dense: Any) -> list[Finding]:
+def _dominant(cols: Columns, rms: Any, dense: Any, dominates: float) -> list[Finding]:
     """One dense feature orders of magnitude above the median dense feature."""
     import torch
 
@@ -254,7 +269,7 @@ def _dominant(cols: Columns, rms: Any, dense: Any) -> list[Finding]:
         return []
     median = float(rms[dense].median())
     worst = int(torch.where(dense, rms, torch.zeros_like(rms)).argmax())
-    if median <= 0 or float(rms[worst]) / median <= DOMINATES:
+    if median <= 0 or float(rms[worst]) / median <= dominates:
         return []
     return [
         Finding(
@@ -269,7 +284,11 @@ def _dominant(cols: Columns, rms: Any, dense: Any) -> list[Finding]:
 
 
 def _shift(
-    train: Columns, val: Columns, weights: tuple[Any, Any], notes: list[str]
+    train: Columns,
+    val: Columns,
+    weights: tuple[Any, Any],
+    notes: list[str],
+    bound: dict[str, float],
 ) -> list[Finding]:
     """The held-out split's statistics against the training split's, feature by feature."""
     import torch
@@ -295,7 +314,7 @@ def _shift(
     spread = max(median_ratio, 1 / median_ratio)
     score = torch.where(usable, z + ratio.log().abs(), torch.zeros_like(z))
     worst = int(score.argmax())
-    one = usable & train.dense & (z > ONE_SHIFT)
+    one = usable & train.dense & (z > bound["fail-one-shift"])
     measured = (
         f"held-out vs training, median over {int(usable.sum())} {train.kind}s: mean shift "
         f"{median_z:.2g} sd, sd ratio {median_ratio:.2g}; {train.name(worst)}: training mean "
@@ -304,12 +323,8 @@ def _shift(
     )
     notes.append(f"held-out mean shift {median_z:.2g} sd, sd ratio {median_ratio:.2g}")
     spread = math.log(spread) - 2 * noise / math.sqrt(2)  # the log-ratio's noise: noise / sqrt 2
-    median_z -= 2 * noise
-    if median_z > SHIFT_FAIL or spread > math.log(RATIO_FAIL) or bool(one.any()):
-        status = FAIL
-    elif median_z > SHIFT_WARN or spread > math.log(RATIO_WARN):
-        status = WARN
-    else:
+    status = _shift_status(median_z - 2 * noise, spread, bool(one.any()), bound)
+    if status is None:
         return []
     return [
         Finding(
@@ -321,6 +336,18 @@ def _shift(
             "same transform to every split",
         )
     ]
+
+
+def _shift_status(
+    shift: float, log_spread: float, one: bool, bound: dict[str, float]
+) -> str | None:
+    """fail, warn or None: the median mean shift and log sd ratio, each less twice its
+    noise, against the project's bounds; one dense feature shifted far fails alone."""
+    if shift > bound["fail-shift"] or log_spread > math.log(bound["fail-sd-ratio"]) or one:
+        return FAIL
+    if shift > bound["warn-shift"] or log_spread > math.log(bound["warn-sd-ratio"]):
+        return WARN
+    return None
 
 
 def _effective(weights: Any) -> float:

@@ -15,9 +15,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+# The defaults of the project's thresholds leakage.near-copy, warn-copies and fail-copies:
 NEAR = 0.05  # a near copy: within 5% of the median distance between held-out and training
-PROJECT = 64
 EXCESS_WARN, EXCESS_FAIL = 0.01, 0.05  # share of held-out examples, beyond the repeat rate
+PROJECT = 64
 
 
 @dataclass
@@ -32,18 +33,19 @@ class Overlap:
     def excess(self) -> float:
         return self.cross - self.within
 
-    def status(self) -> str:
+    def status(self, warn: float = EXCESS_WARN, fail: float = EXCESS_FAIL) -> str:
         """fail, warn or pass: copies beyond the data's own repeat rate and its noise."""
         noise = 3 * math.sqrt(self.within * (1 - self.within) / max(1, self.val_rows))
         if self.excess <= noise or len(self.pairs) < 2:
             return "pass"
-        if self.excess >= EXCESS_FAIL:
+        if self.excess >= fail:
             return "fail"
-        return "warn" if self.excess >= EXCESS_WARN else "pass"
+        return "warn" if self.excess >= warn else "pass"
 
 
-def find(train: Any, val: Any) -> Overlap:
-    """Copies of ``train`` rows among ``val`` rows (both (N, F) float tensors)."""
+def find(train: Any, val: Any, near: float = NEAR) -> Overlap:
+    """Copies of ``train`` rows among ``val`` rows (both (N, F) float tensors); a near copy
+    is closer than ``near`` times the median held-out-to-training distance."""
     import torch
 
     train, val = torch.nan_to_num(train), torch.nan_to_num(val)
@@ -57,15 +59,15 @@ def find(train: Any, val: Any) -> Overlap:
     distance = torch.cdist(v, t)
     typical = float(distance.median())
     nearest, partner = distance.min(1)
-    near = (nearest <= NEAR * typical).tolist()
+    close = (nearest <= near * typical).tolist()
     pairs = [
         (row, exact.get(row, int(partner[row])), row in exact)
         for row in range(v.shape[0])
-        if row in exact or near[row]
+        if row in exact or close[row]
     ]
     inner = torch.cdist(t, t)
     inner.fill_diagonal_(math.inf)
-    within = int((inner.min(1).values <= NEAR * typical).sum()) if t.shape[0] > 1 else 0
+    within = int((inner.min(1).values <= near * typical).sum()) if t.shape[0] > 1 else 0
     within = max(within, 2 * repeated)  # an exact repeat is a pair: both rows have a copy
     rows = max(1, t.shape[0])
     return Overlap(

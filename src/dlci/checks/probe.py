@@ -16,6 +16,7 @@ from typing import Any
 
 BINS = 16
 MAX_FEATURES = 4096  # wider inputs (images past 64x64) are not probed feature by feature
+# The defaults of the project's thresholds leakage.warn-skill, fail-skill, warn-r2, fail-r2:
 SKILL_WARN, SKILL_FAIL = 0.5, 0.75
 R2_WARN, R2_FAIL = 0.9, 0.99
 
@@ -28,8 +29,18 @@ class Probe:
     chance: float | None  # classification: the commonest training label's held-out share
     classification: bool
 
-    def status(self) -> str:
-        warn, fail = (SKILL_WARN, SKILL_FAIL) if self.classification else (R2_WARN, R2_FAIL)
+    def bounds(self, policy: Any = None) -> tuple[float, float]:
+        """(warn, fail) for this probe's score: the project's (a Policy), else the defaults."""
+        if self.classification:
+            keys, defaults = ("warn-skill", "fail-skill"), (SKILL_WARN, SKILL_FAIL)
+        else:
+            keys, defaults = ("warn-r2", "fail-r2"), (R2_WARN, R2_FAIL)
+        if policy is None:
+            return defaults
+        return policy.threshold("leakage", keys[0]), policy.threshold("leakage", keys[1])
+
+    def status(self, policy: Any = None) -> str:
+        warn, fail = self.bounds(policy)
         return "fail" if self.score >= fail else "warn" if self.score >= warn else "pass"
 
 

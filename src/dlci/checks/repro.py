@@ -6,7 +6,7 @@ import copy
 import math
 from typing import Any
 
-from dlci.checks.base import FAIL, PASS, WARN, CheckResult, Context
+from dlci.checks.base import FAIL, PASS, WARN, CheckResult, Context, number
 
 STEPS = 3
 
@@ -32,9 +32,10 @@ def reproducibility(ctx: Context) -> CheckResult:
         how = "two runs from the same weights with seed 0"
     worst = max((_difference(a, b) for a, b in zip(runs[0], runs[1], strict=True)), default=0.0)
     measured = f"largest parameter difference {worst:.2g} after {STEPS} steps ({how})"
-    expected = "identical within 1e-6"
+    tolerance = ctx.policy.threshold("reproducibility", "tolerance")
+    expected = f"identical within {number(tolerance)}"
     workers = _unseeded_workers(ctx.target.train_loader)
-    if worst > 1e-6:
+    if worst > tolerance:
         return CheckResult(
             "reproducibility",
             FAIL,

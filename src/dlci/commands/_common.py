@@ -27,6 +27,38 @@ class ArgumentParser(argparse.ArgumentParser):
             exit_code=EXIT_USAGE,
         )
 
+    def parse_known_args(  # type: ignore[override]
+        self, args: Any = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, rest = super().parse_known_args(args, namespace)
+        from_config(parsed, getattr(self, "config_keys", {}))
+        return parsed, rest
+
+
+def configure(p: argparse.ArgumentParser, **keys: str) -> None:
+    """Options whose default is the project's configuration (dlci.config): dest -> key."""
+    p.config_keys = {**getattr(p, "config_keys", {}), **keys}  # type: ignore[attr-defined]
+
+
+def from_config(args: argparse.Namespace, keys: dict[str, str]) -> None:
+    """Fill the options not given from the configuration, with its one precedence rule
+    (command line > action input > environment > the file > default; docs/configuration.md).
+
+    The file is read only when an option is missing. Under ``dlci run`` (a tier file named
+    by $DLCI_TIER_JSON) the ladder is not taken: the tier is fixed by the host.
+    """
+    if os.environ.get("DLCI_TIER_JSON"):
+        keys = {dest: key for dest, key in keys.items() if key != "ladder"}
+    missing = {dest: key for dest, key in keys.items() if getattr(args, dest, None) is None}
+    if not missing:
+        return
+    from dlci.config import resolve
+
+    config = resolve()
+    for dest, key in missing.items():
+        setattr(args, dest, config.get(key))
+    args.configured = {dest for dest in missing if getattr(args, dest) is not None}
+
 
 def parser(verb: str, description: str) -> ArgumentParser:
     return ArgumentParser(prog=f"dlci {verb}", description=description)
@@ -42,13 +74,18 @@ def add_json(p: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-def add_ladder(p: argparse.ArgumentParser) -> None:
+def add_ladder(p: argparse.ArgumentParser, *, config: bool = True) -> None:
+    """--ladder; ``config``: its default is the configuration's ``ladder`` key, else
+    $DLCI_LADDER only (the action's preflight reads the trusted configuration itself)."""
     p.add_argument(
         "--ladder",
-        default=os.environ.get("DLCI_LADDER") or None,
+        default=None if config else os.environ.get("DLCI_LADDER") or None,
         metavar="FILE",
-        help="budget ladder file (default: $DLCI_LADDER, else dl-ci's own budgets/ladder.yaml)",
+        help="budget ladder file (default: $DLCI_LADDER, else the configuration's ladder key, "
+        "else dl-ci's own budgets/ladder.yaml)",
     )
+    if config:
+        configure(p, ladder="ladder")
 
 
 def add_detection(p: argparse.ArgumentParser, probes: str = "nvml,nvidia-smi,torch") -> None:
@@ -86,7 +123,7 @@ def add_target(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_tier_options(p: argparse.ArgumentParser) -> None:
+def add_tier_options(p: argparse.ArgumentParser, *, config: bool = True) -> None:
     """--budget, --hardware and --ladder, selected exactly as ``dlci tier`` selects."""
     p.add_argument(
         "--budget",
@@ -100,7 +137,54 @@ def add_tier_options(p: argparse.ArgumentParser) -> None:
         help="auto (detect), a class of the ladder such as a100, or a GPU name such as "
         "'NVIDIA A100-SXM4-80GB' (default: $DLCI_HARDWARE, else auto)",
     )
-    add_ladder(p)
+    add_ladder(p, config=config)
+
+
+def add_gates(p: argparse.ArgumentParser) -> None:
+    """--min-gpu-util and --max-gpu-memory, which ``dlci profile`` and ``dlci analyze`` take."""
+    p.add_argument(
+        "--min-gpu-util",
+        type=float,
+        metavar="PCT",
+        help="fail (exit 1) when GPU utilization is below PCT percent (0-100; default: the "
+        "configuration's min-gpu-util, else no gate)",
+    )
+    p.add_argument(
+        "--max-gpu-memory",
+        type=float,
+        metavar="PCT",
+        help="fail (exit 1) when the GPU's peak memory (reserved, else allocated) is above PCT "
+        "percent (0-100) of the device's memory (default: the configuration's max-gpu-memory, "
+        "else no gate); see docs/memory.md",
+    )
+    configure(p, min_gpu_util="min-gpu-util", max_gpu_memory="max-gpu-memory")
+
+
+def gates_need_analysis(args: argparse.Namespace) -> None:
+    """Refuse a gate with --no-analyze: the gates read the report."""
+    for name in ("min_gpu_util", "max_gpu_memory"):
+        if name in getattr(args, "configured", ()):  # the file's gate: no analysis, no gate
+            continue
+        if getattr(args, name) is not None and not args.analyze:
+            flag = "--" + name.replace("_", "-")
+            raise DlciError(f"{flag} needs the analysis", hint="leave out --no-analyze")
+
+
+def add_schedule(p: argparse.ArgumentParser) -> None:
+    """--steps, --wait and --warmup: the profiler's schedule (``dlci profile``)."""
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help="active (recorded) steps (default: the tier's profile_steps)",
+    )
+    p.add_argument(
+        "--wait", type=int, default=1, metavar="N", help="steps skipped first (default: 1)"
+    )
+    p.add_argument(
+        "--warmup", type=int, default=1, metavar="N", help="steps traced but discarded (default: 1)"
+    )
 
 
 def emit_json(data: Any, dest: str) -> None:

@@ -39,8 +39,12 @@ def main(argv: Sequence[str]) -> int:
     args = p.parse_args(list(argv))
 
     from dlci.checks.doctor import DoctorRequest, run_doctor
+    from dlci.config import resolve
     from dlci.report import doctor as report
 
+    # the project's waivers and thresholds: [tool.dlci] (or dlci.toml), or under the action
+    # the host's snapshot of them (from the base commit on a pull request)
+    policy = resolve(cli={"target": args.target, "ladder": args.ladder}).policy
     request = DoctorRequest(
         target=args.target,
         budget=args.budget,
@@ -54,6 +58,7 @@ def main(argv: Sequence[str]) -> int:
         out=args.out,
         json=args.json,
         markdown=args.markdown,
+        policy=policy,
     )
     outcome = run_doctor(request, on_result=_progress)
     if outcome.json_path == "-":

@@ -21,7 +21,7 @@ def _parser() -> argparse.ArgumentParser:
         "the Docker engine and, with a GPU, the NVIDIA container runtime. Writes "
         "OUT/preflight.json, pass or fail, so the job summary can say what happened.",
     )
-    _common.add_tier_options(p)
+    _common.add_tier_options(p, config=False)
     p.add_argument(
         "--allow-fork-prs",
         action="store_true",
@@ -37,6 +37,13 @@ def _parser() -> argparse.ArgumentParser:
         help="a ceiling on the tier's time cap, whatever the ladder says "
         "(default: $DLCI_MAX_TIME_CAP_MINUTES; on a pull request whose ladder cannot be "
         "checked against the base branch: the default ladder's nightly cap for the class)",
+    )
+    p.add_argument(
+        "--working-directory",
+        default=os.environ.get("DLCI_WORKDIR") or ".",
+        metavar="DIR",
+        help="the project's directory, where its configuration is read (default: $DLCI_WORKDIR, "
+        "else .; on a pull request its trusted keys come from the base commit)",
     )
     p.add_argument(
         "--no-docker",
@@ -80,6 +87,7 @@ def main(argv: Sequence[str]) -> int:
             timeout=detection["timeout"],
             probes=detection["probes"],
             copies=(args.json,) if args.json else (),
+            workdir=Path(args.working_directory),
         )
     )
     for warning in report["warnings"]:

@@ -20,7 +20,7 @@ def _flag(p: argparse.ArgumentParser, name: str, help_on: str) -> None:
 
 
 def _boolean(value: str) -> bool:
-    from dlci.action.gates import as_bool
+    from dlci.action.verdicts import as_bool
 
     try:
         return as_bool(value)
@@ -37,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
         "fails; the later steps still run.",
     )
     _common.add_target(p)
-    _common.add_tier_options(p)
+    _common.add_tier_options(p, config=False)
     p.add_argument(
         "--out", default="dlci-artifacts", metavar="DIR", help="reports (default: dlci-artifacts)"
     )
@@ -59,7 +59,9 @@ def _parser() -> argparse.ArgumentParser:
     _flag(p, "memorize", "the memorization test")
     _flag(p, "doctor", "the debugging checks")
     _flag(p, "profile", "the profile and its analysis")
-    p.add_argument("--min-gpu-util", type=float, metavar="PCT", help="the utilization gate")
+    for gate, what in (("min-gpu-util", "utilization"), ("max-gpu-memory", "GPU memory")):
+        p.add_argument(f"--{gate}", type=float, metavar="PCT", help=f"the {what} gate "
+                       f"(default: the configuration's {gate}; docs/configuration.md)")  # fmt: skip
     p.add_argument(
         "--allow-no-tests",
         nargs="?",
@@ -108,6 +110,7 @@ def main(argv: Sequence[str]) -> int:
             doctor=args.doctor,
             profile=args.profile,
             min_gpu_util=args.min_gpu_util,
+            max_gpu_memory=args.max_gpu_memory,
             tier_json=args.tier_json,
             phase=args.phase,
             allow_no_tests=args.allow_no_tests,

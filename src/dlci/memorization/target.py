@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Iterable
@@ -128,25 +129,90 @@ class Target:
 
 
 def target_from_pyproject(directory: Path | None = None) -> str | None:
-    """``[tool.dlci] target`` from pyproject.toml in ``directory`` (default: the cwd)."""
-    path = (directory or Path.cwd()) / "pyproject.toml"
-    if not path.exists():
+    """The configuration's ``target``: dlci.toml's top-level key when that file exists, else
+    ``[tool.dlci] target`` in pyproject.toml, in ``directory`` (default: the cwd).
+
+    The same file and messages as ``dlci.config`` (a lower room cannot import it): a bounded
+    read, malformed TOML at its line, a target that is not a text at the key's line.
+    """
+    folder = directory or Path.cwd()
+    found: list[tuple[str, dict[str, Any], str]] = []
+    for name, prefix in (("dlci.toml", ()), ("pyproject.toml", ("tool", "dlci"))):
+        read = _config_table(folder / name, prefix, name if directory is None else None)
+        if read is not None:
+            found.append((name, *read))
+    if len(found) == 2:
+        raise DlciError(
+            "both dlci.toml and pyproject.toml ([tool.dlci]) configure dl-ci",
+            hint="keep one: move [tool.dlci]'s keys into dlci.toml, or delete dlci.toml",
+            file="dlci.toml" if directory is None else str(folder / "dlci.toml"),
+        )
+    if not found:
         return None
+    name, table, text = found[0]
+    value = table.get("target")
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        line = next(
+            (i for i, row in enumerate(text.splitlines(), 1) if re.match(r"\s*target\s*=", row)),
+            None,
+        )
+        raise DlciError(
+            f"target: expected a text, got {value!r:.40} ({type(value).__name__})",
+            hint="write target = 'package.module:function'",
+            file=name if directory is None else str(folder / name),
+            line=line,
+        )
+    return value.strip() if isinstance(value, str) else None
+
+
+# a dotted key or table header of 32 parts or more at a line's start (as dlci.config.source)
+_DEEP_KEY = re.compile(
+    r"^[ \t]*(?:\[\[?[ \t]*)?(?:(?:[A-Za-z0-9_-]+|\"[^\"\n]*\"|'[^'\n]*')[ \t]*\.[ \t]*){32}",
+    re.MULTILINE,
+)
+
+
+def _config_table(
+    path: Path, prefix: tuple[str, ...], display: str | None
+) -> tuple[dict[str, Any], str] | None:
+    """The dl-ci table of one configuration file and its text, or None without one."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover
         import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
+    from dlci.fsutil import read_input
+    from dlci.ladder.yamlsource import LADDER_LIMIT
+
+    if not path.exists() and not path.is_symlink():
+        return None
+    blob = read_input(path, what="configuration file", limit=LADDER_LIMIT)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise DlciError(f"cannot be parsed ({exc})", file=str(path)) from None
-    value = data.get("tool", {}).get("dlci", {}).get("target")
-    if value is not None and not isinstance(value, str):
+        text = blob.decode("utf-8")
+        deep = _DEEP_KEY.search(text)  # the TOML reader is quadratic in a key's parts
+        if deep:
+            raise DlciError(
+                "a key of more than 32 dotted parts; a configuration needs 5",
+                file=display or str(path),
+                line=text.count("\n", 0, deep.start()) + 1,
+            )
+        table: Any = tomllib.loads(text)
+    except UnicodeDecodeError as exc:
+        raise DlciError(f"not UTF-8 text (byte {exc.start})", file=display or str(path)) from None
+    except tomllib.TOMLDecodeError as exc:
+        found = re.search(r"\(at line (\d+), column \d+\)", str(exc))
         raise DlciError(
-            "[tool.dlci] target must be a text such as 'mypkg.train:make_target'",
-            file=str(path),
-        )
-    return value
+            f"malformed TOML: {str(exc)[:300]}",
+            hint="check the quoting and the brackets on that line (https://toml.io)",
+            file=display or str(path),
+            line=int(found.group(1)) if found else max(1, len(text.splitlines())),
+        ) from None
+    for part in prefix:
+        table = table.get(part) if isinstance(table, dict) else None
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise DlciError("[tool.dlci] must be a table", file=display or str(path))
+    return table, text
 
 
 def resolve_spec(spec: str | None) -> str:

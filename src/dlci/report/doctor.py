@@ -20,15 +20,28 @@ STYLES = {
 }
 
 
-def build(results: list[Any], *, target: str, tier: dict[str, Any], seed: int) -> dict[str, Any]:
+def build(
+    results: list[Any],
+    *,
+    target: str,
+    tier: dict[str, Any],
+    seed: int,
+    waivers: list[dict[str, Any]] | None = None,
+    policy: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The doctor.json document for a list of check results.
 
     ``counts`` has one key per status, and ``ran``: the checks that ran to a status other
-    than skip. A crashed check gives no evidence, so it fails the verdict (with a reason).
+    than skip. A crashed check gives no evidence, so it fails the verdict (with a reason);
+    so does a waiver past its date, which no longer applies. ``waivers`` lists the project's
+    waivers, each with ``expired``, ``applied`` and ``status_without_waiver``; ``policy``
+    is where they and the thresholds came from, with the thresholds that differ from the
+    defaults.
     """
     counts = {status: sum(r.status == status for r in results) for status in ICONS}
     counts["ran"] = len(results) - counts["skip"]
     crashed = [r.id for r in results if r.status == "crashed"]
+    expired = [w for w in waivers or [] if w.get("expired")]
     data: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "kind": "doctor",
@@ -36,13 +49,35 @@ def build(results: list[Any], *, target: str, tier: dict[str, Any], seed: int) -
         "target": target,
         "seed": seed,
         "tier": tier,
-        "verdict": "fail" if counts["fail"] or crashed else "pass",
+        "verdict": "fail" if counts["fail"] or crashed or expired else "pass",
         "counts": counts,
-        "checks": [asdict(r) for r in results],
+        "checks": [_check(r) for r in results],
+        "waivers": list(waivers or []),
+        "policy": policy or {"origin": "", "thresholds": {}},
     }
-    if crashed:
-        data["reason"] = f"checks crashed, so they gave no verdict: {', '.join(crashed)}"
+    reasons = [f"checks crashed, so they gave no verdict: {', '.join(crashed)}"] if crashed else []
+    reasons += [expired_reason(w) for w in expired]
+    if reasons:
+        data["reason"] = "; ".join(reasons)
     return data
+
+
+def _check(result: Any) -> dict[str, Any]:
+    """One check's entry; ``waived`` only where a waiver applied."""
+    entry = asdict(result)
+    if entry.get("waived") is None:
+        entry.pop("waived", None)
+    return entry
+
+
+def expired_reason(waiver: dict[str, Any]) -> str:
+    """Why an expired waiver fails the doctor: the check, the date, where it is set, and
+    what to do."""
+    where = f" ({waiver['source']})" if waiver.get("source") else ""
+    return (
+        f"the waiver for {waiver['check']} expired on {waiver['until']}{where}: it no longer "
+        "applies; renew it with a new reason and date, or remove it"
+    )
 
 
 def _tally(counts: dict[str, int]) -> str:
@@ -60,7 +95,8 @@ def _tally(counts: dict[str, int]) -> str:
 
 
 def render_markdown(report: dict[str, Any]) -> str:
-    """The job-summary section: one row per check; cause and fix for anything but pass."""
+    """The job-summary section: one row per check; cause and fix for anything but pass; the
+    project's waivers, each with its reason, expiry and where it is set."""
     head = "✅" if report["verdict"] == "pass" else "❌"
     rows = []
     for check in report["checks"]:
@@ -70,15 +106,55 @@ def render_markdown(report: dict[str, Any]) -> str:
         rows.append(
             [
                 md_code(check["id"]),
-                f"{ICONS.get(check['status'], '')} {md(check['status'])}",
+                f"{ICONS.get(check['status'], '')} {md(check['status'])}"
+                + (" (waived)" if check.get("waived") else ""),
                 md(check["measured"]),
                 md(check["expected"]),
                 advice,
             ]
         )
     headers = ["check", "status", "measured", "expected", "cause and fix"]
-    lines = [f"### {head} Debugging checks: {_tally(report['counts'])}", "", *table(headers, rows)]
+    lines = [f"### {head} Debugging checks: {_tally(report['counts'])}", ""]
+    if report.get("reason") and report["verdict"] != "pass":
+        lines += [f"Verdict fail: {md(report['reason'])}", ""]
+    lines += table(headers, rows)
+    if report.get("waivers"):
+        lines += ["", "#### Waived checks", "", *_waiver_table(report["waivers"])]
     return "\n".join(lines) + "\n"
+
+
+def _waiver_table(waivers: list[dict[str, Any]]) -> list[str]:
+    rows = [
+        [
+            md_code(w.get("check", "")),
+            md(w.get("mode", "")),
+            md(w.get("reason", "")),
+            ("❌ expired " if w.get("expired") else "") + md(w.get("until") or "no date"),
+            md(w.get("source") or "-"),
+            md(waiver_effect(w)),
+        ]
+        for w in waivers
+    ]
+    return table(["check", "mode", "reason", "until", "source", "effect"], rows)
+
+
+def waiver_effect(waiver: dict[str, Any]) -> str:
+    """What a waiver did in this run, in a few words.
+
+    >>> waiver_effect({"applied": True, "mode": "warn-only", "status_without_waiver": "fail"})
+    'fail read as warn'
+    >>> waiver_effect({"expired": True, "status_without_waiver": "fail"})
+    'expired, so not applied (the check ran as usual: fail); the verdict fails'
+    """
+    before = waiver.get("status_without_waiver")
+    if waiver.get("expired"):
+        ran = f" (the check ran as usual: {before})" if before else ""
+        return f"expired, so not applied{ran}; the verdict fails"
+    if not waiver.get("applied"):
+        return "not applied: the check was not run (--only or --stop-on-fail)"
+    if waiver.get("mode") == "skip":
+        return "the check was not run"
+    return "fail read as warn" if before == "fail" else f"{before}: nothing to waive"
 
 
 def print_table(report: dict[str, Any]) -> None:
@@ -97,7 +173,10 @@ def print_table(report: dict[str, Any]) -> None:
             )
         grid.add_row(
             Text(clean(check["id"])),
-            Text(clean(check["status"]), style=STYLES.get(check["status"], "")),
+            Text(
+                clean(check["status"]) + (" (waived)" if check.get("waived") else ""),
+                style=STYLES.get(check["status"], ""),
+            ),
             Text(clean(check["measured"])),
             Text(clean(check["expected"])),
             Text(advice),
@@ -105,3 +184,15 @@ def print_table(report: dict[str, Any]) -> None:
     console = table_console()
     console.print(grid)
     console.print(_tally(report["counts"]), highlight=False)
+    for waiver in report.get("waivers") or []:
+        until = f"until {clean(waiver['until'])}" if waiver.get("until") else "no end date"
+        console.print(
+            Text(
+                f"waiver: {clean(waiver.get('check'))} {clean(waiver.get('mode'))}, {until} "
+                f"({clean(waiver.get('source') or 'no source')}): "
+                f"{clean(waiver.get('reason'))}; {waiver_effect(waiver)}",
+                style="bold red" if waiver.get("expired") else "",
+            )
+        )
+    if report.get("reason") and report["verdict"] != "pass":
+        console.print(Text(f"verdict fail: {clean(report['reason'])}", style="bold red"))

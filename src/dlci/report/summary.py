@@ -31,6 +31,7 @@ def render(data: dict[str, Any], *, title: str = "dl-ci") -> str:
     lines += [*table(["", ""], facts(data)), ""]
     if data["run"]:
         lines += ["### Steps", "", *table(["step", "status", "time"], _step_rows(data["run"])), ""]
+    lines += configuration_lines(data)
     tests = data["tests"]
     if tests and tests["failed_cases"]:
         cases = tests["failed_cases"][:MAX_FAILED_TESTS]
@@ -71,6 +72,36 @@ def facts(data: dict[str, Any]) -> list[list[str]]:
     elif "verified" in data:
         rows.append(["verified by the host", "nothing: no host record of the container run"])
     return rows
+
+
+def configuration_lines(data: dict[str, Any]) -> list[str]:
+    """The trusted configuration's waivers (each with its reason, expiry and where it was
+    set) and its notes (what a pull request's own change to it does), from the host's
+    preflight.json.
+
+    >>> w = {"check": "lr", "mode": "skip", "reason": "r", "until": None, "source": "x:3"}
+    >>> configuration_lines({"waivers": [w], "config_notes": []})[2]
+    '| check | mode | reason | until | set in |'
+    """
+    lines: list[str] = []
+    waivers = data.get("waivers") or []
+    if waivers:
+        rows = [
+            [
+                md_code(w.get("check")),
+                md(w.get("mode")),
+                md(w.get("reason"), limit=200),
+                md(w.get("until") or "no expiry") + (" (**expired**)" if w.get("expired") else ""),
+                md(w.get("source") or "?"),
+            ]
+            for w in waivers
+        ]
+        lines += ["### Waived checks", ""]
+        lines += [*table(["check", "mode", "reason", "until", "set in"], rows), ""]
+    notes = data.get("config_notes") or []
+    if notes:
+        lines += ["### Configuration", "", *bullets(md(note) for note in notes), ""]
+    return lines
 
 
 def _tier_text(tier: dict[str, Any]) -> str:

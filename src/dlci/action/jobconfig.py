@@ -1,0 +1,70 @@
+"""``dlci run``'s options completed from the configuration (dlci.config), in the container.
+
+The trusted keys come from the host's snapshot in the tier file, never from the pull
+request's working tree when there is one; the untrusted ones (test paths, pytest arguments)
+from the project's file. Never imports torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dlci import jsonio
+
+if TYPE_CHECKING:
+    from dlci.action.job import JobOptions
+
+
+def configured(options: JobOptions) -> JobOptions:
+    """The options, with the configuration's values where ``dlci run`` was given none.
+
+    The gates' values (min-gpu-util, max-gpu-memory) are trusted keys: with a tier file they
+    come from its ``config`` (the host's snapshot, from the base commit on a pull request);
+    the tests' paths and pytest arguments from the project's file (dlci.config). The doctor
+    reads its policy itself, from the same snapshot ($DLCI_TIER_JSON).
+    """
+    from dlci.config import resolve
+
+    cli = {
+        "min-gpu-util": options.min_gpu_util,
+        "max-gpu-memory": options.max_gpu_memory,
+        "tests": options.tests or None,
+        "pytest-args": options.pytest_args or None,
+    }
+    config = resolve(cli, cwd=Path.cwd(), trusted=_snapshot(options.tier_json))
+    return dataclasses.replace(
+        options,
+        tests=_words(config.get("tests")),
+        pytest_args=_words(config.get("pytest-args")),
+        min_gpu_util=_percent(config.get("min-gpu-util")),
+        max_gpu_memory=_percent(config.get("max-gpu-memory")),
+    )
+
+
+def _snapshot(tier_json: str | None) -> dict[str, Any] | None:
+    """The tier file's ``config`` section (the host's preflight), None without one."""
+    if not tier_json:
+        return None
+    from dlci.fsutil import read_input
+
+    data = jsonio.decode(read_input(tier_json, what="tier file"))
+    config = data.get("config") if isinstance(data, dict) else None
+    return config if isinstance(config, dict) else None
+
+
+def _words(value: Any) -> str:
+    """A list of words (the configuration's) or a string (an option's) as one shell string.
+
+    >>> _words(["tests/a b.py", "-x"]), _words("-m 'not slow'"), _words(None)
+    ("'tests/a b.py' -x", "-m 'not slow'", '')
+    """
+    if isinstance(value, list | tuple):
+        return shlex.join(str(word) for word in value)
+    return str(value) if value else ""
+
+
+def _percent(value: Any) -> float | None:
+    return None if value is None or isinstance(value, bool) else float(value)

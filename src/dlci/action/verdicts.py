@@ -1,0 +1,143 @@
+"""What a step's own report says about it, and what the host holds a report's claims against.
+
+``judge`` is shared by ``dlci run`` in the container (its exit code against the report it
+wrote) and by the host on the copies it made (dlci.action.gates). ``held_to_policy`` is the
+host's alone: a doctor report's waivers are claims from the pull request's code, held
+against the waivers of the host's trusted configuration (preflight.json's ``config``).
+Host-side, never imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dlci import jsonio
+from dlci.action.summary import EVIDENCE, evidence
+from dlci.errors import DlciError
+from dlci.fsutil import read_input
+
+if TYPE_CHECKING:
+    from dlci.checks.policy import Policy
+
+TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
+NO_TESTS = (
+    "no tests were collected: {how} (a -k or -m that deselects every test, or test paths "
+    "without tests); if the project has none, say so with allow-no-tests: true"
+)
+MAX_CLAIMS = 5  # the doctor's false claims named in one reason
+
+
+def as_bool(value: str) -> bool:
+    """An action input or option value as a boolean; ValueError for anything else.
+
+    >>> as_bool("True"), as_bool(""), as_bool("off")
+    (True, False, False)
+    """
+    word = value.strip().lower()
+    if word in TRUE or word in FALSE:
+        return word in TRUE
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def judge(
+    name: str,
+    code: int,
+    status: str,
+    folder: Path,
+    *,
+    gpu_gate: bool = False,
+    allow_no_tests: bool = False,
+    who: str = "",
+) -> dict[str, Any]:
+    """What a step's evidence changes in its record (``{}``: nothing).
+
+    ``status`` is what the exit code alone says; a step passes only when its report agrees.
+    ``who`` exited with ``code``: the step (default), or on the host the gate's container.
+
+    >>> judge("tests", 5, "failed", Path("/nonexistent"))["reason"][:29]
+    'no tests were collected: pyte'
+    """
+    if name not in EVIDENCE or status not in ("passed", "failed"):
+        return {}
+    if name == "tests" and code == 5:
+        if allow_no_tests:
+            return {"status": "passed", "reason": "no tests were collected (allow-no-tests)"}
+        return {"status": "failed", "reason": NO_TESTS.format(how="pytest exited 5")}
+    kind, words = evidence(name, folder, gpu_gate=gpu_gate)
+    who = who or ("pytest" if name == "tests" else name)
+    if kind == "none" and not allow_no_tests:
+        return {"status": "failed", "reason": NO_TESTS.format(how=f"{who} exited {code} {words}")}
+    if kind in ("pass", "none"):
+        if status == "passed":
+            return {}
+        return {"reason": f"{who} exited {code} although {EVIDENCE[name]} says it passed"}
+    if status == "failed":  # a failing report explains itself; a missing one is named
+        return {} if kind == "fail" else {"reason": f"{who} exited {code} {words}"}
+    if kind == "fail":
+        return {"status": "failed", "reason": f"no positive verdict: {who} exited {code} {words}"}
+    lead = "the tests" if name == "tests" else "the target"
+    return {
+        "status": "failed",
+        "reason": f"{lead} exited before a verdict: {who} exited {code} {words}",
+    }
+
+
+def held_to_policy(folder: Path, policy: Policy) -> dict[str, Any]:
+    """The doctor step's record changes when doctor.json claims a waiver the trusted policy
+    does not give (``{}``: none).
+
+    A check reported as waived that the policy does not waive in that mode, or a fail turned
+    warn without a warn-only waiver, or an expired waiver still applied, fails the step: the
+    report came from the pull request's code, the policy from the host's preflight.json.
+    """
+    try:
+        report = jsonio.decode(read_input(folder / "doctor.json", what="doctor report"))
+    except (DlciError, jsonio.DecodeError):
+        return {}  # judge has already named a missing or broken report
+    if not isinstance(report, dict):
+        return {}
+    found = list(dict.fromkeys(_false_claims(report, policy)))
+    if not found:
+        return {}
+    shown = "; ".join(found[:MAX_CLAIMS]) + (
+        f"; and {len(found) - MAX_CLAIMS} more" if len(found) > MAX_CLAIMS else ""
+    )
+    where = policy.origin or "defaults: no waiver"
+    return {
+        "status": "failed",
+        "reason": f"doctor.json claims waivers the trusted configuration ({where}) does not "
+        f"give: {shown}",
+    }
+
+
+def _false_claims(report: dict[str, Any], policy: Policy) -> Iterator[str]:
+    """One line per waiver doctor.json applies that the trusted policy does not give."""
+    checks = report.get("checks")
+    for check in checks[:1000] if isinstance(checks, list) else ():
+        if not isinstance(check, dict):
+            continue
+        name = str(check.get("id") or "?")[:80]
+        claimed = check.get("waived")
+        mode = claimed.get("mode") if isinstance(claimed, dict) else None
+        if claimed is not None:
+            yield from _unless_given(name, str(mode)[:20], policy)
+        turned = check.get("status") == "warn" and (
+            mode == "warn-only" or check.get("status_without_waiver") == "fail"
+        )
+        if turned and claimed is None:
+            yield from _unless_given(name, "warn-only", policy)
+    waivers = report.get("waivers")
+    for item in waivers[:1000] if isinstance(waivers, list) else ():
+        if isinstance(item, dict) and item.get("applied"):
+            name = str(item.get("check") or "?")[:80]
+            yield from _unless_given(name, str(item.get("mode"))[:20], policy)
+
+
+def _unless_given(check: str, mode: str, policy: Policy) -> Iterator[str]:
+    trusted = policy.waiver(check)
+    if trusted is None or trusted.mode != mode:
+        yield f"{check} reported as waived ({mode}), not waived so by the trusted configuration"
+    elif trusted.expired():
+        yield f"{check} waived by a waiver that expired on {trusted.until} ({trusted.source})"

@@ -1,0 +1,301 @@
+"""The action and the configuration file (issue 20): preflight resolves the trusted configuration
+on the host (on a pull request from the base commit, in a real git repository), the containers'
+``dlci run`` takes its gates from that snapshot, and the host holds the doctor's waivers, the
+GPU gate and the baseline's bounds to it, never to anything a container wrote.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+from pathlib import Path
+
+from dlci.action.preflight import trusted_configuration
+
+WAIVER = """
+[tool.dlci.doctor.checks.activations]
+waive = "warn-only"
+reason = "ReLU units of the stem are dead by design"
+"""
+BASE = '[tool.dlci]\ntarget = "pkg.m:f"\nmin-gpu-util = 40\nmax-utilization-drop = 5\n'
+
+
+def git(repo: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def pull_request(tmp_path: Path, base_text: str, head_text: str) -> tuple[Path, dict[str, str]]:
+    """A repository with a base commit and a pull request's head; the event's variables."""
+    repo = tmp_path / "repo"
+    (repo / "project").mkdir(parents=True)
+    git(repo, "init", "--quiet")
+    (repo / "project" / "pyproject.toml").write_text(base_text)
+    git(repo, "add", "--all")
+    git(repo, "commit", "--quiet", "--message", "base")
+    base = git(repo, "rev-parse", "HEAD")
+    (repo / "project" / "pyproject.toml").write_text(head_text)
+    git(repo, "commit", "--quiet", "--all", "--allow-empty", "--message", "head")
+    event = tmp_path / "event.json"
+    payload = {"pull_request": {"base": {"sha": base}, "head": {"repo": {"full_name": "o/p"}}}}
+    event.write_text(json.dumps({**payload, "repository": {"full_name": "o/p"}}))
+    env = {"GITHUB_EVENT_NAME": "pull_request", "GITHUB_EVENT_PATH": str(event)}
+    return repo, env
+
+
+def test_on_a_pull_request_the_gates_and_waivers_come_from_the_base_commit(tmp_path) -> None:
+    head = BASE.replace("min-gpu-util = 40", "min-gpu-util = 1") + WAIVER
+    repo, env = pull_request(tmp_path, BASE, head)
+    config = trusted_configuration(repo / "project", env)
+    assert config["values"]["min-gpu-util"] == 40  # not the pull request's 1
+    assert config["policy"]["waivers"] == []  # its own waiver does not apply
+    notes = " ".join(config["notes"])
+    assert "the pull request adds a waiver for activations: it takes effect once merged" in notes
+    assert "min-gpu-util from 40 to 1" in notes
+    # control: the same tree on a push is trusted as it is
+    push = trusted_configuration(repo / "project", {"GITHUB_EVENT_NAME": "push"})
+    assert push["values"]["min-gpu-util"] == 1
+    assert [w["check"] for w in push["policy"]["waivers"]] == ["activations"]
+
+
+def test_the_action_input_outranks_the_base_commits_file(tmp_path) -> None:
+    repo, env = pull_request(tmp_path, BASE, BASE)
+    config = trusted_configuration(repo / "project", {**env, "DLCI_INPUT_MIN_GPU_UTIL": "70"})
+    assert config["values"]["min-gpu-util"] == 70 and config["sources"]["min-gpu-util"] == (
+        "action input"
+    )
+
+
+def test_preflight_writes_the_configuration_into_its_report(tmp_path, monkeypatch) -> None:
+    from dlci.cli import main
+
+    repo, env = pull_request(tmp_path, BASE + WAIVER, BASE + WAIVER)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("GITHUB_OUTPUT", str(tmp_path / "outputs.txt"))
+    monkeypatch.chdir(repo)
+    argv = ["preflight", "--no-docker", "--budget", "pr", "--hardware", "cpu"]
+    assert main([*argv, "--out", "art", "--working-directory", "project"]) == 0
+    report = json.loads((repo / "art" / "preflight.json").read_text())
+    waiver = report["config"]["policy"]["waivers"][0]
+    assert waiver["check"] == "activations" and waiver["source"].startswith("base commit ")
+    # a working directory that is not there is one clear error, written in the report
+    assert main([*argv, "--out", "art2", "--working-directory", "nowhere"]) == 1
+    failed = json.loads((repo / "art2" / "preflight.json").read_text())
+    assert "working-directory 'nowhere'" in failed["error"]["message"]
+
+
+# The host's own checks, from its preflight.json (dlci.action.trusted)
+
+
+def preflight_with(tmp_path: Path, values: dict, waivers: list[dict] = ()) -> Path:
+    from dlci.ladder.tiers import choose_tier
+
+    tier = choose_tier(budget="pr", hardware="cpu").to_dict()
+    config = {
+        "schema_version": 1, "kind": "config", "values": values, "sources": {},
+        "policy": {"origin": "base commit 0123456789ab:pyproject.toml", "waivers": list(waivers),
+                   "thresholds": {}},
+        "notes": ["the pull request adds a waiver for lr-range: it takes effect once merged"],
+        "file": "pyproject.toml",
+    }  # fmt: skip
+    path = tmp_path / "preflight.json"
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"passed": True, "tier": tier, "config": config}))
+    return path
+
+
+def activations(mode: str = "warn-only", until: str | None = None) -> dict:
+    return {"check": "activations", "mode": mode, "reason": "dead by design", "until": until,
+            "source": "base commit 0123456789ab:project/pyproject.toml:7"}  # fmt: skip
+
+
+def job_parts(tmp_path: Path, monkeypatch, preflight: Path, *inner: str):
+    from dlci.action.gates import Parts
+
+    monkeypatch.setenv("RUNNER_TEMP", str(tmp_path))
+    (tmp_path / "ws" / "dlci-artifacts").mkdir(parents=True, exist_ok=True)
+    argv = ["--tier-json", str(preflight), *inner]
+    return Parts(argv, tmp_path / "ws", ".", str(tmp_path / "record.json"))
+
+
+def test_the_host_asks_for_a_gpu_gate_when_its_config_sets_max_gpu_memory(
+    tmp_path, monkeypatch
+) -> None:
+    job = job_parts(tmp_path, monkeypatch, preflight_with(tmp_path, {"max-gpu-memory": 90.0}))
+    assert job.rules()["gpu_gate"] is True
+    job.close()
+    # control: no gate in the host's configuration (or an older preflight.json) and no option
+    plain = job_parts(tmp_path / "b", monkeypatch, preflight_with(tmp_path, {}))
+    assert plain.rules()["gpu_gate"] is False
+    plain.close()
+
+
+DOCTOR_WAIVED = {
+    "verdict": "pass",
+    "checks": [
+        {"id": "grad-flow", "status": "pass"},
+        {"id": "activations", "status": "warn", "status_without_waiver": "fail",
+         "waived": {"mode": "warn-only", "reason": "mine", "until": None, "source": "x"}},
+    ],
+}  # fmt: skip
+
+
+def doctor_step(tmp_path, monkeypatch, waivers: list[dict], report: dict) -> dict:
+    job = job_parts(
+        tmp_path, monkeypatch, preflight_with(tmp_path, {}, waivers), "--no-memorize",
+        "--no-profile",
+    )  # fmt: skip
+    plan = job.plan()
+    job.collect(plan[0], 0)
+    assert plan[1].name == "doctor" and plan[1].out is not None
+    steps = [{"name": "install", "status": "passed"}, {"name": "doctor", "status": "passed"}]
+    (plan[1].out / "run.json").write_text(json.dumps({"steps": steps}))
+    (plan[1].out / "doctor.json").write_text(json.dumps(report))
+    job.collect(plan[1], 0)
+    run = job.finish(plan)["run"]
+    job.close()
+    return next(s for s in run["steps"] if s["name"] == "doctor")
+
+
+def test_a_waiver_the_trusted_policy_does_not_give_fails_the_doctor_step(
+    tmp_path, monkeypatch
+) -> None:
+    step = doctor_step(tmp_path / "a", monkeypatch, [], DOCTOR_WAIVED)
+    assert step["status"] == "failed"
+    assert "activations reported as waived (warn-only), not waived so" in step["reason"]
+    assert "trusted configuration (base commit 0123456789ab:pyproject.toml)" in step["reason"]
+    # a fail turned warn with no waiver claimed at all is caught too
+    quiet = {"verdict": "pass", "checks": [{"id": "lr-range", "status": "warn",
+                                            "status_without_waiver": "fail"}]}  # fmt: skip
+    assert doctor_step(tmp_path / "b", monkeypatch, [], quiet)["status"] == "failed"
+    # a skip waiver where the base commit gives warn-only is not the same waiver
+    skip = {"verdict": "pass", "checks": [{"id": "activations", "status": "skip",
+            "waived": {"mode": "skip"}}]}  # fmt: skip
+    assert doctor_step(tmp_path / "c", monkeypatch, [activations()], skip)["status"] == "failed"
+    # control: the same report where the trusted policy gives the waiver passes
+    step = doctor_step(tmp_path / "d", monkeypatch, [activations()], DOCTOR_WAIVED)
+    assert step["status"] == "passed", step
+
+
+def test_an_expired_trusted_waiver_still_applied_fails_the_doctor_step(
+    tmp_path, monkeypatch
+) -> None:
+    old = activations(until="2020-01-31")
+    step = doctor_step(tmp_path, monkeypatch, [old], DOCTOR_WAIVED)
+    assert step["status"] == "failed" and "expired on 2020-01-31" in step["reason"]
+
+
+def test_the_summary_lists_the_waivers_and_fails_on_an_expired_one(tmp_path) -> None:
+    from dlci.action.summary import summarize
+
+    art = tmp_path / "art"
+    art.mkdir()
+    later = (dt.date.today() + dt.timedelta(days=30)).isoformat()
+    preflight_with(art, {}, [activations(until=later)])
+    summary = summarize(art)
+    text = summary.markdown
+    assert "### Waived checks" in text
+    assert "| `activations` | warn-only | dead by design | " + later in text
+    assert "base commit 0123456789ab:project/pyproject.toml:7" in text
+    assert "the pull request adds a waiver for lr-range: it takes effect once merged" in text
+    assert "expired" not in text
+    # an expired waiver fails the job, naming it
+    art2 = tmp_path / "art2"
+    art2.mkdir()
+    preflight_with(art2, {}, [activations(until="2020-01-31")])
+    summary = summarize(art2)
+    assert summary.verdict == "fail"
+    assert any(
+        "waiver for activations" in m and "2020-01-31" in m for _, m, _ in summary.annotations
+    )
+    assert "(**expired**)" in summary.markdown
+
+
+def test_an_older_preflight_without_config_reads_as_the_defaults(tmp_path) -> None:
+    from dlci.action import trusted
+
+    older = {"passed": True, "tier": {"budget": "pr"}}
+    assert trusted.gpu_gate(older) is False and trusted.policy(older).waivers == ()
+    assert trusted.waiver_rows(older) == [] and trusted.expired(older) == []
+    assert trusted.number(older, "max-utilization-drop") is None
+
+
+# The container's side: dlci run's options from the tier file's snapshot
+
+
+def test_dlci_run_takes_its_gates_from_the_tier_file_and_tests_from_the_project(
+    tmp_path, monkeypatch
+) -> None:
+    from dlci.action.job import JobOptions, _dlci_steps
+    from dlci.action.jobconfig import configured
+
+    project = tmp_path / "project"
+    project.mkdir()
+    # the pull request's working tree loosens the gate; the host's snapshot says 40
+    (project / "pyproject.toml").write_text(
+        '[tool.dlci]\nmin-gpu-util = 1\ntests = ["tests/unit"]\npytest-args = ["-k", "not slow"]\n'
+    )
+    monkeypatch.chdir(project)
+    monkeypatch.delenv("DLCI_TIER_JSON", raising=False)
+    tier = preflight_with(tmp_path, {"min-gpu-util": 40.0, "max-gpu-memory": 85.0})
+    options = configured(JobOptions(out=tmp_path / "out", tier_json=str(tier)))
+    assert (options.min_gpu_util, options.max_gpu_memory) == (40.0, 85.0)
+    assert options.tests == "tests/unit" and options.pytest_args == "-k 'not slow'"
+    profile = _dlci_steps(options)["profile"]
+    assert profile is not None
+    assert profile[-4:] == ["--min-gpu-util", "40", "--max-gpu-memory", "85"]
+    # the command line (the action's inputs) outranks both
+    given = JobOptions(out=tmp_path / "o", tier_json=str(tier), min_gpu_util=55.0, tests="t.py")
+    options = configured(given)
+    assert options.min_gpu_util == 55.0 and options.tests == "t.py"
+    # control: without the host's snapshot the working tree's value would be taken
+    assert configured(JobOptions(out=tmp_path / "o2")).min_gpu_util == 1.0
+
+
+def test_the_max_gpu_memory_input_reaches_dlci_run() -> None:
+    from dlci.action.inputs import inputs_to_argv
+
+    argv = inputs_to_argv({"DLCI_INPUT_MAX_GPU_MEMORY": "90", "DLCI_INPUT_MIN_GPU_UTIL": ""})
+    assert argv == ["--max-gpu-memory", "90"]
+
+
+# The baseline's bounds: from the host record's preflight, never the workspace's files
+
+
+def test_the_baseline_bound_comes_from_the_host_records_config(tmp_path, monkeypatch) -> None:
+    from dlci.cli import main
+    from test_baseline import head_job, utilization
+
+    monkeypatch.setenv("GITHUB_OUTPUT", "/dev/null")
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "utilization.json").write_bytes(utilization(10))
+
+    def compare(name: str, in_record: bool) -> tuple[int, str]:
+        folder = tmp_path / name
+        record = head_job(folder / "art", folder / "host", {"utilization.json": utilization(50)})
+        config = {"values": {"max-utilization-drop": 10.0}}
+        if in_record:
+            data = json.loads(record.read_text())
+            data["preflight"]["config"] = config
+            record.write_text(json.dumps(data))
+        else:  # the workspace's copy, which the pull request's code could have written
+            pre = json.loads((folder / "art" / "preflight.json").read_text())
+            (folder / "art" / "preflight.json").write_text(json.dumps({**pre, "config": config}))
+        md = folder / "summary.md"
+        argv = ["baseline", "--artifacts", str(folder / "art"), "--host-record", str(record)]
+        code = main([*argv, "--base-dir", str(base), "--markdown", str(md)])
+        return code, md.read_text()
+
+    code, text = compare("trusted", in_record=True)
+    assert code == 1 and "**regressed**" in text
+    code, text = compare("workspace", in_record=False)  # control: not a trusted source
+    assert code == 0 and "not gated" in text
