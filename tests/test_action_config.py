@@ -11,7 +11,10 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from dlci.action.preflight import trusted_configuration
+from dlci.errors import DlciError
 
 WAIVER = """
 [tool.dlci.doctor.checks.activations]
@@ -192,6 +195,50 @@ def test_an_expired_trusted_waiver_still_applied_fails_the_doctor_step(
     assert step["status"] == "failed" and "expired on 2020-01-31" in step["reason"]
 
 
+def test_a_doctor_that_ran_with_other_thresholds_or_a_bare_waived_skip_fails_the_step(
+    tmp_path, monkeypatch
+) -> None:
+    # the pull request's code can take $DLCI_TIER_JSON out of the doctor's environment (a .pth
+    # file from its install step): the doctor then reads the pull request's own file
+    looser = {
+        "verdict": "pass",
+        "checks": [{"id": "shuffle", "status": "pass"}],
+        "policy": {"origin": "pyproject.toml", "thresholds": {"shuffle.fail-mix": 0.01}},
+    }
+    step = doctor_step(tmp_path / "a", monkeypatch, [], looser)
+    assert step["status"] == "failed" and "threshold shuffle.fail-mix = 0.01" in step["reason"]
+    # a skip that says it was waived, with no waiver claimed beside it
+    bare = {
+        "verdict": "pass",
+        "checks": [{"id": "activations", "status": "skip", "cause": "waived: mine"}],
+    }
+    step = doctor_step(tmp_path / "b", monkeypatch, [], bare)
+    assert step["status"] == "failed" and "activations reported as waived (skip)" in step["reason"]
+    # controls: the trusted policy's (default) thresholds, and a skip of another cause
+    same = {**looser, "policy": {"origin": "x", "thresholds": {"shuffle.fail-mix": 0.5}}}
+    assert doctor_step(tmp_path / "c", monkeypatch, [], same)["status"] == "passed"
+    other = {
+        "verdict": "pass",
+        "checks": [{"id": "shuffle", "status": "skip", "cause": "regression target"}],
+    }
+    assert doctor_step(tmp_path / "d", monkeypatch, [], other)["status"] == "passed"
+    waived = {
+        "verdict": "pass",
+        "checks": [{"id": "activations", "status": "skip", "cause": "waived: dead by design"}],
+    }
+    skip = activations(mode="skip")
+    assert doctor_step(tmp_path / "e", monkeypatch, [skip], waived)["status"] == "passed"
+
+
+def test_a_working_directory_through_a_link_fails_the_preflight(tmp_path) -> None:
+    repo, env = pull_request(tmp_path, BASE, BASE)
+    (repo / "project").rename(repo / "moved")
+    (repo / "project").symlink_to("moved")
+    with pytest.raises(DlciError, match="symbolic link"):
+        trusted_configuration(repo / "project", env)
+    assert trusted_configuration(repo / "moved", env)["values"]["min-gpu-util"] is None  # control
+
+
 def test_the_summary_lists_the_waivers_and_fails_on_an_expired_one(tmp_path) -> None:
     from dlci.action.summary import summarize
 
@@ -299,3 +346,38 @@ def test_the_baseline_bound_comes_from_the_host_records_config(tmp_path, monkeyp
     assert code == 1 and "**regressed**" in text
     code, text = compare("workspace", in_record=False)  # control: not a trusted source
     assert code == 0 and "not gated" in text
+
+
+def profile_step(tmp_path, monkeypatch, values: dict, gate: dict) -> dict:
+    job = job_parts(
+        tmp_path, monkeypatch, preflight_with(tmp_path, values), "--no-memorize", "--no-doctor"
+    )
+    plan = job.plan()
+    job.collect(plan[0], 0)
+    assert plan[1].name == "profile" and plan[1].out is not None
+    steps = [{"name": "install", "status": "passed"}, {"name": "profile", "status": "passed"}]
+    (plan[1].out / "run.json").write_text(json.dumps({"steps": steps}))
+    (plan[1].out / "trace.json.gz").write_bytes(b"")
+    report = {"gpu_utilization": 90.0, "gate": {"passed": True, "message": "ok", **gate}}
+    (plan[1].out / "utilization.json").write_text(json.dumps(report))
+    job.collect(plan[1], 0)
+    run = job.finish(plan)["run"]
+    job.close()
+    return next(s for s in run["steps"] if s["name"] == "profile")
+
+
+def test_a_profile_gated_more_loosely_than_the_trusted_configuration_fails_the_step(
+    tmp_path, monkeypatch
+) -> None:
+    # a profile that read the pull request's own file (its code took $DLCI_TIER_JSON away)
+    trusted = {"min-gpu-util": 40.0, "max-gpu-memory": 80.0}
+    loose = {"minimum": 1.0, "max_gpu_memory": 99.0}
+    step = profile_step(tmp_path / "a", monkeypatch, trusted, loose)
+    assert step["status"] == "failed"
+    assert "min-gpu-util 1, the trusted configuration's is 40" in step["reason"]
+    assert "max-gpu-memory 99, the trusted configuration's is 80" in step["reason"]
+    # controls: gated as trusted, or more strictly, passes
+    same = {"minimum": 40.0, "max_gpu_memory": 80.0}
+    assert profile_step(tmp_path / "b", monkeypatch, trusted, same)["status"] == "passed"
+    strict = {"minimum": 60.0, "max_gpu_memory": 50.0}
+    assert profile_step(tmp_path / "c", monkeypatch, trusted, strict)["status"] == "passed"

@@ -7,6 +7,7 @@ path of the gate reads a synthetic trace with CUDA memory events (no GPU on CI).
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import time
@@ -70,6 +71,42 @@ def test_fit_says_low_confidence_and_why() -> None:
     assert full["largest_batch"] == 0 and "over the usable" in full["confidence_reason"]
     unknown = batchfit.fit(_point(10, 1000), _point(20, 1100), None)
     assert unknown["largest_batch"] is None and "unknown" in unknown["confidence_reason"]
+
+
+def test_fit_on_the_cpu_needs_a_growth_above_the_heaps_granularity() -> None:
+    """A B of 1 or a tiny model: the resident memory moves by the C heap's chunks (256 KiB
+    measured between 16 and 32 examples of an 8-feature model), not by activations."""
+    heap = batchfit.fit(_point(16, 322_490_368), _point(32, 322_752_512), 25 * 2**30,
+                        resolution=batchfit.CPU_RESOLUTION)  # fmt: skip
+    assert heap["largest_batch"] is None and heap["confidence"] == "none"
+    assert "under the 1,048,576 bytes" in heap["confidence_reason"]
+    # control: the same points on a GPU (exact allocator figures) give a number
+    assert batchfit.fit(_point(16, 322_490_368), _point(32, 322_752_512), 25 * 2**30)[
+        "largest_batch"
+    ]
+
+
+def test_fit_says_so_when_the_peak_rises_at_every_step() -> None:
+    """A target that allocates more on every step (a leak): the growth between the sizes
+    mixes it in, so the number is only 'low'."""
+    leak = 16 * MIB
+    a = {
+        **_point(64, 491 * MIB, 2 * leak),
+        "per_step_bytes": [457 * MIB, 457 * MIB + leak, 491 * MIB],
+    }
+    b = {
+        **_point(128, 558 * MIB, 2 * leak),
+        "per_step_bytes": [525 * MIB, 525 * MIB + leak, 558 * MIB],
+    }
+    r = batchfit.fit(a, b, 25 * 2**30, resolution=batchfit.CPU_RESOLUTION)
+    assert (
+        r["confidence"] == "low"
+        and "rose at every measured step at 64 and 128" in (r["confidence_reason"])
+    )
+    # control: steps that rise by a few pages (noise, digits at 2B) are not a leak
+    flat = {**b, "per_step_bytes": [558 * MIB - 8192, 558 * MIB - 4096, 558 * MIB]}
+    assert "rose" not in batchfit.fit(a | {"per_step_bytes": [491 * MIB] * 3}, flat,
+                                      25 * 2**30)["confidence_reason"]  # fmt: skip
 
 
 def test_the_advice_needs_low_utilization_and_room() -> None:
@@ -193,6 +230,60 @@ def test_profile_without_resizable_batches_says_why_there_is_no_estimate(
     assert estimate["confidence_reason"].startswith("the batch size cannot be changed: ")
 
 
+class _Lin(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 2)
+        self.bn = torch.nn.BatchNorm1d(8)  # a buffer the passes move too
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(self.bn(x))
+
+
+def _state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["kept", "control: not kept"])
+def test_the_memory_passes_leave_the_model_as_they_found_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kept: bool
+) -> None:
+    """The memory pass and the estimate train the target's own model 12 steps more: a
+    target shared with other code must come back as the timed profile left it."""
+    torch.manual_seed(1)
+    batches = [(torch.randn(16, 8), torch.randint(0, 2, (16,))) for _ in range(4)]
+    target = dlci.Target(
+        _Lin(), lambda p: torch.optim.SGD(p, lr=0.5), batches, loss_fn=torch.nn.CrossEntropyLoss()
+    )
+    before = _state(target.model)
+    if not kept:
+        monkeypatch.setattr(memcapture, "kept_state", lambda model, say: contextlib.nullcontext())
+    memcapture.measure_memory(target, out=tmp_path, device="cpu", seed=0, say=lambda _: None)
+    after = _state(target.model)
+    same = all(torch.equal(before[k], after[k]) for k in before)
+    assert same is kept
+    assert target.model.lin.weight.requires_grad and target.model.lin.weight.grad is None
+
+
+class _Unpicklable(_Lin):
+    def get_extra_state(self) -> Any:
+        return lambda: None  # torch.save cannot pickle it
+
+    def set_extra_state(self, state: Any) -> None:
+        pass
+
+
+def test_a_state_torch_cannot_save_is_said_not_fatal(tmp_path: Path) -> None:
+    batches = [(torch.randn(16, 8), torch.randint(0, 2, (16,))) for _ in range(4)]
+    target = dlci.Target(_Unpicklable(), lambda p: torch.optim.SGD(p, lr=0.1), batches,
+                         loss_fn=torch.nn.CrossEntropyLoss())  # fmt: skip
+    said: list[str] = []
+    figures = memcapture.measure_memory(target, out=tmp_path, device="cpu", seed=0, say=said.append)
+    assert figures.capture is not None  # the passes ran
+    assert any(line.startswith("the memory passes leave the model trained further: it could "
+                               "not be saved") for line in said)  # fmt: skip
+
+
 # ------------------------------------------------------- the digits example, end to end
 
 
@@ -230,6 +321,13 @@ def test_profile_records_memory_and_a_batch_estimate(profiled: Path) -> None:
     assert [p["batch_size"] for p in estimate["points"]] == [64, 128]  # B and 2B on the CPU
     assert estimate["margin"] == batchfit.MARGIN and "floor(" in estimate["method"]
     assert estimate["confidence"] in ("low", "medium", "none")
+    # what a user reads: on the CPU the figure is the whole process's resident memory, and
+    # the estimate's confidence comes with its reason
+    markdown = (profiled / "utilization.md").read_text()
+    assert "peak resident memory (the whole process)" in markdown
+    assert f"(confidence {estimate['confidence']}: {estimate['confidence_reason'][:30]}" in (
+        markdown
+    )
     # the memory pass's own trace holds the allocations; the timed trace holds none
     events = json.loads(gzip.decompress((profiled / "trace-memory.json.gz").read_bytes()))
     assert any(e.get("name") == "[memory]" for e in events["traceEvents"])

@@ -248,3 +248,20 @@ def test_garbage_bytes_give_dlci_errors_only(tmp_path: Path, data: bytes) -> Non
     path.write_bytes(b'{"traceEvents": [' + data)
     with contextlib.suppress(DlciError):  # a clear error is fine; anything else fails
         analyze(read_trace(path))
+
+
+@pytest.mark.parametrize("token", ["NaN", "Infinity", "-Infinity"])
+def test_a_bare_nan_or_infinity_is_named_as_such(tmp_path: Path, token: str) -> None:
+    # what Python's json.dump writes by default for a float('nan') in an event's args
+    events = [
+        {"ph": "X", "name": "a", "ts": 1, "dur": 2, "pid": 1, "tid": 1},
+        {"ph": "i", "name": "[memory]", "ts": 3, "pid": 1, "tid": 1, "args": {"Bytes": 0}},
+    ]
+    text = json.dumps({"traceEvents": events}).replace('"Bytes": 0', f'"Bytes": {token}')
+    (tmp_path / "t.json").write_text(text)
+    with pytest.raises(DlciError, match=f"a bare {token} value") as info:
+        read_trace(tmp_path / "t.json")
+    assert "allow_nan=False" in (info.value.hint or "")
+    # control: a name that merely says NaN is a string, and reads
+    (tmp_path / "ok.json").write_text(json.dumps({"traceEvents": [{**events[0], "name": token}]}))
+    read_trace(tmp_path / "ok.json")

@@ -31,7 +31,7 @@ from typing import Any
 
 from dlci import jsonio
 from dlci.action import trusted
-from dlci.action.verdicts import as_bool, held_to_policy, judge
+from dlci.action.verdicts import as_bool, held_to_gates, held_to_policy, judge
 from dlci.errors import DlciError
 from dlci.fsutil import NOT_ALLOWED, copy_beneath, mirror_beneath, read_input
 
@@ -247,6 +247,11 @@ class Parts:
                 found.pop("reason", None)  # the step's own words, from inside, say more
             if gate == "doctor" and found.get("status", status) == "passed":
                 found.update(held_to_policy(self.collected[gate], trusted.policy(self.source)))
+            if gate == "profile" and found.get("status", status) == "passed":
+                bounds = (
+                    trusted.number(self.source, k) for k in ("min-gpu-util", "max-gpu-memory")
+                )
+                found.update(held_to_gates(self.collected[gate], *bounds))
             step = {**step, "status": status, **found}
         return {**step, "container_exit_code": code, "isolated": True}
 

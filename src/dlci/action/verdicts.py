@@ -89,8 +89,10 @@ def held_to_policy(folder: Path, policy: Policy) -> dict[str, Any]:
     does not give (``{}``: none).
 
     A check reported as waived that the policy does not waive in that mode, or a fail turned
-    warn without a warn-only waiver, or an expired waiver still applied, fails the step: the
-    report came from the pull request's code, the policy from the host's preflight.json.
+    warn without a warn-only waiver, or an expired waiver still applied, or thresholds other
+    than the policy's (a doctor that read the pull request's file, say because its code took
+    $DLCI_TIER_JSON out of the environment), fails the step: the report came from the pull
+    request's code, the policy from the host's preflight.json.
     """
     try:
         report = jsonio.decode(read_input(folder / "doctor.json", what="doctor report"))
@@ -99,6 +101,7 @@ def held_to_policy(folder: Path, policy: Policy) -> dict[str, Any]:
     if not isinstance(report, dict):
         return {}
     found = list(dict.fromkeys(_false_claims(report, policy)))
+    found += _threshold_claims(report, policy)
     if not found:
         return {}
     shown = "; ".join(found[:MAX_CLAIMS]) + (
@@ -107,9 +110,45 @@ def held_to_policy(folder: Path, policy: Policy) -> dict[str, Any]:
     where = policy.origin or "defaults: no waiver"
     return {
         "status": "failed",
-        "reason": f"doctor.json claims waivers the trusted configuration ({where}) does not "
-        f"give: {shown}",
+        "reason": f"doctor.json claims waivers or thresholds the trusted configuration ({where}) "
+        f"does not give: {shown}",
     }
+
+
+def held_to_gates(
+    folder: Path, min_gpu_util: float | None, max_gpu_memory: float | None
+) -> dict[str, Any]:
+    """The profile step's record changes when utilization.json was gated more loosely than
+    the trusted configuration asks (``{}``: not so).
+
+    The profile gates with the trusted values (``dlci run`` passes them from the host's
+    snapshot); a report gated at a lower ``min-gpu-util`` or a higher ``max-gpu-memory`` (a
+    profile that read the pull request's own file, its code having taken $DLCI_TIER_JSON out
+    of the environment) fails the step. A missing gate is judge's to name.
+    """
+    try:
+        report = jsonio.decode(read_input(folder / "utilization.json", what="utilization report"))
+    except (DlciError, jsonio.DecodeError):
+        return {}
+    gate = report.get("gate") if isinstance(report, dict) else None
+    if not isinstance(gate, dict):
+        return {}
+    found = []
+    used = _number(gate.get("minimum"))
+    if min_gpu_util is not None and used is not None and used < min_gpu_util:
+        found.append(f"min-gpu-util {used:g}, the trusted configuration's is {min_gpu_util:g}")
+    used = _number(gate.get("max_gpu_memory"))
+    if max_gpu_memory is not None and used is not None and used > max_gpu_memory:
+        found.append(f"max-gpu-memory {used:g}, the trusted configuration's is {max_gpu_memory:g}")
+    if not found:
+        return {}
+    return {"status": "failed", "reason": "utilization.json was gated at " + "; ".join(found)}
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if abs(value) < 1e300 else None
 
 
 def _false_claims(report: dict[str, Any], policy: Policy) -> Iterator[str]:
@@ -128,11 +167,40 @@ def _false_claims(report: dict[str, Any], policy: Policy) -> Iterator[str]:
         )
         if turned and claimed is None:
             yield from _unless_given(name, "warn-only", policy)
+        cause = check.get("cause")
+        if claimed is None and check.get("status") == "skip" and str(cause).startswith("waived"):
+            yield from _unless_given(name, "skip", policy)
     waivers = report.get("waivers")
     for item in waivers[:1000] if isinstance(waivers, list) else ():
         if isinstance(item, dict) and item.get("applied"):
             name = str(item.get("check") or "?")[:80]
             yield from _unless_given(name, str(item.get("mode"))[:20], policy)
+
+
+def _threshold_claims(report: dict[str, Any], policy: Policy) -> Iterator[str]:
+    """One line per threshold doctor.json ran with that the trusted policy does not set."""
+    from dlci.checks.policy import threshold_table
+
+    claimed = report.get("policy")
+    found = claimed.get("thresholds") if isinstance(claimed, dict) else None
+    if not isinstance(found, dict):
+        return
+    table = threshold_table()
+
+    def changed(values: Any) -> dict[str, Any]:
+        return {
+            str(k)[:80]: v
+            for k, v in list(values.items())[:1000]
+            if k not in table or v != table[k].default
+        }
+
+    used, trusted = changed(found), changed(policy.thresholds)
+    for name in sorted(set(used) | set(trusted))[: MAX_CLAIMS + 1]:
+        if used.get(name) != trusted.get(name):
+            yield (
+                f"threshold {name} = {str(used.get(name, 'default'))[:20]}, the trusted "
+                f"configuration's is {trusted.get(name, 'the default')}"
+            )
 
 
 def _unless_given(check: str, mode: str, policy: Policy) -> Iterator[str]:

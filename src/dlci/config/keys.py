@@ -112,7 +112,10 @@ class Key:
     def _number(self, value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"expected a number {self.range_text()}, got {_show(value)}")
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond any float: out of every range
+            number = math.inf
         too_low = self.minimum is not None and number < self.minimum
         too_high = self.maximum is not None and number > self.maximum
         if not math.isfinite(number) or too_low or too_high:

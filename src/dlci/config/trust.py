@@ -15,7 +15,7 @@ import posixpath
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from dlci.checks.policy import Policy
 from dlci.config.keys import KEYS, TRUSTED
@@ -64,12 +64,15 @@ def trusted_config(
 
 def base_table(commit: str, cwd: Path | None) -> tuple[Values, Policy]:
     """The trusted keys' values and the policy of the base commit's configuration; none when
-    it has no configuration file; Unverifiable when it cannot be read or does not load."""
+    it has no configuration file; Unverifiable when it cannot be read or does not load.
+
+    A relative ``ladder`` is relative to the project's folder, as the working tree's is.
+    """
     source = base_source(commit, cwd)
     if source is None:
         return {}, Policy(origin=f"base commit {commit[:12]}: no configuration file")
     try:
-        return read_table(source)
+        return read_table(source, "" if cwd is None or str(cwd) in ("", ".") else str(cwd))
     except DlciError as exc:
         raise Unverifiable(f"it does not load: {exc.location}: {exc.message}") from None
 
@@ -80,7 +83,9 @@ def base_source(commit: str, cwd: Path | None) -> TomlSource | None:
     if not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", commit):
         raise Unverifiable(f"the base commit {commit[:80]!r} is not a commit id")
     here = Path(os.path.realpath(cwd or Path.cwd()))
+    refuse_bare_layout(here)
     top = CommitFiles(commit, here).git("rev-parse", "--show-toplevel").decode().strip()
+    refuse_links(Path(os.path.abspath(cwd or Path.cwd())), Path(os.path.realpath(top)))
     files = CommitFiles(commit, Path(top))
     try:
         files.git("cat-file", "-e", f"{commit}^{{commit}}")
@@ -107,6 +112,51 @@ def base_source(commit: str, cwd: Path | None) -> TomlSource | None:
     if len(found) == 2:
         raise Unverifiable(f"both {found[0].display} and {found[1].display} configure dl-ci")
     return found[0] if found else None
+
+
+def refuse_bare_layout(here: Path) -> None:
+    """A DlciError when a folder from ``here`` up to its checkout's top is laid out as a bare
+    git repository (HEAD, objects/, refs/): git would take it for the repository, the base
+    commit would not be found in it, and the trusted keys would fall to their defaults. A pull
+    request can commit such files; a project does not need them."""
+    for folder in (here, *here.parents):
+        if (folder / ".git").exists():
+            return
+        if all(p.exists() for p in (folder / "HEAD", folder / "objects", folder / "refs")):
+            raise DlciError(
+                f"{folder}: laid out as a git repository (HEAD, objects/, refs/) inside the "
+                "checkout; git would read it instead of the repository",
+                hint="remove HEAD, objects/ and refs/ from the project's folders: dl-ci reads "
+                "the base commit's configuration with git (docs/security.md)",
+            )
+
+
+def refuse_links(path: Path, top: Path) -> None:
+    """A DlciError when the project's folder is, or lies under, a symbolic link inside the
+    checkout (or one leading out of it): the base commit's configuration is read at the
+    folder's path, and a pull request that replaced the folder by a link (to a new folder, to
+    the top) would choose the configuration that judges it, or one without any (no gates).
+    Links above the checkout (the runner's own paths) are fine."""
+    leaving = None
+    for folder in (path, *path.parents):
+        if folder.is_symlink():
+            parent = Path(os.path.realpath(folder.parent))
+            if parent == top or top in parent.parents:
+                _link_error(path, folder)
+            leaving = leaving or folder
+        if Path(os.path.realpath(folder)) == top:
+            return
+    if leaving is not None:
+        _link_error(path, leaving)
+
+
+def _link_error(path: Path, link: Path) -> NoReturn:
+    raise DlciError(
+        f"the project's folder {str(path)[:200]} passes through a symbolic link "
+        f"({link.name} -> {os.readlink(link)[:200]})",
+        hint="set working-directory to the real folder: on a pull request the base commit's "
+        "configuration is read at that path (docs/security.md)",
+    )
 
 
 def stricter(policy: Policy, base: Policy) -> Policy:

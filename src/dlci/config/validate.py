@@ -94,7 +94,7 @@ def _waiver(source: TomlSource, path: tuple[str, ...], table: dict[str, Any]) ->
         return None
     if mode not in WAIVER_MODES:
         raise source.error((*path, "waive"), f"must be 'skip' or 'warn-only', got {mode!r:.60}")
-    if not isinstance(reason, str) or not reason.strip():
+    if not isinstance(reason, str) or not any(c.isalnum() for c in reason):  # not "\u200b"
         raise source.error(
             (*path, "reason" if "reason" in table else "waive"),
             "a waiver needs a reason (a non-empty text)",
@@ -141,7 +141,7 @@ def _thresholds(
                 hint=f"{path[-1]} takes waive, reason, until and its thresholds: {names}",
             )
         ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if not ok or not spec.low <= float(value) <= spec.high:
+        if not ok or not spec.low <= value <= spec.high:  # exact: no float() of a huge integer
             raise source.error(
                 (*path, key),
                 f"must be a number from {spec.low:g} to {spec.high:g}, got {value!r:.60}",

@@ -210,6 +210,8 @@ def _memory_lines(memory: dict[str, Any]) -> list[str]:
     if memory.get("source") != "trace" or not isinstance(peak, int):
         return [f"memory: {memory['note']}"] if memory.get("note") else []
     line = f"memory on {memory.get('device')}: peak allocated {peak / 2**20:,.1f} MiB"
+    if memory.get("device") == "cpu":  # torch's CPU counts start with profiling (the note)
+        line += " (torch's CPU allocations while profiling ran, not the whole process)"
     reserved, pct = memory.get("peak_reserved_bytes"), memory.get("peak_percent_of_device")
     if isinstance(reserved, int):
         line += f", reserved {reserved / 2**20:,.1f} MiB"

@@ -12,6 +12,7 @@ bytes) and the largest batch below the device's memory less a margin.
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -21,6 +22,9 @@ MARGIN = 0.10  # share of the device kept free: see docs/memory.md ("The margin"
 STEPS = 3  # measured steps at each size, after one warmup step
 SMALL_BATCH = 16  # below this B/2 is too few examples to measure; 2B is used instead
 FAR = 64.0  # an estimate this many times the largest measured size is a long extrapolation
+# On the CPU a growth below this is the C heap's own granularity (glibc grows and trims it in
+# chunks of 128 KiB and more), not activation memory: see docs/memory.md ("The line")
+CPU_RESOLUTION = 1 << 20
 METHOD = (
     "peak memory measured at two batch sizes built from the target's loader ({points}); "
     "a line through them: slope = activation memory per example, intercept = fixed memory "
@@ -43,7 +47,12 @@ def _point(size: int, peaks: list[int]) -> dict[str, Any]:
 
 
 def fit(
-    a: dict[str, Any], b: dict[str, Any], total: int | None, *, margin: float = MARGIN
+    a: dict[str, Any],
+    b: dict[str, Any],
+    total: int | None,
+    *,
+    margin: float = MARGIN,
+    resolution: int = 0,
 ) -> dict[str, Any]:
     """Slope, intercept, largest batch and how far to trust it, from two measured points.
 
@@ -54,6 +63,8 @@ def fit(
     (100.0, 1000.0, 89, 'medium')
     >>> fit(small, dict(large, peak_bytes=2000), 11000)["largest_batch"] is None
     True
+    >>> fit(small, large, 11000, resolution=4096)["confidence_reason"][:44]
+    'the peak grew by only 1,000 bytes from 10 to'
     """
     a, b = sorted((a, b), key=lambda p: p["batch_size"])
     growth = b["peak_bytes"] - a["peak_bytes"]
@@ -70,6 +81,13 @@ def fit(
     }
     if total is None:
         out["confidence_reason"] = "the device's total memory is unknown"
+    elif 0 < growth < resolution and growth > noise:
+        out["confidence_reason"] = (
+            f"the peak grew by only {growth:,} bytes from {a['batch_size']} to "
+            f"{b['batch_size']} examples, under the {resolution:,} bytes a process's resident "
+            "memory resolves (the C heap grows in chunks): activation memory is too small to "
+            "measure at these sizes"
+        )
     elif growth <= noise or slope <= 0:
         out["confidence_reason"] = (
             f"the peak did not grow measurably with the batch ({growth:+,} bytes from "
@@ -77,12 +95,32 @@ def fit(
             f"{noise:,} bytes): activation memory is too small to measure at these sizes"
         )
     else:
-        out.update(_largest(out, slope, fixed, growth, noise, b["batch_size"]))
+        least = max(resolution, growth // 10)  # a rise that moves the slope by 10% or more
+        rising = [p["batch_size"] for p in (a, b) if _rising(p.get("per_step_bytes"), least)]
+        out.update(_largest(out, slope, fixed, growth, noise, b["batch_size"], rising))
     return out
 
 
+def _rising(peaks: list[int] | None, least: int) -> bool:
+    """True when every step's peak is above the one before and the last is at least
+    ``least`` above the first: memory that grows step after step, not noise.
+
+    >>> _rising([1, 2, 30], 10), _rising([1, 2, 3], 10), _rising([1, 1, 30], 10), _rising([5], 0)
+    (True, False, False, False)
+    """
+    if not peaks or len(peaks) < 2:
+        return False
+    return all(x < y for x, y in itertools.pairwise(peaks)) and peaks[-1] - peaks[0] >= least
+
+
 def _largest(
-    out: dict[str, Any], slope: float, fixed: float, growth: int, noise: int, biggest: int
+    out: dict[str, Any],
+    slope: float,
+    fixed: float,
+    growth: int,
+    noise: int,
+    biggest: int,
+    rising: list[int],
 ) -> dict[str, Any]:
     """The largest batch and the confidence words, once the slope is measurable."""
     room = out["usable_bytes"] - fixed
@@ -105,6 +143,12 @@ def _largest(
         )
     if largest == 0:
         doubts.append("the fixed memory alone is over the usable memory")
+    if rising:
+        doubts.append(
+            f"the peak rose at every measured step at {' and '.join(map(str, rising))} "
+            "examples (memory that grows from step to step, such as a leak or a cache that "
+            "fills, is mixed into the line)"
+        )
     reason = "; ".join(doubts) or (
         "two points, memory assumed linear in the batch size; the allocator's rounding and "
         "fragmentation are covered by the margin only"
@@ -174,7 +218,7 @@ def estimate(target: Any, *, device: str | None, seed: int) -> dict[str, Any]:
     for n in sorted((size, other)):  # smaller first: a heap grown by the larger is kept
         points.append(_point(n, measure(trainer, target.train_loader, n, meter)))
     total, total_source = device_total(trainer.device)
-    result = fit(points[0], points[1], total)
+    result = fit(points[0], points[1], total, resolution=0 if cuda else CPU_RESOLUTION)
     sizes = " and ".join(str(p["batch_size"]) for p in points)
     cpu = ", and on the CPU the whole process: Python, libraries, data" if not cuda else ""
     return {

@@ -16,6 +16,7 @@ goes through :func:`coerce`. What odd values become:
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -206,7 +207,22 @@ def header_keys(text: bytes) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- errors
 
 
-def invalid_json(path: Path, offset: int, detail: str = "") -> DlciError:
+_BARE_NUMBER = re.compile(rb"[:,\[]\s*(-?Infinity|NaN)\s*[,}\]]")
+
+
+def invalid_json(path: Path, offset: int, detail: str = "", text: bytes = b"") -> DlciError:
+    """``text``: the slice that did not decode; a bare NaN or Infinity value in its first
+    MiB (what Python's json.dump writes by default) is named instead of a guess."""
+    found = _BARE_NUMBER.search(text[: 1 << 20])
+    if found:
+        token = found.group(1).decode()
+        return DlciError(
+            f"{path}: not valid JSON near byte {offset + found.start(1)} of the decompressed "
+            f"trace: a bare {token} value, which JSON does not allow",
+            hint="the trace was rewritten by a tool that writes NaN or Infinity (Python's "
+            "json.dump does by default): write it with allow_nan=False, or export it again "
+            "from torch.profiler",
+        )
     return DlciError(
         f"{path}: not valid JSON near byte {offset} of the decompressed trace"
         + (f" ({detail})" if detail else ""),

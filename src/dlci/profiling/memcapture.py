@@ -24,7 +24,7 @@ import ctypes
 import gc
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -260,20 +260,84 @@ def measure_memory(
     from dlci.profiling.batchfit import ResizeError, estimate, refused
 
     start = time.perf_counter()
-    capture = memory_pass(target, out=out, device=device, seed=seed)
-    say(f"wrote {out / capture['trace_file']}: memory pass, {capture['method']}")
-    if capture["log_file"] is not None:
-        say(f"wrote {out / capture['log_file']}: what torch.profiler printed in the memory pass")
-    try:
-        batch = estimate(target, device=device, seed=seed)
-    except ResizeError as exc:
-        batch = refused(exc.message)
-        say(f"no batch size estimate: {exc.message}")
+    with kept_state(target.model, say):
+        capture = memory_pass(target, out=out, device=device, seed=seed)
+        say(f"wrote {out / capture['trace_file']}: memory pass, {capture['method']}")
+        if capture["log_file"] is not None:
+            say(
+                f"wrote {out / capture['log_file']}: what torch.profiler printed in the memory pass"
+            )
+        try:
+            batch = estimate(target, device=device, seed=seed)
+        except ResizeError as exc:
+            batch = refused(exc.message)
+            say(f"no batch size estimate: {exc.message}")
     capture["wall_time_s"] = time.perf_counter() - start
-    largest = batch.get("largest_batch")
-    say(
-        f"memory peak {capture['peak_allocated_bytes'] / 2**20:,.1f} MiB; largest batch that "
-        f"fits: {largest if largest is not None else 'no estimate'} "
-        f"(confidence {batch['confidence']}), {capture['wall_time_s']:.1f} s"
-    )
+    say(summary(capture, batch))
     return MemoryFigures(trace=out / capture["trace_file"], capture=capture, batch_estimate=batch)
+
+
+def summary(capture: dict[str, Any], batch: dict[str, Any]) -> str:
+    """The memory pass and the estimate in one console line; on the CPU it says the figure
+    is the whole process's resident memory, not torch's allocations.
+
+    >>> cpu = {"device": "cpu", "peak_allocated_bytes": 3 << 20, "peak_reserved_bytes": None,
+    ...        "device_total_bytes": 8 << 30, "wall_time_s": 1.0}
+    >>> for part in summary(cpu, {"largest_batch": 12345, "confidence": "low"}).split("; "):
+    ...     print(part)
+    memory peak 3.0 MiB resident (the whole process, peak RSS)
+    largest batch that fits: 12,345 (confidence low), 1.0 s
+    >>> gpu = dict(cpu, device="cuda:0", peak_reserved_bytes=4 << 20)
+    >>> summary(gpu, {"largest_batch": None, "confidence": "none"}).split("; ")[0]
+    'memory peak 3.0 MiB allocated, 4.0 MiB reserved (0.0% of cuda:0)'
+    """
+    mib = 2**20
+    peak, reserved = capture["peak_allocated_bytes"], capture.get("peak_reserved_bytes")
+    total = capture.get("device_total_bytes")
+    if str(capture.get("device")).startswith("cpu"):
+        line = f"memory peak {peak / mib:,.1f} MiB resident (the whole process, peak RSS)"
+    else:
+        line = f"memory peak {peak / mib:,.1f} MiB allocated"
+        if reserved is not None:
+            line += f", {reserved / mib:,.1f} MiB reserved"
+        if total:
+            line += f" ({100.0 * (reserved or peak) / total:.1f}% of {capture['device']})"
+    largest = batch.get("largest_batch")
+    shown = f"{largest:,}" if isinstance(largest, int) else "no estimate"
+    return (
+        f"{line}; largest batch that fits: {shown} (confidence {batch['confidence']}), "
+        f"{capture['wall_time_s']:.1f} s"
+    )
+
+
+@contextlib.contextmanager
+def kept_state(model: Any, say: Callable[[str], None]) -> Iterator[None]:
+    """The model's weights and buffers as they were before the memory passes, put back after
+    them: the passes train it further, and a target shared with other code must come back
+    as the timed profile left it. The copy goes to an unnamed temporary file (ours alone,
+    gone when closed), so that it adds nothing to the memory measured: on the CPU, the
+    process's resident memory. A state torch cannot save or load back is said, not fatal."""
+    import tempfile
+
+    import torch
+
+    with tempfile.TemporaryFile() as saved:
+        try:
+            torch.save(model.state_dict(), saved)
+        except Exception as exc:  # an extra state that cannot be pickled, and the like
+            say(f"{_NOT_KEPT}: it could not be saved ({type(exc).__name__}: {exc})")
+            yield
+            return
+        try:
+            yield
+        finally:
+            saved.seek(0)
+            try:  # our own file, written just above: not outside input
+                state = torch.load(saved, map_location="cpu", weights_only=False)
+                with torch.no_grad():
+                    model.load_state_dict(state)
+            except Exception as exc:  # the passes changed the model's structure
+                say(f"{_NOT_KEPT}: it could not be loaded back ({type(exc).__name__}: {exc})")
+
+
+_NOT_KEPT = "the memory passes leave the model trained further"

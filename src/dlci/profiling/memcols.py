@@ -11,7 +11,9 @@ numpy chunks every ``FLUSH_EVENTS`` events: about 40 bytes an event).
 
 An event that cannot be read is skipped and counted (``MemoryColumns.skipped``), never
 refused: no time or no ``Bytes``, a time that is not a finite number within ``MAX_TIME``, a
-total below -1, a device type or id out of range. A missing total is kept as -1.
+``Bytes`` beyond ``MAX_BYTES`` either way, a total below -1, a device type or id out of range.
+A missing total is kept as -1, and so is one beyond ``MAX_BYTES`` (no allocator holds a
+petabyte: such a total is not a figure to report).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ MEMORY_NAME = "[memory]"
 MEMORY_CATEGORIES = frozenset({"cpu_instant_event", "", "Memory", "memory"})
 FLUSH_EVENTS = 200_000
 MAX_TIME = 1e19  # as the other columns (dlci.profiling.columns.MAX_TIME)
+MAX_BYTES = 1 << 50  # 1 PiB: more than any one device's (or host's) memory
 # ts, tid, pid, bytes, total allocated, total reserved, device type, device id
 TYPES = ("float64", "int64", "int64", "int64", "int64", "int64", "int16", "int32")
 CPU, CUDA = 0, 1
@@ -114,10 +117,13 @@ class MemoryBuilder:
         wide = [
             np.asarray(v, dtype="float64" if i == 0 else "int64") for i, v in enumerate(self.lists)
         ]
-        ts, _, _, _, allocated, reserved, kind, index = wide
+        ts, _, _, nbytes, allocated, reserved, kind, index = wide
         with np.errstate(invalid="ignore"):
             keep = np.abs(ts) <= MAX_TIME  # False for NaN
+        keep &= (nbytes >= -MAX_BYTES) & (nbytes <= MAX_BYTES)
         keep &= (allocated >= -1) & (reserved >= -1)
+        allocated[allocated > MAX_BYTES] = -1
+        reserved[reserved > MAX_BYTES] = -1
         keep &= (kind >= 0) & (kind < 2**15) & (index >= -1) & (index < 2**31)
         self.skipped += int(keep.size - np.count_nonzero(keep))
         for values, array, chunk, dtype in zip(self.lists, wide, self.chunks, TYPES, strict=True):

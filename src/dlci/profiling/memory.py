@@ -11,14 +11,13 @@ same thread. Every key is documented in docs/profiling.md ("Memory").
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
 import numpy as np
 
 from dlci.profiling import intervals as iv
 from dlci.profiling.columns import Columns
-from dlci.profiling.memcols import CPU, CUDA, MemoryColumns, device_label
+from dlci.profiling.memcols import CPU, CUDA, MAX_BYTES, MemoryColumns, device_label
 from dlci.profiling.names import NameMasks
 from dlci.profiling.steps import phase_sets
 from dlci.profiling.timeline import host_ops
@@ -26,6 +25,7 @@ from dlci.profiling.timeline import host_ops
 TOP = 10  # operators listed in top_allocations
 NO_OPERATOR = "(no operator)"
 MAX_DEPTH = 1000  # enclosing ops walked up per allocation before giving up
+MAX_OTHERS = 5  # other devices named in the note
 PHASE_NAMES = {
     "data_loading_us": "data",
     "forward_us": "forward",
@@ -55,11 +55,19 @@ def memory_section(cols: Columns) -> dict[str, Any]:
     ranges = [(s[0], s[1], s[2]) for s in cols.steps] or [(-1, -np.inf, np.inf)]
     section = _section("trace", None, device=device_label(kind, index))
     section.update(_peaks(cols, series, ranges))
-    total = _device_total(cols.header, index) if kind == CUDA else None
-    section["device_total_bytes"] = total
-    peak = section["peak_reserved_bytes"] or section["peak_allocated_bytes"]
-    if total and peak is not None:
-        section["peak_percent_of_device"] = round(100.0 * peak / total, 4)
+    if not cols.steps:
+        notes.append(
+            "the trace has no ProfilerStep markers: the peak is over the whole trace, and "
+            "there are no per-step figures"
+        )
+    if section["peak_allocated_bytes"] is None:
+        notes.append(
+            f"none of the {int(np.count_nonzero(on))} [memory] events of {section['device']} "
+            "comes before the end of a profiled step with a readable 'Total Allocated', so "
+            "there are no peak figures"
+        )
+    if kind == CUDA:
+        notes += _add_device_total(section, cols.header, index)
     lo, hi = ranges[0][1], ranges[-1][2]
     section["top_allocations"] = top_allocations(cols, mem, on, lo, hi)
     if kind == CPU:
@@ -68,9 +76,10 @@ def memory_section(cols: Columns) -> dict[str, Any]:
             "so the figures leave out what the process held before"
         )
     if others:
+        shown = ", ".join(others[:MAX_OTHERS])
+        more = f" and {len(others) - MAX_OTHERS:,} more" if len(others) > MAX_OTHERS else ""
         notes.append(
-            f"figures for {section['device']}; the trace also holds memory events of "
-            + ", ".join(others)
+            f"figures for {section['device']}; the trace also holds memory events of {shown}{more}"
         )
     if mem.skipped:
         notes.append(
@@ -78,6 +87,25 @@ def memory_section(cols: Columns) -> dict[str, Any]:
         )
     section["note"] = "; ".join(notes) + "." if notes else None
     return section
+
+
+def _add_device_total(section: dict[str, Any], header: dict[str, Any], index: int) -> list[str]:
+    """The GPU's total and the peak's share of it; a note instead of a total that is missing,
+    unreadable, or below the trace's own peak (a bogus ``totalGlobalMem``)."""
+    total = _device_total(header, index)
+    peak = section["peak_reserved_bytes"] or section["peak_allocated_bytes"]
+    where = f"totalGlobalMem of the trace's deviceProperties for {section['device']}"
+    if total is None:
+        return [f"no usable {where}, so no percentage of the device"]
+    if peak is not None and peak > total:
+        return [
+            f"the {where} ({total:,} bytes) is below the trace's own peak ({peak:,} bytes): "
+            "not a credible total, so no percentage of the device"
+        ]
+    section["device_total_bytes"] = total
+    if peak is not None:
+        section["peak_percent_of_device"] = round(100.0 * peak / total, 4)
+    return []
 
 
 def _series(mem: MemoryColumns, on: Any, kind: int) -> tuple[tuple[Any, Any, Any], list[str]]:
@@ -97,6 +125,11 @@ def _series(mem: MemoryColumns, on: Any, kind: int) -> tuple[tuple[Any, Any, Any
     else:  # events without a readable total count for the top allocations only
         has = allocated >= 0
         ts, allocated, reserved = ts[has], allocated[has], reserved[has]
+        if not has.all():
+            notes.append(
+                f"{has.size - int(np.count_nonzero(has))} [memory] events without a readable "
+                "'Total Allocated' are left out of the peaks (not out of top_allocations)"
+            )
     reserved[reserved < 0] = np.nan
     if kind == CPU:
         reserved[:] = np.nan  # torch's CPU allocator reserves nothing: it reports 0
@@ -142,17 +175,24 @@ def _section(source: str, note: str | None, device: str | None = None) -> dict[s
 
 def _device(mem: MemoryColumns) -> tuple[int, int, list[str]]:
     """The device the figures are for: the accelerator with the highest allocated total
-    (CPU only when there is none), and the labels of the other devices seen."""
-    pairs = sorted(set(zip(mem.device_type.tolist(), mem.device_id.tolist(), strict=True)))
-    accelerators = [p for p in pairs if p[0] != CPU] or pairs
-
-    def highest(pair: tuple[int, int]) -> int:
-        on = (mem.device_type == pair[0]) & (mem.device_id == pair[1])
-        return int(np.max(np.maximum(mem.allocated[on], 0)))
-
-    kind, index = max(accelerators, key=highest)
-    others = [device_label(*p) for p in pairs if p != (kind, index)]
-    return kind, index, others
+    (CPU only when there is none), and the labels of the other devices seen. One pass over
+    the events, however many devices a hostile trace names."""
+    # one int64 per device, in (type, id) order: types < 2**15, ids from -1 to 2**31
+    key = (mem.device_type.astype(np.int64) << 32) + (mem.device_id.astype(np.int64) + 1)
+    seen, which = np.unique(key, return_inverse=True)
+    highest = np.zeros(seen.size, dtype=np.int64)
+    np.maximum.at(highest, which.reshape(-1), np.maximum(mem.allocated, 0))
+    kinds, ids = seen >> 32, (seen & 0xFFFFFFFF) - 1
+    candidates = np.flatnonzero(kinds != CPU)
+    if not candidates.size:
+        candidates = np.arange(seen.size)
+    best = int(candidates[np.argmax(highest[candidates])])  # the first (lowest) on a tie
+    others = [
+        device_label(int(t), int(i))
+        for j, (t, i) in enumerate(zip(kinds.tolist(), ids.tolist(), strict=True))
+        if j != best
+    ]
+    return int(kinds[best]), int(ids[best]), others
 
 
 def _step(
@@ -201,9 +241,9 @@ def _device_total(header: dict[str, Any], index: int) -> int | None:
     """The GPU's memory from the trace's ``deviceProperties`` (``totalGlobalMem``)."""
     props = header.get("deviceProperties")
     for p in props if isinstance(props, list) else []:
-        if isinstance(p, dict) and p.get("id") == index:
+        if isinstance(p, dict) and type(p.get("id")) is int and p["id"] == index:  # not True
             total = p.get("totalGlobalMem")
-            if type(total) is int and 0 < total < 2**63:
+            if type(total) is int and 0 < total <= MAX_BYTES:
                 return total
     return None
 
@@ -215,12 +255,14 @@ def top_allocations(
     host op around each allocation on its thread, largest first."""
     keep = on & (mem.bytes > 0) & (mem.ts >= lo) & (mem.ts < hi)
     owners = enclosing_ops(cols, mem.pid[keep], mem.tid[keep], mem.ts[keep])
-    sums: dict[int, list[int]] = defaultdict(lambda: [0, 0])
-    for owner, size in zip(owners.tolist(), mem.bytes[keep].tolist(), strict=True):
-        row = sums[owner]
-        row[0] += size
-        row[1] += 1
-    rows = sorted(sums.items(), key=lambda item: (-item[1][0], -item[1][1]))[:TOP]
+    names, which = np.unique(owners, return_inverse=True)
+    which = which.reshape(-1)
+    total = _sum_by(which, mem.bytes[keep], names.size)
+    counts = np.bincount(which, minlength=names.size).tolist()
+    rows = sorted(
+        zip(names.tolist(), zip(total, counts, strict=True), strict=True),
+        key=lambda item: (-item[1][0], -item[1][1]),
+    )[:TOP]
     return [
         {
             "operator": cols.names[owner] if owner >= 0 else NO_OPERATOR,
@@ -231,41 +273,98 @@ def top_allocations(
     ]
 
 
+def _sum_by(group: Any, values: Any, groups: int) -> list[int]:
+    """Exact sums of non-negative int64 ``values`` by ``group``, as Python integers: split in
+    25-bit halves, since sums of values up to 2**50 can overflow 64 bits.
+
+    >>> _sum_by(np.array([0, 1, 0]), np.array([2**50, 3, 2**50]), 2)
+    [2251799813685248, 3]
+    """
+    low, high = np.zeros(groups, dtype=np.int64), np.zeros(groups, dtype=np.int64)
+    np.add.at(low, group, values & ((1 << 25) - 1))
+    np.add.at(high, group, values >> 25)
+    return [(h << 25) + lo for h, lo in zip(high.tolist(), low.tolist(), strict=True)]
+
+
 def enclosing_ops(cols: Columns, pids: Any, tids: Any, ts: Any) -> Any:
     """For each instant, the name id of the innermost host op (not an annotation) on the
-    same thread that covers it (the one that started last), or -1."""
+    same thread that covers it (the one that started last), or -1. Sorted once over every
+    thread together: the time grows with the events, not with events times threads."""
     out = np.full(ts.size, -1, dtype=np.int64)
-    ops = ~cols.op_annotation
-    for pid, tid in set(zip(pids.tolist(), tids.tolist(), strict=True)):
-        mine = ops & (cols.op_pid == pid) & (cols.op_tid == tid)
-        if not mine.any():
-            continue
-        order = np.lexsort((-cols.op_end[mine], cols.op_ts[mine]))
-        starts, ends = cols.op_ts[mine][order], cols.op_end[mine][order]
-        names = cols.op_name[mine][order]
-        parent = _parents(starts.tolist(), ends.tolist())
-        here = np.flatnonzero((pids == pid) & (tids == tid))
-        at = np.searchsorted(starts, ts[here], side="right") - 1
-        for _ in range(MAX_DEPTH):  # walk up to the first op that still runs at the instant
-            ended = (at >= 0) & (ends[np.maximum(at, 0)] < ts[here])
-            if not ended.any():
-                break
-            at[ended] = parent[at[ended]]
-        ok = (at >= 0) & (ends[np.maximum(at, 0)] >= ts[here])
-        out[here[ok]] = names[at[ok]]
+    ops = np.flatnonzero(~cols.op_annotation)
+    if not ts.size or not ops.size:
+        return out
+    thread = _thread_ids(
+        np.concatenate([cols.op_pid[ops], pids]), np.concatenate([cols.op_tid[ops], tids])
+    )
+    op_thread, at_thread = thread[: ops.size], thread[ops.size :]
+    mine = np.isin(op_thread, at_thread)
+    ops, op_thread = ops[mine], op_thread[mine]
+    order = np.lexsort((-cols.op_end[ops], cols.op_ts[ops], op_thread))
+    ops, op_thread = ops[order], op_thread[order]
+    starts, ends, names = cols.op_ts[ops], cols.op_end[ops], cols.op_name[ops]
+    parent = _parents(starts.tolist(), ends.tolist(), op_thread.tolist())
+    at = _last_started(op_thread, starts, at_thread, ts)
+    todo = np.flatnonzero((at >= 0) & (ends[np.maximum(at, 0)] < ts))
+    for _ in range(MAX_DEPTH):  # walk up to the first op that still runs at the instant
+        if not todo.size:
+            break
+        at[todo] = parent[at[todo]]
+        todo = todo[(at[todo] >= 0) & (ends[np.maximum(at[todo], 0)] < ts[todo])]
+    ok = (at >= 0) & (ends[np.maximum(at, 0)] >= ts)
+    out[ok] = names[at[ok]]
     return out
 
 
-def _parents(starts: list[float], ends: list[float]) -> Any:
-    """For ops sorted by start (longest first on a tie), the index of the op each one
-    nests in (-1 for none).
+def _thread_ids(pids: Any, tids: Any) -> Any:
+    """One small integer per (pid, tid) pair, by 1-D sorts only (a sort of pairs is slow).
+
+    >>> _thread_ids(np.array([7, 7, 9, 7]), np.array([1, 2, 1, 1])).tolist()
+    [0, 1, 2, 0]
+    """
+    pid = np.unique(pids, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    tid_values, tid = np.unique(tids, return_inverse=True)
+    key = pid * tid_values.size + tid.reshape(-1)
+    return np.unique(key, return_inverse=True)[1].reshape(-1)
+
+
+def _last_started(op_thread: Any, starts: Any, at_thread: Any, ts: Any) -> Any:
+    """For each instant, the index of the last op (ops sorted by thread, then start) on its
+    thread that started at or before it, or -1.
+
+    >>> import numpy as np
+    >>> _last_started(np.array([0, 0, 1]), np.array([1.0, 5.0, 2.0]),
+    ...               np.array([0, 0, 1, 1, 2]), np.array([6.0, 0.5, 2.0, 1.0, 9.0])).tolist()
+    [1, -1, 2, -1, -1]
+    """
+    n = starts.size
+    index = np.concatenate([np.arange(n), np.full(ts.size, -1)])
+    is_instant = np.concatenate([np.zeros(n, dtype=np.int8), np.ones(ts.size, dtype=np.int8)])
+    when = np.concatenate([starts, ts])
+    merged = np.lexsort(
+        (np.arange(index.size), is_instant, when, np.concatenate([op_thread, at_thread]))
+    )
+    latest = np.maximum.accumulate(index[merged])  # ops come in their sorted order
+    found = np.empty(ts.size, dtype=np.int64)
+    found[merged[merged >= n] - n] = latest[merged >= n]
+    same = (found >= 0) & (op_thread[np.maximum(found, 0)] == at_thread)
+    return np.where(same, found, -1)
+
+
+def _parents(starts: list[float], ends: list[float], threads: list[int] | None = None) -> Any:
+    """For ops sorted by thread, then start (longest first on a tie), the index of the op
+    each one nests in on its thread (-1 for none).
 
     >>> _parents([0.0, 1.0, 2.0, 5.0], [10.0, 4.0, 3.0, 6.0]).tolist()
     [-1, 0, 1, 0]
+    >>> _parents([0.0, 1.0], [10.0, 4.0], [0, 1]).tolist()
+    [-1, -1]
     """
     parent = np.full(len(starts), -1, dtype=np.int64)
     stack: list[int] = []
     for i, start in enumerate(starts):
+        if threads is not None and stack and threads[stack[-1]] != threads[i]:
+            stack.clear()
         while stack and ends[stack[-1]] < start:
             stack.pop()
         if stack:

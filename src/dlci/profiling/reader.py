@@ -333,7 +333,7 @@ class _Slices:
         if end == 0:
             return False
         if not self.decode(buf[:end], stream.consumed):
-            raise invalid_json(self.path, stream.consumed)
+            raise invalid_json(self.path, stream.consumed, text=buf[:end])
         stream.drop(nxt)
         return True
 
@@ -355,7 +355,7 @@ class _Slices:
             trailer = trailer_keys(buf[stop + 1 :].strip(_WS), bare)
             if trailer is not None:
                 if buf[:stop].strip(_WS) and not self.decode(buf[:stop], consumed):
-                    raise invalid_json(self.path, consumed)
+                    raise invalid_json(self.path, consumed, text=buf[:stop])
                 return trailer
         if not body.rstrip(b"}]" + _WS):
             return {}
@@ -364,6 +364,7 @@ class _Slices:
             self.path,
             where,
             "the traceEvents array or the file ends early" if buf else "the file ends early",
+            text=buf,
         )
 
 

@@ -272,19 +272,28 @@ def _measured_lines(memory: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     capture = memory.get("capture")
     if isinstance(capture, dict):
-        lines.append(
-            f"Measured by dlci profile on {md(capture.get('device') or 'n/a')}: peak allocated "
-            f"{_bytes(capture.get('peak_allocated_bytes'))}, peak reserved "
+        device = capture.get("device") or "n/a"
+        peak = _bytes(capture.get("peak_allocated_bytes"))
+        figures = (  # on the CPU: the process's resident memory, not torch's allocator
+            f"peak resident memory (the whole process) {peak}, memory available "
+            if str(device).startswith("cpu")
+            else f"peak allocated {peak}, peak reserved "
             f"{_bytes(capture.get('peak_reserved_bytes'))}, device memory "
+        )
+        lines.append(
+            f"Measured by dlci profile on {md(device)}: {figures}"
             f"{_bytes(capture.get('device_total_bytes'))} ({md(capture.get('method') or '')})."
         )
     estimate = memory.get("batch_estimate")
     if isinstance(estimate, dict):
         largest = estimate.get("largest_batch")
+        shown = f"{largest:,}" if isinstance(largest, int) else "not estimated"
+        reason = estimate.get("confidence_reason")
         lines.append(
-            f"Batch size {label(estimate.get('batch_size'))}; largest batch that fits: "
-            f"{label(largest) if largest is not None else 'not estimated'} "
-            f"({md(estimate.get('confidence') or '')}). {md(estimate.get('method') or '')}"
+            f"Batch size {label(estimate.get('batch_size'))}; largest batch that fits: {shown} "
+            f"(confidence {md(estimate.get('confidence') or 'n/a')}"
+            + (f": {md(reason)}" if reason else "")
+            + f"). {md(estimate.get('method') or '')}"
         )
         if estimate.get("advice"):
             lines.append(f"**Advice**: {md(estimate['advice'])}")
