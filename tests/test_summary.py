@@ -364,3 +364,29 @@ def test_the_checks_row_names_crashed_checks() -> None:
         row({"fail": 0, "warn": 0, "pass": 16, "crashed": 0}) == "0 failed, 0 warnings, 16 passed"
     )
     assert row({"fail": 1, "warn": 0, "pass": 15}) == "1 failed, 0 warnings, 15 passed"
+
+
+def test_the_summary_states_the_memory_peak_and_the_batch_estimate(tmp_path: Path, github) -> None:
+    summary, _ = github
+    art = tmp_path / "art"
+    write(art, "preflight.json", {"passed": True, "gpu": True, "tier": tier()})
+    steps = [step(n, "passed") for n in ("install", "tests", "memorize", "doctor", "profile")]
+    write(art, "run.json", {"kind": "run", "steps": steps, "verdict": "pass"})
+    memory = {
+        "source": "trace", "device": "cuda:0", "peak_reserved_bytes": 12 << 30,
+        "peak_percent_of_device": 8.6,
+        "batch_estimate": {"batch_size": 64, "largest_batch": 512, "confidence": "high"},
+    }  # fmt: skip
+    util = {"gpu_utilization_pct": 71.0, "steps": {"count": 3}, "memory": memory}
+    write(art, "utilization.json", util)
+    main(["summary", "--artifacts", str(art), "--artifact-prefix", "dlci"])
+    text = summary.read_text()
+    assert (
+        "| memory | peak 12.0 GiB on cuda:0, 8.6% of the device; largest batch that fits "
+        "about 512 (batch 64, confidence high) |"
+    ) in text
+    # control: a report written before the memory section had none, and gets no row
+    write(art, "utilization.json", {k: v for k, v in util.items() if k != "memory"})
+    summary.write_text("")
+    main(["summary", "--artifacts", str(art), "--artifact-prefix", "dlci"])
+    assert "| memory |" not in summary.read_text()

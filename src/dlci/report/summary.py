@@ -136,6 +136,11 @@ def _report_facts(data: dict[str, Any]) -> list[list[str]]:
         shown = "CPU-only trace" if value is None else _number(value, ".1f") + "%"
         count = md((util.get("steps") or {}).get("count", 0))
         rows.append(["GPU utilization", f"{shown} over {count} profiled steps"])
+        from dlci.report.utilization import memory_fact
+
+        memory = memory_fact(util.get("memory"))
+        if memory:
+            rows.append(["memory", memory])
     doctor = data["doctor"]
     if doctor:
         c = doctor.get("counts") or {}

@@ -207,6 +207,47 @@ def _bytes(value: object) -> str:
     return f"{int(value):,} bytes"
 
 
+def memory_fact(memory: object) -> str | None:
+    """One line for the job summary: the peak, its share of the device, the batch estimate.
+
+    >>> memory_fact({"source": "none", "note": "x"})
+    'no memory figures (the trace has no [memory] events)'
+    >>> memory_fact({"device": "cuda:0", "peak_reserved_bytes": 3 << 30,
+    ...              "peak_percent_of_device": 21.4})
+    'peak 3.0 GiB on cuda:0, 21.4% of the device'
+    """
+    if not isinstance(memory, dict):
+        return None
+    found_capture = memory.get("capture")
+    capture: dict[str, Any] = found_capture if isinstance(found_capture, dict) else {}
+    estimate = memory.get("batch_estimate")
+    device = str(capture.get("device") or memory.get("device") or "n/a")
+    if capture and device.startswith("cpu"):
+        peak = capture.get("peak_allocated_bytes")
+        line = f"peak {_bytes(peak).split(' (')[0]} resident on the CPU (the whole process)"
+    else:
+        found = (
+            capture.get("peak_reserved_bytes"),
+            memory.get("peak_reserved_bytes"),
+            capture.get("peak_allocated_bytes"),
+            memory.get("peak_allocated_bytes"),
+        )
+        peak = next((v for v in found if isinstance(v, int | float)), None)
+        if peak is None:
+            return "no memory figures (the trace has no [memory] events)"
+        share = memory.get("peak_percent_of_device")
+        line = f"peak {_bytes(peak).split(' (')[0]} on {md(device)}"
+        if isinstance(share, int | float) and not isinstance(share, bool):
+            line += f", {_pct(share)} of the device"
+    if isinstance(estimate, dict) and isinstance(estimate.get("largest_batch"), int):
+        line += (
+            f"; largest batch that fits about {estimate['largest_batch']:,} (batch "
+            f"{label(estimate.get('batch_size'))}, confidence "
+            f"{md(estimate.get('confidence') or 'n/a')})"
+        )
+    return line
+
+
 PER_STEP_ROWS = 8  # a per-step memory table only for a trace with this many steps or fewer
 
 
