@@ -505,3 +505,16 @@ def test_the_verbs_take_the_ladder_and_the_gates_from_the_configuration(
     project(tmp_path, "max-gpu-memory = 50\n", name="dlci.toml")
     assert main(analyze) == 1  # the file's gate: a CPU trace cannot pass a GPU memory gate
     assert "GPU memory gate" in capsys.readouterr().err
+
+
+def test_a_warning_bound_past_its_failure_bound_is_refused(tmp_path: Path) -> None:
+    table = "[tool.dlci.doctor.checks.input-normalization]\n"
+    found = error(tmp_path, table + "fail-rms = 5\n")  # the default warn-rms is 10
+    assert "warn-rms = 10 must lie below fail-rms = 5" in found.message
+    assert "pyproject.toml:6" in str(found.location)
+    found = error(tmp_path, "[tool.dlci.doctor.checks.shuffle]\nwarn-mix = 0.3\n")
+    assert "warn-mix = 0.3 must lie above fail-mix = 0.5" in found.message
+    # controls: both moved together, equal bounds, and one moved within its side
+    for body in ("fail-rms = 5\nwarn-rms = 4\n", "fail-rms = 10\n", "warn-rms = 20\n"):
+        config = resolve(cwd=project(tmp_path, table + body), env={})
+        assert config.policy.thresholds

@@ -148,4 +148,32 @@ def _thresholds(
                 hint=f"{spec.meaning} (default {spec.default:g})",
             )
         found[spec.name] = float(value)
+    _pairs_in_order(source, path, known, found)
     return found
+
+
+def _pairs_in_order(
+    source: TomlSource,
+    path: tuple[str, ...],
+    known: dict[str, Any],
+    found: dict[str, float],
+) -> None:
+    """A warning's bound must lie on the passing side of its failure's (warn-rms 10 below
+    fail-rms 30), as the defaults do: else the warning could never be seen. The values
+    compared are the project's where set, else the defaults."""
+    for key in (k for k in known if k.startswith("warn-") and "fail-" + k[5:] in known):
+        warn, fail = known[key], known["fail-" + key[5:]]
+        if warn.name not in found and fail.name not in found:
+            continue
+        was = warn.default - fail.default
+        now = found.get(warn.name, warn.default) - found.get(fail.name, fail.default)
+        if now * was < 0:
+            side = "above" if was > 0 else "below"
+            raise source.error(
+                (*path, key if key in found else fail.key),
+                f"{key} = {found.get(warn.name, warn.default):g} must lie {side} {fail.key} = "
+                f"{found.get(fail.name, fail.default):g}: a warning past the failure's bound "
+                "could never be seen",
+                hint=f"set both, keeping {key} {side} {fail.key} (defaults {warn.default:g} and "
+                f"{fail.default:g})",
+            )
