@@ -131,7 +131,7 @@ def test_a_configuration_new_in_the_pull_request_takes_effect_once_merged(repo: 
     assert len(config.notes) == 2 and all(n.endswith("once merged") for n in config.notes)
 
 
-def test_without_the_base_commit_the_trusted_keys_take_their_defaults(
+def test_without_the_base_commit_no_waiver_applies_and_the_gates_are_the_working_tree_s(
     repo: Path, tmp_path: Path
 ) -> None:
     base = commit(repo, {"pyproject.toml": HEAD.format(target="a:b", util=40) + WAIVER}, "base")
@@ -139,7 +139,10 @@ def test_without_the_base_commit_the_trusted_keys_take_their_defaults(
     shallow = tmp_path / "shallow"
     git(tmp_path, "clone", "-q", "--depth", "1", f"file://{repo}", str(shallow))
     config = trusted_config(base, cwd=shallow, env={})
-    assert (config.get("min-gpu-util"), config.policy.waivers) == (None, ())
+    # the gate the pull request keeps applies (it could only switch it off, as the defaults
+    # do); its waiver does not
+    assert (config.get("min-gpu-util"), config.policy.waivers) == (40.0, ())
+    assert config.source("min-gpu-util").endswith("shallow/pyproject.toml:6")
     (note,) = config.notes
     assert "not in this checkout (a shallow clone?)" in note and "fetch-depth: 2 (or 0)" in note
     assert trusted_config(base, cwd=repo, env={}).get("min-gpu-util") == 40.0  # the control
@@ -147,11 +150,11 @@ def test_without_the_base_commit_the_trusted_keys_take_their_defaults(
         assert trusted_config(bad, cwd=repo, env={}).policy.waivers == ()
 
 
-def test_a_base_configuration_that_does_not_load_gives_the_defaults(repo: Path) -> None:
+def test_a_base_configuration_that_does_not_load_is_read_as_unreadable(repo: Path) -> None:
     base = commit(repo, {"pyproject.toml": HEAD.format(target="a:b", util=400)}, "base")
     commit(repo, {"pyproject.toml": HEAD.format(target="a:b", util=40)}, "head")
     config = trusted_config(base, cwd=repo, env={})
-    assert config.get("min-gpu-util") is None
+    assert config.get("min-gpu-util") == 40.0  # the working tree's, as without a base commit
     assert "it does not load" in config.notes[0] and "must be from 0 to 100" in config.notes[0]
 
 

@@ -5,7 +5,9 @@ the host reads the configuration file of the base commit from the commit's objec
 ladder is read, ``dlci.ladder.trust.CommitFiles``: raw bytes, nothing from the working tree);
 the trusted keys (the gates and bounds) and the doctor's policy come from it, the other keys
 from the working tree. What the pull request changes in them is a note: it takes effect once
-merged. A base commit the checkout lacks (a shallow clone) gives the defaults, and a note.
+merged. A base commit the checkout lacks (a shallow clone) gives no waiver and the default
+thresholds; the gates then come from the working tree (never looser than the defaults, which
+have none), with a note.
 """
 
 from __future__ import annotations
@@ -45,14 +47,17 @@ def trusted_config(
         shallow = "shallow" in str(exc)
         notes.append(
             f"the base commit's configuration cannot be read ({exc}): the trusted keys "
-            f"({', '.join(TRUSTED)}) take their defaults and no waiver or threshold applies"
+            f"({', '.join(TRUSTED)}) come from the pull request's own file (where it could "
+            "only switch a gate off, as the defaults do) and no waiver or threshold applies"
             + (
                 "; check out with fetch-depth: 2 (or 0) so the base commit is there"
                 if shallow
                 else ""
             )
         )
-        base_values = {}
+        # never looser than the defaults (no gate, the default ladder under the ladder's
+        # own ceiling rule), and stricter for every pull request that keeps its gates
+        base_values = {k: v for k, v in values.items() if KEYS[k].trusted}
         base_policy = Policy(origin=f"defaults (base commit {base_commit[:12]} unreadable)")
     else:
         notes += changes(values, policy, base_values, base_policy)
@@ -117,7 +122,7 @@ def base_source(commit: str, cwd: Path | None) -> TomlSource | None:
 def refuse_bare_layout(here: Path) -> None:
     """A DlciError when a folder from ``here`` up to its checkout's top is laid out as a bare
     git repository (HEAD, objects/, refs/): git would take it for the repository, the base
-    commit would not be found in it, and the trusted keys would fall to their defaults. A pull
+    commit would not be found in it, and its gates would give way to the pull request's own. A pull
     request can commit such files; a project does not need them."""
     for folder in (here, *here.parents):
         if (folder / ".git").exists():
