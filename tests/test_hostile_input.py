@@ -131,8 +131,12 @@ def test_integers_beyond_64_bits_in_args_are_ignored(tmp_path: Path, field: str)
     ("ts", "dur"), [(1e308, 1e308), (1e308, 1), (10**400, 1), (1, 10**30), (1, "inf"), (1, "nan")]
 )
 def test_impossible_times_are_an_error_naming_the_event(tmp_path: Path, capsys, ts, dur) -> None:
-    sys.set_int_max_str_digits(0)
-    raw = json.dumps({"traceEvents": [STEP, {**KERNEL, "name": "evil", "ts": ts, "dur": dur}]})
+    was = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)  # to write 10**400; put back below (a global of the process)
+    try:
+        raw = json.dumps({"traceEvents": [STEP, {**KERNEL, "name": "evil", "ts": ts, "dur": dur}]})
+    finally:
+        sys.set_int_max_str_digits(was)
     assert main(["analyze", trace(tmp_path, raw=raw.encode())]) == 1
     err = capsys.readouterr().err
     assert "a device event 'evil' has an impossible time" in err and "nan%" not in err

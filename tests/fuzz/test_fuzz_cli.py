@@ -102,11 +102,14 @@ def _encode(value: Any) -> bytes:
     """JSON as a hostile writer would: NaN and Infinity allowed, huge integers as digits."""
     import sys
 
-    sys.set_int_max_str_digits(0)
+    was = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)  # a global of the process: put back, other tests rely on it
     try:
         return json.dumps(value, allow_nan=True).encode()
     except (RecursionError, ValueError):
         return b'{"traceEvents": []}'
+    finally:
+        sys.set_int_max_str_digits(was)
 
 
 TRACE = st.one_of(
