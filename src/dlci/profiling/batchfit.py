@@ -25,6 +25,7 @@ FAR = 64.0  # an estimate this many times the largest measured size is a long ex
 # On the CPU a growth below this is the C heap's own granularity (glibc grows and trims it in
 # chunks of 128 KiB and more), not activation memory: see docs/memory.md ("The line")
 CPU_RESOLUTION = 1 << 20
+CPU_SPREAD = 8  # the CPU's second batch size, in multiples of B (2 when the data is short)
 METHOD = (
     "peak memory measured at two batch sizes built from the target's loader ({points}); "
     "a line through them: slope = activation memory per example, intercept = fixed memory "
@@ -195,6 +196,17 @@ def measure(trainer: Any, loader: Any, size: int, meter: Any, steps: int = STEPS
     return peaks
 
 
+def _wide_cpu_point(trainer: Any, loader: Any, size: int, meter: Any) -> dict[str, Any]:
+    """The CPU's second point: 8 x B when the data set has that many examples, else 2 x B.
+    A process's resident memory moves by a few MiB from step to step; 2 x B of a small model
+    grows it by little more than that (the estimate then came out with no number on a loaded
+    machine), 8 x B by several times as much."""
+    try:
+        return _point(CPU_SPREAD * size, measure(trainer, loader, CPU_SPREAD * size, meter))
+    except ResizeError:
+        return _point(2 * size, measure(trainer, loader, 2 * size, meter))
+
+
 def batch_size_of_loader(loader: Any) -> int:
     """B: the examples in the first batch the target's loader yields."""
     from dlci.memorization.batching import as_pair, batch_size_of
@@ -212,11 +224,13 @@ def estimate(target: Any, *, device: str | None, seed: int) -> dict[str, Any]:
     trainer = _Trainer(target, device, seed)
     cuda = trainer.device.type == "cuda"
     size = batch_size_of_loader(target.train_loader)
-    other = second_size(size, cuda=cuda)
     meter = PeakMeter(trainer.device)
     points = []
-    for n in sorted((size, other)):  # smaller first: a heap grown by the larger is kept
-        points.append(_point(n, measure(trainer, target.train_loader, n, meter)))
+    for n in sorted((size, second_size(size, cuda=cuda))):  # smaller first: a grown heap stays
+        if not cuda and n > size:
+            points.append(_wide_cpu_point(trainer, target.train_loader, size, meter))
+        else:
+            points.append(_point(n, measure(trainer, target.train_loader, n, meter)))
     total, total_source = device_total(trainer.device)
     result = fit(points[0], points[1], total, resolution=0 if cuda else CPU_RESOLUTION)
     sizes = " and ".join(str(p["batch_size"]) for p in points)
