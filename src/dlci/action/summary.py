@@ -46,7 +46,7 @@ PARTIAL = ("exited", "error", "watchdog")  # a memorization.json the run did not
 # The tier's values a gate report must share with the host's (a different one is a forgery
 # or a step that selected its own tier).
 TIER_KEYS = (
-    "budget", "hardware_class", "max_epochs", "max_loss", "time_cap_minutes",
+    "budget", "hardware_class", "max_epochs", "max_loss", "max_relative_loss", "time_cap_minutes",
     "profile_steps", "nproc", "batch_size",
 )  # fmt: skip
 

@@ -27,8 +27,12 @@ def _limits(ax: Any, report: dict[str, Any]) -> None:
         if not row:
             continue
         colour = COLOURS[index % len(COLOURS)]
-        text = label(f"{budget}: loss < {row['max_loss']:g} by epoch {row['max_epochs']}")
-        ax.axhline(row["max_loss"], color=colour, linestyle="--", linewidth=1.2, label=text)
+        text = label(
+            f"{budget}: {row['max_relative_loss']:.3g} of the start by epoch {row['max_epochs']}"
+        )
+        ax.axhline(
+            row["max_relative_loss"], color=colour, linestyle="--", linewidth=1.2, label=text
+        )
         ax.axvline(row["max_epochs"], color=colour, linestyle=":", linewidth=1.2)
 
 

@@ -5,6 +5,8 @@ factory returned (the same model, optimizer factory, batch and step), so the pow
 about this model, not a toy:
 
 - ``lr_x10`` and ``lr_div100``: every parameter group's learning rate times 10, or over 100;
+- ``frozen``: every learning rate 0, a model that cannot learn at all: the control every
+  proposed row must catch (an absolute threshold of 1.0 passed a frozen binary classifier);
 - ``frozen_layer``: the layer with the most parameters no longer trains (a forgotten
   ``requires_grad``, or a layer left out of the optimizer);
 - ``shuffled_labels``: the batch's labels permuted anew at every step, so labels no longer
@@ -27,6 +29,7 @@ HEALTHY = "healthy"
 VARIANTS: dict[str, str] = {
     "lr_x10": "learning rate x10",
     "lr_div100": "learning rate /100",
+    "frozen": "every learning rate 0: the model never updates",
     "frozen_layer": "the largest layer frozen",
     "shuffled_labels": "labels shuffled within the batch at every step",
 }
@@ -38,8 +41,9 @@ class NotApplicable(Exception):
 
 def sabotage(target: Target, variant: str, seed: int) -> str:
     """Apply ``variant`` to ``target`` in place; what was changed, in words."""
-    if variant in ("lr_x10", "lr_div100"):
-        return _scale_lr(target, 10.0 if variant == "lr_x10" else 0.01)
+    if variant in ("lr_x10", "lr_div100", "frozen"):
+        factor = {"lr_x10": 10.0, "lr_div100": 0.01, "frozen": 0.0}[variant]
+        return _scale_lr(target, factor)
     if variant == "frozen_layer":
         return _freeze_largest(target)
     if variant == "shuffled_labels":

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from dlci.calibration.stats import Bound, epochs_to, evaluate, tolerance_epochs
 from dlci.ladder.format import TIME_CAP_MAX
+from dlci.ladder.goal import Goal
 from dlci.ladder.model import Tier, TierRow
 
 TIME_MARGIN = 3.0  # the time cap: this many times the slowest measured step time, x E
@@ -34,7 +35,7 @@ MAX_CANDIDATES = 24  # 1-2-5 values: eight decades below the current threshold
 
 @dataclass(frozen=True)
 class Candidate:
-    max_loss: float
+    threshold: float  # a max_relative_loss: the share of its start the loss must fall to
     reached: int  # seeds whose loss got below it (within the calibration's epochs)
     epochs: int | None  # E(L); None when a seed did not reach it, or met it at the first step
     median: float | None  # the median seed's epochs to it
@@ -114,12 +115,12 @@ def propose_budget(
 ) -> Proposal:
     """The proposed row of one budget (see the module docstring for the rule)."""
     lowest = min((v for curve in curves for v in curve if math.isfinite(v)), default=0.0)
-    values = thresholds(tier.max_loss, lowest)
+    values = thresholds(current_share(tier), lowest)
     times = [[epochs_to(curve, value) for curve in curves] for value in values]
     # every threshold of the grid gets its own bound: at confidence 1 - (1 - C) / m each, m the
     # whole grid's size (fixed before the runs: not how many the seeds happened to reach), they
     # all hold at once with confidence C (Bonferroni), so choosing among them keeps C
-    tried = len(thresholds(tier.max_loss, 0.0))
+    tried = len(thresholds(current_share(tier), 0.0))
     each = 1 - (1 - confidence) / tried
     options = [
         candidate(t, value, tier.max_epochs, rate, each)
@@ -132,10 +133,11 @@ def propose_budget(
         return Proposal(
             tier.budget, tier, current, None, None, tuple(options), False, notes, tried, each
         )
-    found = evaluate(times[values.index(best.max_loss)], best.epochs, each)
+    found = evaluate(times[values.index(best.threshold)], best.epochs, each)
     row = TierRow(
         max_epochs=found.epochs,
-        max_loss=best.max_loss,
+        max_loss=None,
+        max_relative_loss=best.threshold,
         time_cap_minutes=time_cap(found.epochs, step_s),
         profile_steps=tier.profile_steps,
         nproc=tier.nproc,
@@ -152,17 +154,28 @@ def choose(options: Sequence[Candidate], tier: Tier) -> tuple[Candidate | None, 
     when none fits, the current threshold if the seeds reached it; and a note why."""
     fitting = [c for c in options if c.fits]
     if fitting:
-        return min(fitting, key=lambda c: (round(c.slowdown or math.inf, 9), c.max_loss)), ""
+        return min(fitting, key=lambda c: (round(c.slowdown or math.inf, 9), c.threshold)), ""
     current = options[0]  # the current threshold: the epochs must grow, or nothing fits
     if current.epochs is None:
         return None, (
-            f"no proposal: at the current threshold {tier.max_loss:g}, {current.why}; "
+            f"no proposal: at the current threshold {current_share(tier):g} of the start, "
+            f"{current.why}; "
             "give the calibration more epochs (--epochs) or a looser threshold"
         )
     return current, (
         f"no threshold fits the {tier.max_epochs} epochs of the current row at the stated "
         f"rate: the current threshold needs {current.epochs}"
     )
+
+
+def current_share(tier: Tier) -> float:
+    """The tier's relative threshold: its own, or the built-in one for an absolute-only row.
+
+    Calibration judges every curve as shares of its start (an absolute threshold means
+    nothing across tasks); a row that states only ``max_loss`` is compared at the share
+    every pass needs anyway (ladder/goal.py).
+    """
+    return Goal(tier.max_loss, tier.max_relative_loss).relative_limit
 
 
 def time_cap(epochs: int, step_s: float) -> float:

@@ -12,7 +12,7 @@ from typing import Any
 
 from dlci.calibration import runs
 from dlci.calibration.power import VARIANTS
-from dlci.calibration.propose import Proposal, propose_budget, step_time
+from dlci.calibration.propose import Proposal, current_share, propose_budget, step_time
 from dlci.calibration.stats import epochs_to
 from dlci.errors import DlciError
 from dlci.ladder.model import Ladder, Tier
@@ -124,7 +124,7 @@ def _propose(
     records: dict[str, dict[str, Any]],
 ) -> list[Proposal]:
     """Each budget's proposal from the seeds' curves."""
-    curves = [runs.losses(records[job.name]) for job in healthy]
+    curves = [runs.relative(records[job.name]) for job in healthy]
     step_s = step_time(
         [records[j.name]["wall_time_s"] for j in healthy],
         [records[j.name]["steps"] for j in healthy],
@@ -227,12 +227,13 @@ def _power(
         mine = [records[j.name] for j in jobs if j.variant == variant]
         entry: dict[str, Any] = {"variant": variant, "what": what, "runs": mine, "budgets": {}}
         for p in proposals:
-            rows = {"current": (p.tier.max_epochs, p.tier.max_loss)}
-            if p.row is not None:
-                rows["proposed"] = (p.row.max_epochs, p.row.max_loss)
+            rows = {"current": (p.tier.max_epochs, current_share(p.tier))}
+            if p.row is not None and p.row.max_relative_loss is not None:
+                rows["proposed"] = (p.row.max_epochs, p.row.max_relative_loss)
             entry["budgets"][p.budget] = {
                 key: [
-                    judge(runs.losses(r), *row) if "not_applicable" not in r else None for r in mine
+                    judge(runs.relative(r), *row) if "not_applicable" not in r else None
+                    for r in mine
                 ]
                 for key, row in rows.items()
             }
@@ -240,13 +241,13 @@ def _power(
     return table
 
 
-def judge(curve: Sequence[float], max_epochs: int, max_loss: float) -> dict[str, Any]:
-    """What the gate with this row does to one variant run: caught or not, and when.
+def judge(curve: Sequence[float], max_epochs: int, share: float) -> dict[str, Any]:
+    """What the gate with this row does to one variant's relative curve: caught, and when.
 
     >>> judge([2.0, 1.5, 0.8], 2, 1.0), judge([2.0, 0.5], 5, 1.0)
     ({'caught': True, 'epoch': 2, 'how': 'epochs'}, {'caught': False, 'epoch': 2, 'how': 'passed'})
     """
-    reached = epochs_to(curve[:max_epochs], max_loss)
+    reached = epochs_to(curve[:max_epochs], share)
     if reached is not None:
         return {"caught": False, "epoch": reached, "how": "passed"}
     bad = next((i + 1 for i, v in enumerate(curve[:max_epochs]) if not math.isfinite(v)), None)

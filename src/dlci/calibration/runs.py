@@ -25,6 +25,7 @@ from typing import Any
 
 from dlci import jsonio
 from dlci.calibration.power import HEALTHY, VARIANTS, NotApplicable, sabotage
+from dlci.calibration.stats import relative_curve
 from dlci.errors import DlciError
 from dlci.fsutil import atomic_write_bytes, read_input
 
@@ -90,6 +91,7 @@ def run_job(job: Job, device: str) -> dict[str, Any]:
         losses=[v if math.isfinite(v) else str(v) for v in result.losses],
         steps=result.steps,
         stopped_by=result.stopped_by,
+        loss_floor=result.loss_floor,
         wall_time_s=result.wall_time_s,
         setup_time_s=result.setup_time_s,
         device=result.device,
@@ -101,6 +103,12 @@ def run_job(job: Job, device: str) -> dict[str, Any]:
 def losses(record: dict[str, Any]) -> list[float]:
     """A record's loss curve as floats (JSON keeps NaN and infinity as text)."""
     return [float(v) for v in record.get("losses", [])]
+
+
+def relative(record: dict[str, Any]) -> list[float]:
+    """A record's curve as shares of its start above the target's floor: what a tier judges."""
+    floor = record.get("loss_floor")
+    return relative_curve(losses(record), floor if isinstance(floor, int | float) else None)
 
 
 def kept_runs(

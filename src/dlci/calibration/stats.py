@@ -165,6 +165,31 @@ def seeds_needed(rate: float, confidence: float) -> int:
     return math.ceil(math.log(1 - confidence) / math.log1p(-rate))
 
 
+def relative_curve(losses: Sequence[float], floor: float | None) -> list[float]:
+    """``losses`` as shares of the first (the start) above ``floor``: what a tier judges.
+
+    A loss that cannot be judged against its start (below 0 with no declared floor, or a
+    start at the floor) is NaN, where a gate stops (ladder/goal.py).
+
+    >>> relative_curve([2.0, 1.0, 0.1], None)
+    [1.0, 0.5, 0.05]
+    >>> relative_curve([0.5, -0.1], None)
+    [1.0, nan]
+    >>> relative_curve([1.0, -0.5], -1.0)
+    [1.0, 0.25]
+    """
+    from dlci.ladder.goal import Goal
+
+    if not losses:
+        return []
+    goal, start = Goal(None, None, floor), losses[0]
+    values = [goal.relative(start, v) for v in losses]
+    return [
+        v if v is not None else (x if not math.isfinite(x) else math.nan)
+        for v, x in zip(values, losses, strict=True)
+    ]
+
+
 def epochs_to(losses: Sequence[float], threshold: float) -> int | None:
     """The first epoch (1-based) whose loss is below ``threshold``; None if none is.
 

@@ -32,7 +32,7 @@ def _row_cells(label: str, row: dict[str, Any], seeds: int) -> list[str]:
         slowdown = row["max_epochs"] / row["median_epochs"]
     return [
         label,
-        f"{row['max_loss']:g}",
+        f"{row['max_relative_loss']:g}",
         str(row["max_epochs"]),
         f"{row['time_cap_minutes']:g} min",
         _pct(row["estimated_rate"]),
@@ -60,7 +60,7 @@ def _budgets(report: dict[str, Any]) -> list[str]:
     headers = [
         "budget",
         "row",
-        "max_loss",
+        "max_relative_loss",
         "max_epochs",
         "time cap",
         "healthy failures (estimate)",
@@ -115,7 +115,10 @@ def _seeds(report: dict[str, Any]) -> list[str]:
     proposed = {b: e for b, e in report["budgets"].items() if e["proposal"]}
     headers = [
         "seed",
-        *[f"{md(b)}: epochs to {e['proposal']['max_loss']:g}" for b, e in proposed.items()],
+        *[
+            f"{md(b)}: epochs to {e['proposal']['max_relative_loss']:g}"
+            for b, e in proposed.items()
+        ],
     ]
     headers += ["best loss", "steps"]
     rows = []

@@ -12,7 +12,13 @@ from typing import Any
 
 from dlci import jsonio
 from dlci.calibration import runs
-from dlci.calibration.propose import TIME_FLOOR_MINUTES, TIME_MARGIN, Proposal, step_time
+from dlci.calibration.propose import (
+    TIME_FLOOR_MINUTES,
+    TIME_MARGIN,
+    Proposal,
+    current_share,
+    step_time,
+)
 from dlci.calibration.stats import Bound, epochs_to, seeds_needed
 from dlci.fsutil import atomic_write_text
 from dlci.report.text import clean
@@ -21,8 +27,10 @@ SCHEMA_VERSION = 1
 REPORT_NAME, LADDER_NAME = "calibration.json", "ladder.yaml"
 MARKDOWN_NAME, PLOT_NAME = "calibration.md", "calibration.png"
 METHOD = {
-    "threshold": "of max_loss and the 1-2-5 values below it that every seed reached after its "
-    "first step, the one whose epochs bound is within the current row's max_epochs with the "
+    "threshold": "of the current relative threshold (max_relative_loss; 0.5 for a row that states "
+    "only max_loss) and the 1-2-5 values below it, each curve taken as shares of its start above "
+    "the target's floor, that every seed reached after its first step, the one whose epochs "
+    "bound is within the current row's max_epochs with the "
     "smallest detectable slowdown (bound / median epochs to it); ties go to the lower loss",
     "epochs": "one-sided normal tolerance bound of log(epochs to threshold) over the seeds "
     "(non-central t factor), at least the slowest seed; each threshold at confidence "
@@ -59,6 +67,7 @@ def budget_entry(p: Proposal, curves: Sequence[Sequence[float]], rate: float) ->
         "row": tier.row,
         "max_epochs": tier.max_epochs,
         "max_loss": tier.max_loss,
+        "max_relative_loss": current_share(tier),
         "time_cap_minutes": tier.time_cap_minutes,
         **_rates(p.current),
     }
@@ -66,7 +75,7 @@ def budget_entry(p: Proposal, curves: Sequence[Sequence[float]], rate: float) ->
     entry["thresholds_tried"], entry["confidence_each"] = p.tried, p.each
     entry["candidates"] = [
         {
-            "max_loss": c.max_loss,
+            "max_relative_loss": c.threshold,
             "reached": c.reached,
             "epochs": c.epochs,
             "median_epochs": c.median,
@@ -81,7 +90,7 @@ def budget_entry(p: Proposal, curves: Sequence[Sequence[float]], rate: float) ->
     limit = p.row.max_epochs
     entry["proposal"] = {
         "max_epochs": p.row.max_epochs,
-        "max_loss": p.row.max_loss,
+        "max_relative_loss": p.row.max_relative_loss,
         "time_cap_minutes": p.row.time_cap_minutes,
         "profile_steps": p.row.profile_steps,
         "nproc": p.row.nproc,
@@ -91,7 +100,8 @@ def budget_entry(p: Proposal, curves: Sequence[Sequence[float]], rate: float) ->
         "detectable_slowdown": p.slowdown,
         "over_allowance": p.over_allowance,
     }
-    entry["epochs_to_threshold"] = [epochs_to(c, p.row.max_loss) for c in curves]
+    share = p.row.max_relative_loss if p.row.max_relative_loss is not None else 0.0
+    entry["epochs_to_threshold"] = [epochs_to(c, share) for c in curves]
     entry["final_losses"] = [_num(c[min(limit, len(c)) - 1]) if c else None for c in curves]
     return entry
 
@@ -110,7 +120,7 @@ def build_report(
     """calibration.json (schema_version 1)."""
     from dlci.report.memorization import library_versions
 
-    curves = [runs.losses(r) for r in records]
+    curves = [runs.relative(r) for r in records]
     first = records[0]
     return {
         "schema_version": SCHEMA_VERSION,
@@ -170,7 +180,7 @@ def ladder_text(report: dict[str, Any], base: str) -> str:
         f"{cls} ({clean(report['device'])}, torch {clean(report['versions']['torch'])}).",
         f"# A row fails at most {report['false_failure_rate']:.2%} of healthy runs, at "
         f"{report['confidence']:.0%} confidence (log-normal model); calibration.md explains.",
-        "version: 1",
+        "version: 2",
         f"extends: {json.dumps(base)}",
         f"revision: {json.dumps(f'calibrated-{cls}-{seeds}-seeds')}",
         "budgets:",
@@ -184,7 +194,13 @@ def ladder_text(report: dict[str, Any], base: str) -> str:
         lines.extend(f"    # {text}" for text in _row_comment(report, entry))
         fields = ", ".join(
             f"{key}: {_yaml_number(row[key])}"
-            for key in ("max_epochs", "max_loss", "time_cap_minutes", "profile_steps", "nproc")
+            for key in (
+                "max_epochs",
+                "max_relative_loss",
+                "time_cap_minutes",
+                "profile_steps",
+                "nproc",
+            )
         )
         lines.append(f"    {json.dumps(cls)}: {{{fields}, batch_size: {row['batch_size']}}}")
     return "\n".join(lines) + "\n"
@@ -194,7 +210,8 @@ def _row_comment(report: dict[str, Any], entry: dict[str, Any]) -> list[str]:
     row, current = entry["proposal"], entry["current"]
     seeds = len(report["seeds"])
     return [
-        f"max_loss {row['max_loss']:g}: the threshold with the smallest detectable slowdown "
+        f"max_relative_loss {row['max_relative_loss']:g}: the share of the start with the "
+        "smallest detectable slowdown "
         f"({row['detectable_slowdown']:.2f}x the median seed's epochs) within "
         f"{current['max_epochs']} epochs (the current row, {current['row']})",
         f"max_epochs {row['max_epochs']}: tolerance bound of the epochs to it over {seeds} "

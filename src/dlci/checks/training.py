@@ -12,10 +12,15 @@ def memorize_check(ctx: Context) -> CheckResult:
         return CheckResult("memorize", SKIP, cause="no tier selected")
     config = MemorizeConfig.from_tier(ctx.tier, device=str(ctx.device))
     result = memorize(ctx.target, config)
-    expected = f"loss < {ctx.tier.max_loss:g} within {ctx.tier.max_epochs} epochs"
+    expected = f"{result.criterion or ctx.tier.criterion} within {ctx.tier.max_epochs} epochs"
     if result.passed:
+        share = result.relative_loss if result.relative_loss is not None else float("nan")
         return CheckResult(
-            "memorize", PASS, f"loss {result.final_loss:.3g} at step {result.steps}", expected
+            "memorize",
+            PASS,
+            f"loss {result.start_loss:.3g} -> {result.final_loss:.3g} ({share:.2%} of its "
+            f"start) at step {result.steps}",
+            expected,
         )
     return CheckResult(
         "memorize",
@@ -24,5 +29,10 @@ def memorize_check(ctx: Context) -> CheckResult:
         expected,
         cause="the training loop cannot overfit one small batch, so it cannot learn",
         fix="see the checks above; then the learning rate (lr-range) and the loss",
-        details={"best_loss": result.best_loss, "steps": result.steps},
+        details={
+            "best_loss": result.best_loss,
+            "start_loss": result.start_loss,
+            "relative_loss": result.relative_loss,
+            "steps": result.steps,
+        },
     )

@@ -14,7 +14,8 @@ from dlci.report.text import clean
 def _parser() -> _common.ArgumentParser:
     p = _common.parser(
         "calibrate",
-        "Run the memorization test on many seeds, propose each budget's max_loss, max_epochs "
+        "Run the memorization test on many seeds, propose each budget's max_relative_loss, "
+        "max_epochs "
         "and time cap so that a healthy run fails at most --false-failure-rate of the time, "
         "and show what the proposal still catches (sabotaged variants of the same target).",
     )
@@ -97,9 +98,10 @@ def _print(report: dict[str, Any], stream: Any) -> int:
             )
             continue
         print(
-            f"calibrate {clean(head)}: max_loss {row['max_loss']:g}, max_epochs "
+            f"calibrate {clean(head)}: max_relative_loss {row['max_relative_loss']:g}, max_epochs "
             f"{row['max_epochs']}, time cap {row['time_cap_minutes']:g} min (current "
-            f"{now['max_loss']:g}, {now['max_epochs']}, {now['time_cap_minutes']:g}); healthy "
+            f"{now['max_relative_loss']:g}, {now['max_epochs']}, {now['time_cap_minutes']:g}); "
+            "healthy "
             f"failures {_rate(row['estimated_rate'])}, bound {_rate(row['upper_bound'])} at "
             f"{report['confidence']:.0%}; catches a {row['detectable_slowdown']:.2f}x slowdown",
             file=stream,

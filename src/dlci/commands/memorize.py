@@ -102,6 +102,8 @@ def _print_verdict(outcome: MemorizeOutcome) -> None:
     stream = sys.stderr if outcome.json_path == "-" else sys.stdout
     mark = "PASS" if report["verdict"] == "pass" else "FAIL"
     print(f"memorization {mark}: {clean(report['reason'])}", file=stream)
+    if mark == "FAIL" and report.get("next_step"):
+        print(f"  next: {clean(report['next_step'])}", file=stream)
     where = (
         "report on standard output" if outcome.json_path == "-" else f"report {outcome.json_path}"
     )

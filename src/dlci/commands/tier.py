@@ -49,7 +49,9 @@ def main(argv: Sequence[str]) -> int:
             "budget": tier.budget,
             "hardware-class": tier.hardware_class,
             "max-epochs": tier.max_epochs,
-            "max-loss": tier.max_loss,
+            "max-loss": "" if tier.max_loss is None else tier.max_loss,
+            "max-relative-loss": "" if tier.max_relative_loss is None else tier.max_relative_loss,
+            "criterion": tier.criterion,
             "time-cap-minutes": tier.time_cap_minutes,
             "profile-steps": tier.profile_steps,
             "nproc": tier.nproc,
@@ -105,7 +107,7 @@ def _print(tier: Tier) -> None:
     table.add_column("field", style="bold")
     table.add_column("value")
     table.add_row("max epochs", str(tier.max_epochs))
-    table.add_row("loss threshold", f"< {tier.max_loss:g}")
+    table.add_row("loss threshold", tier.criterion)
     table.add_row("time cap", f"{tier.time_cap_minutes:g} min")
     table.add_row("profile steps", str(tier.profile_steps))
     table.add_row("processes", str(tier.nproc))

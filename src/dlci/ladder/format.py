@@ -49,9 +49,22 @@ TIER_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec(
         "max_loss",
         "number",
-        "The training loss the memorization test must get below to pass.",
-        "use a positive loss such as 1.0 (PR) or 0.05 (nightly)",
+        "An absolute training loss the memorization test must get below to pass (optional "
+        "from version 2; a row states max_loss, max_relative_loss or both).",
+        "use a positive loss such as 1.0, or state max_relative_loss instead",
+        required=False,
         exclusive_minimum=0,
+    ),
+    FieldSpec(
+        "max_relative_loss",
+        "number",
+        "The share of its starting loss (measured on the batch before the first update, above "
+        "the loss's floor) the loss must fall to; version 2. At most 0.5: every pass needs the "
+        "loss to have at least halved.",
+        "use a share such as 0.1 (PR) or 0.01 (nightly)",
+        required=False,
+        exclusive_minimum=0,
+        maximum=0.5,
     ),
     FieldSpec(
         "time_cap_minutes",
@@ -120,8 +133,12 @@ CLASS_FIELDS: tuple[FieldSpec, ...] = (
     ),
 )
 
+SUPPORTED_VERSIONS = (1, 2)  # 1: max_loss only; 2: max_relative_loss too (docs/budget-ladder.md)
+CURRENT_VERSION = 2
+THRESHOLD_KEYS = ("max_loss", "max_relative_loss")
+
 TOP_KEYS: dict[str, str] = {
-    "version": "The ladder format version; this dl-ci reads version 1.",
+    "version": "The ladder format version; this dl-ci reads versions 1 and 2.",
     "revision": "Free text naming this set of numbers, shown in every report.",
     "extends": "'default' (dl-ci's own ladder) or a path, relative to this file, to extend.",
     "classes": "Hardware classes by name.",
@@ -303,16 +320,18 @@ def json_schema(*, complete: bool = True) -> dict[str, Any]:
     ``complete=False`` gives the schema of a file that ``extends`` another: every key of a
     tier or class may then be left out, since the extended file supplies it.
 
-    >>> json_schema()["properties"]["version"]["const"]
-    1
+    >>> json_schema()["properties"]["version"]["enum"]
+    [1, 2]
     """
     name = {"type": "string", "pattern": NAME_PATTERN}
     tier = _object(TIER_FIELDS, "tier")
     cls = _object(CLASS_FIELDS, "hardware class")
-    if not complete:
+    if complete:  # a complete row states at least one threshold
+        tier["anyOf"] = [{"required": [key]} for key in THRESHOLD_KEYS]
+    else:
         tier["required"] = cls["required"] = []
     top: dict[str, dict[str, Any]] = {key: {"description": text} for key, text in TOP_KEYS.items()}
-    top["version"].update({"const": 1})
+    top["version"].update({"enum": list(SUPPORTED_VERSIONS)})
     top["revision"].update({"type": ["string", "number"]})
     top["extends"].update({"type": "string", "minLength": 1})
     top["classes"].update(
@@ -334,7 +353,7 @@ def json_schema(*, complete: bool = True) -> dict[str, Any]:
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,
-        "title": "dl-ci budget ladder, version 1",
+        "title": "dl-ci budget ladder, versions 1 and 2",
         "description": "Per budget and hardware class, what the memorization test may spend. "
         f"See {FORMAT_DOC}.",
         "type": "object",

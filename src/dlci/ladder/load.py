@@ -20,8 +20,11 @@ from dlci.ladder import format as fmt
 from dlci.ladder import patterns
 from dlci.ladder.format import (
     CLASS_FIELDS,
+    CURRENT_VERSION,
     FORMAT_DOC,
     REQUIRED_BUDGETS,
+    SUPPORTED_VERSIONS,
+    THRESHOLD_KEYS,
     TIER_FIELDS,
     TOP_KEYS,
     FieldSpec,
@@ -46,7 +49,6 @@ __all__ = [
     "select_tier",
 ]
 
-SUPPORTED_VERSION = 1
 DEFAULT_LADDER = "default"
 DEFAULT_DISPLAY = "default:budgets/ladder.yaml"  # how messages name the shipped ladder
 
@@ -74,7 +76,7 @@ def load_ladder(path: str | os.PathLike[str] | None = None) -> Ladder:
 
     >>> ladder = load_ladder()
     >>> ladder.version, sorted(ladder.budgets)
-    (1, ['merge', 'nightly', 'pr'])
+    (2, ['merge', 'nightly', 'pr'])
     """
     if path is None or str(path) == DEFAULT_LADDER:
         source = _read_chain(default_ladder_path(), DEFAULT_DISPLAY, ())
@@ -110,20 +112,24 @@ def check_version(source: YamlSource) -> YamlSource:
         )
     if "version" not in data:
         raise source.error(
-            (), "version: required key is missing", hint="start the file with 'version: 1'"
+            (),
+            "version: required key is missing",
+            hint=f"start the file with 'version: {CURRENT_VERSION}'",
         )
     version = data["version"]
     if isinstance(version, bool) or not isinstance(version, int):
         raise source.error(
             ("version",),
             f"expected an integer, got {fmt.show(version)} ({fmt.kind(version)})",
-            hint="write 'version: 1'",
+            hint=f"write 'version: {CURRENT_VERSION}'",
         )
-    if version != SUPPORTED_VERSION:
+    if version not in SUPPORTED_VERSIONS:
+        readable = " and ".join(str(v) for v in SUPPORTED_VERSIONS)
         raise source.error(
             ("version",),
-            f"unsupported ladder version {version}; this dl-ci reads version {SUPPORTED_VERSION}",
-            hint=f"upgrade dl-ci, or write the file in the version 1 format ({FORMAT_DOC})",
+            f"unsupported ladder version {version}; this dl-ci reads versions {readable}",
+            hint=f"upgrade dl-ci, or write the file in the version {CURRENT_VERSION} format "
+            f"({FORMAT_DOC})",
         )
     return source
 
@@ -154,10 +160,39 @@ def extend(source: YamlSource, read_parent: Callable[[str], YamlSource]) -> Yaml
             parent = _read_chain(default_ladder_path(), DEFAULT_DISPLAY, ())
         else:
             parent = read_parent(parent_ref)
-    merged = _merge(parent.data, {k: v for k, v in data.items() if k != "extends"})
+    overlay = {k: v for k, v in data.items() if k != "extends"}
+    merged = _merge(parent.data, overlay)
+    notes = parent.notes
+    if data.get("version") == 1 and parent.data.get("version", 1) >= 2:
+        merged["version"] = parent.data["version"]
+        notes = (*notes, *_keep_absolute(merged, overlay, source.file, parent.file))
     lines = {**parent.lines, **source.lines}
     files = (*parent.files, source.file)
-    return YamlSource(data=merged, file=source.file, lines=lines, files=files)
+    return YamlSource(data=merged, file=source.file, lines=lines, files=files, notes=notes)
+
+
+def _keep_absolute(merged: Any, overlay: Any, file: str, parent: str) -> list[str]:
+    """A version 1 file over a version 2 one: its rows keep their meaning, absolute only.
+
+    A row the older file states with ``max_loss`` drops the ``max_relative_loss`` it would
+    inherit (version 1 had none); the rows it does not state are the newer file's, relative.
+    """
+    kept = []
+    budgets = overlay.get("budgets") if isinstance(overlay, dict) else None
+    for budget, rows in (budgets or {}).items():
+        for cls, row in (rows or {}).items() if isinstance(rows, dict) else ():
+            target = merged.get("budgets", {}).get(budget, {}).get(cls)
+            stated = isinstance(row, dict) and "max_loss" in row and isinstance(target, dict)
+            if stated and target.pop("max_relative_loss", None) is not None:
+                kept.append(f"budgets.{budget}.{cls}")
+    note = (
+        f"{file} is a version 1 ladder over {parent}, which is version {CURRENT_VERSION}: "
+        "rows it does not state now mean the loss falls to a share of its start "
+        "(max_relative_loss)"
+    )
+    if kept:
+        note += f"; its own rows keep their absolute max_loss ({', '.join(kept)})"
+    return [note + f"; every pass also needs the loss to halve from its start ({FORMAT_DOC})"]
 
 
 def _merge(base: Any, overlay: Any) -> Any:
@@ -189,6 +224,7 @@ def build_ladder(source: YamlSource, name: str) -> Ladder:
         classes=classes,
         budgets=budgets,
         lines=dict(source.lines),
+        notes=source.notes,
     )
 
 
@@ -258,9 +294,9 @@ def _build_budgets(
             if row is None:  # explicitly: this budget does not run on this class
                 rows[cls] = None
                 continue
-            rows[cls] = TierRow(
-                **_fields(source, path, fmt.mapping(source, path, row), TIER_FIELDS)
-            )
+            values = _fields(source, path, fmt.mapping(source, path, row), TIER_FIELDS)
+            _check_thresholds(source, path, values, version=data_version(source))
+            rows[cls] = TierRow(**values)
         owners = _row_classes(rows, classes)
         for cls in [cls for cls in classes if owners[cls] is None][:1]:
             raise source.error(
@@ -271,6 +307,32 @@ def _build_budgets(
             )
         budgets[budget] = rows
     return budgets
+
+
+def data_version(source: YamlSource) -> int:
+    version = source.data.get("version", 1) if isinstance(source.data, dict) else 1
+    return version if isinstance(version, int) else 1
+
+
+def _check_thresholds(
+    source: YamlSource, path: KeyPath, values: dict[str, Any], *, version: int
+) -> None:
+    """A row states a threshold; version 1 knows only the absolute one."""
+    if version < 2 and values["max_relative_loss"] is not None:
+        raise source.error(
+            (*path, "max_relative_loss"),
+            "max_relative_loss needs ladder version 2",
+            hint=f"write 'version: {CURRENT_VERSION}' at the top of the file",
+        )
+    if all(values[key] is None for key in THRESHOLD_KEYS):
+        hint = (
+            "max_loss: use a positive loss such as 1.0"
+            if version < 2
+            else "max_relative_loss: 0.1 (the loss falls to a tenth of its start), "
+            "max_loss: 1.0, or both"
+        )
+        missing = "'max_loss'" if version < 2 else "'max_loss' or 'max_relative_loss'"
+        raise source.error(path, f"missing required key {missing}", hint=hint)
 
 
 def _row_classes(
@@ -393,5 +455,5 @@ def select_tier(
         ladder_revision=ladder.revision,
         row=f"budgets.{budget}.{row_class}",
         reasons=tuple(notes),
-        warnings=warnings,
+        warnings=(*warnings, *ladder.notes),
     )

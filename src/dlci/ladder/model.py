@@ -9,6 +9,7 @@ from typing import Any
 
 from dlci.errors import DlciError
 from dlci.ladder import patterns
+from dlci.ladder.goal import Goal
 from dlci.ladder.yamlsource import KeyPath
 
 CPU_CLASS = "cpu"
@@ -26,11 +27,12 @@ class HardwareClass:
 @dataclass(frozen=True)
 class TierRow:
     max_epochs: int
-    max_loss: float
+    max_loss: float | None  # absolute; None: not stated (the row is relative)
     time_cap_minutes: float
     profile_steps: int
     nproc: int
     batch_size: int = 16
+    max_relative_loss: float | None = None  # share of the starting loss (memorization/goal.py)
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class Ladder:
     lines: Mapping[KeyPath, tuple[str, int]] = field(
         default_factory=dict, compare=False, repr=False
     )
+    notes: tuple[str, ...] = ()  # what reading an older format over a newer one changed
 
     def where(self, *path: str) -> tuple[str | None, int | None]:
         """The file and line that defined ``path``, for messages about a selected row."""
@@ -88,7 +91,7 @@ class Tier:
     budget: str
     hardware_class: str
     max_epochs: int
-    max_loss: float
+    max_loss: float | None
     time_cap_minutes: float
     profile_steps: int
     nproc: int
@@ -99,6 +102,24 @@ class Tier:
     row: str  # the key path of the row used, e.g. budgets.pr.t4
     reasons: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    max_relative_loss: float | None = None
+
+    @property
+    def criterion(self) -> str:
+        """What memorised means at this tier, in words (memorization/goal.py).
+
+        >>> from dlci.ladder.load import load_ladder, select_tier
+        >>> select_tier(load_ladder(), budget="pr", hardware_class="cpu").criterion
+        'loss at or below 25% of its start'
+        """
+        return Goal(self.max_loss, self.max_relative_loss).describe()
+
+    @property
+    def threshold_form(self) -> str:
+        """``relative``, ``absolute`` or ``both``: which thresholds the row states."""
+        if self.max_loss is None:
+            return "relative"
+        return "absolute" if self.max_relative_loss is None else "both"
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form of ``dlci tier --json``."""

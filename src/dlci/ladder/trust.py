@@ -149,22 +149,26 @@ def ceiling_limits(tier: Tier, default: Ladder | None = None) -> dict[str, tuple
     """The most an unverified ladder may give ``tier``: each value's limit and its origin.
 
     Resources (epochs, time, profiled steps, processes, batch) are capped at the default
-    ladder's nightly row for the class; ``max_loss`` at the default's row for the tier's own
-    budget (a looser loss makes the gate easier). A class the default lacks gets the strictest
+    ladder's nightly row for the class; ``max_loss`` and ``max_relative_loss`` (where the
+    default states them) at the default's row for the tier's own budget (a looser loss
+    makes the gate easier). A class the default lacks gets the strictest
     value of any default row (of that budget, for the loss; of any budget when the default
     lacks the budget too): it cannot borrow a bigger class's limits.
     """
     default = default or load_ladder()
     cls = tier.hardware_class
     nightly = default.budgets[CEILING_BUDGET]
-    limits = {
-        name: _limit(name, nightly.get(cls), CEILING_BUDGET, cls, [nightly]) for name in CAPPED
-    }
     same = default.budgets.get(tier.budget)
     loss_row = same.get(cls) if same else None
     budgets = [same] if same else list(default.budgets.values())
-    limits["max_loss"] = _limit("max_loss", loss_row, tier.budget, cls, budgets)
-    return limits
+    found = {
+        name: _limit(name, nightly.get(cls), CEILING_BUDGET, cls, [nightly]) for name in CAPPED
+    }
+    # the thresholds: only what the default states is capped (a looser loss makes the gate
+    # easier; a relative threshold the unverified ladder leaves out is the default's)
+    for name in ("max_loss", "max_relative_loss"):
+        found[name] = _limit(name, loss_row, tier.budget, cls, budgets)
+    return {name: limit for name, limit in found.items() if limit is not None}
 
 
 def _limit(
@@ -173,12 +177,15 @@ def _limit(
     budget: str,
     cls: str,
     budgets: list[Rows],
-) -> tuple[float, str]:
+) -> tuple[float, str] | None:
+    """The default's value of ``name`` for the row (None where the default states none)."""
     if row is not None:
-        return float(getattr(row, name)), f"default {budget}, {cls}"
+        value = getattr(row, name)
+        return None if value is None else (float(value), f"default {budget}, {cls}")
     rows = [r for table in budgets for r in table.values() if r is not None]
+    values = [getattr(r, name) for r in rows if getattr(r, name) is not None]
     origin = f"the strictest default row: the default ladder has no {budget} row for {cls}"
-    return float(min(getattr(r, name) for r in rows)), origin
+    return (float(min(values)), origin) if values else None
 
 
 def cap_tier(tier: Tier, limits: Mapping[str, tuple[float, str]], notes: list[str]) -> Tier:
@@ -186,6 +193,10 @@ def cap_tier(tier: Tier, limits: Mapping[str, tuple[float, str]], notes: list[st
     changes: dict[str, Any] = {}
     for name, (limit, origin) in limits.items():
         value = getattr(tier, name)
+        if value is None:  # a threshold the unverified ladder left out: the default's holds
+            changes[name] = limit
+            notes.append(f"{name} {limit:g} added from the ceiling ({origin})")
+            continue
         if value > limit:
             lowered = int(limit) if isinstance(value, int) else limit
             changes[name] = lowered

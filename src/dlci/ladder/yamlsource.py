@@ -58,6 +58,7 @@ class YamlSource:
     file: str
     lines: dict[KeyPath, tuple[str, int]] = field(default_factory=dict)
     files: tuple[str, ...] = ()  # every file behind ``data``, extended ones first
+    notes: tuple[str, ...] = ()  # what merging an older format over a newer one changed
 
     def __post_init__(self) -> None:
         if not self.files:

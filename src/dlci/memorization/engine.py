@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlci.errors import DlciError
+from dlci.ladder.goal import Goal
 from dlci.memorization.batching import shard, take_batch, to_device
 from dlci.memorization.guard import user_code
 from dlci.memorization.stepping import (
@@ -47,9 +48,10 @@ OTHER_RANKS_LAG_S = 10.0  # rank 0 reports a stuck run; the others end after it
 @dataclass(frozen=True)
 class MemorizeConfig:
     max_epochs: int
-    max_loss: float
+    max_loss: float | None  # absolute; None: the row states only a relative threshold
     time_cap_s: float
     batch_size: int = 16
+    max_relative_loss: float | None = None  # share of the starting loss (goal.py)
     seed: int = 0
     early_stop: bool = True
     device: str | None = None  # None: the local GPU when there is one, else the CPU
@@ -61,6 +63,7 @@ class MemorizeConfig:
             "max_loss": tier.max_loss,
             "time_cap_s": tier.time_cap_minutes * 60,
             "batch_size": tier.batch_size,
+            "max_relative_loss": getattr(tier, "max_relative_loss", None),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -150,6 +153,7 @@ class _Prepared:
     device: Any
     examples: int
     stepper: Stepper
+    goal: Goal
     changes: list[str]
     hparams: dict[str, Any]
     setup_s: float
@@ -162,6 +166,7 @@ class _Trained:
     best_step: int
     stopped_by: str
     wall_s: float
+    unjudged: str | None = None  # why the loss could not be judged against its start
 
 
 @dataclass
@@ -222,6 +227,8 @@ def memorize(
         examples=prepared.examples,
         changes=prepared.changes,
         hparams=prepared.hparams,
+        goal=prepared.goal,
+        unjudged=trained.unjudged,
     )
 
 
@@ -287,6 +294,7 @@ def _prepare(target: Target, config: MemorizeConfig, dist: Distributed) -> _Prep
         device=device,
         examples=examples,
         stepper=Stepper(target, model, optimizer, batch),
+        goal=Goal(config.max_loss, config.max_relative_loss, target.loss_floor),
         changes=changes,
         hparams=hparams,
         setup_s=time.perf_counter() - setup_start,
@@ -300,10 +308,16 @@ def _train(
     on_step: StepCallback | None,
     live: _Live,
 ) -> _Trained:
-    """The training loop: one step per epoch until the threshold, the epochs or the time cap."""
+    """The training loop: one step per epoch until memorised, the epochs or the time cap.
+
+    Step 1's loss is computed on the batch before the first update: the start every later
+    loss is measured against (goal.py). A loss that cannot be judged against it (below 0 with
+    no declared floor) stops the run at once: training on could not change the verdict.
+    """
     losses = live.losses
     best, best_step = math.inf, 0
-    stopped_by = "epochs"
+    stopped_by, unjudged = "epochs", None
+    goal = prepared.goal
     start = time.perf_counter()
     for step in range(1, config.max_epochs + 1):
         live.step = step
@@ -319,13 +333,17 @@ def _train(
             best, best_step = value, step
         if on_step is not None:
             on_step(step, value, best)
-        if config.early_stop and value < config.max_loss:
+        unjudged = goal.unjudged(losses[0], value)
+        if unjudged is not None:
+            stopped_by = "unjudged"
+            break
+        if config.early_stop and goal.met(losses[0], value, step):
             stopped_by = "threshold"
             break
         if timed_out:
             stopped_by = "time"
             break
-    return _Trained(losses, best, best_step, stopped_by, time.perf_counter() - start)
+    return _Trained(losses, best, best_step, stopped_by, time.perf_counter() - start, unjudged)
 
 
 def _all_reduce(value: float, timed_out: bool, device: Any, world: int) -> tuple[float, bool]:

@@ -8,6 +8,7 @@ it, turning every way it can go wrong into one ``DlciError`` that says what to f
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import re
 import sys
@@ -40,6 +41,9 @@ class Target:
     num_classes: int | None = None
     train_step: Callable[[Any, Any, Any], Any] | None = None
     eval_step: Callable[[Any, Any], Any] | None = None
+    # the lowest value the loss can take, where it is not 0: a Gaussian NLL or a
+    # log-likelihood goes below 0, and "fell to nearly nothing from its start" needs the floor
+    loss_floor: float | None = None
 
     def __post_init__(self) -> None:
         import torch
@@ -68,6 +72,13 @@ class Target:
             or self.num_classes < 2
         ):
             problems.append(f"num_classes must be an integer >= 2, got {self.num_classes!r}")
+        floor: object = self.loss_floor
+        if floor is not None and (
+            isinstance(floor, bool)
+            or not isinstance(floor, int | float)
+            or not math.isfinite(floor)
+        ):
+            problems.append(f"loss_floor must be a finite number, got {floor!r}")
         if not hasattr(self.train_loader, "__iter__"):
             problems.append(
                 f"train_loader must be iterable, got {type(self.train_loader).__name__}"

@@ -46,4 +46,6 @@ def _message(result: MemorizeResult, tier: Any) -> str:
         "loss is computed on the model's output, and that gradients reach every layer "
         "(dlci doctor runs those checks).",
     ]
+    if result.next_step:
+        lines.append(f"next: {result.next_step}")
     return "\n".join(lines)

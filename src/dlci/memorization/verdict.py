@@ -11,6 +11,23 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from dlci.ladder.goal import FLOOR_HINT, Goal, percent
+
+# what a failed gate's user does next: the doctor, and the checks that usually explain it
+DOCTOR = "run dlci doctor --target {target}"
+TARGET_SLOT = "<your target>"  # replaced by the run's own target where it is known
+NEXT_CHECKS = {
+    "flat": "optimizer-coverage, grad-flow, update-ratio and lr-range usually explain a loss "
+    "that does not fall (parameters the optimizer never sees, gradients that never reach them, "
+    "a learning rate orders of magnitude off)",
+    "slow": "lr-range, update-ratio and initial-loss usually explain a loss that falls too "
+    "slowly (a learning rate off, updates too small, outputs or loss not what you think)",
+    "nonfinite": "initial-loss, loss-broadcast and lr-range usually explain a loss that becomes "
+    "NaN or infinite (a loss on the wrong tensors, a learning rate far too high)",
+    "unjudged": "the doctor cannot help here: " + FLOOR_HINT,
+    "stuck": "a step outlived the time cap: the place it was stuck at says where to look",
+}
+
 
 @dataclass
 class MemorizeResult:
@@ -29,6 +46,11 @@ class MemorizeResult:
     batch_examples: int
     changes: list[str] = field(default_factory=list)
     hparams: dict[str, Any] = field(default_factory=dict)
+    start_loss: float | None = None  # step 1: on the batch, before the first update
+    relative_loss: float | None = None  # the best later loss as a share of the start (goal.py)
+    criterion: str = ""  # what memorised meant for this run, in words
+    loss_floor: float | None = None  # the Target's declared floor (None: 0)
+    next_step: str = ""  # a failed run: the command to run next and the checks to read
     stuck_at: str | None = None  # watchdog: file:line in function of the stuck thread
     stack: list[str] = field(default_factory=list)  # watchdog: that thread's Python stack
 
@@ -39,7 +61,7 @@ class MemorizeResult:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["losses"] = [_json_float(v) for v in self.losses]
-        for key in ("best_loss", "final_loss"):
+        for key in ("best_loss", "final_loss", "start_loss", "relative_loss"):
             data[key] = _json_float(data[key])
         return data
 
@@ -84,33 +106,53 @@ def judge(
     examples: int,
     changes: list[str],
     hparams: dict[str, Any],
+    goal: Goal | None = None,
+    unjudged: str | None = None,
 ) -> MemorizeResult:
+    goal = goal or Goal(config.max_loss, getattr(config, "max_relative_loss", None))
     steps = len(losses)
     final = losses[-1] if losses else None
-    threshold = f"{config.max_loss:g}"
+    start = losses[0] if losses else None
     wall, setup = round(wall, 4), round(setup, 4)  # the reason says what the report keeps
-    best_text = f"best {best:.4g} at step {best_step}" if best is not None else "no finite loss"
-    reached = best is not None and best < config.max_loss
+    later = _best_later(losses)  # the best loss after the first update, and its step
+    rel = goal.relative(start, later[0]) if start is not None and later else None
+    met = [i + 1 for i, v in enumerate(losses) if start is not None and goal.met(start, v, i + 1)]
     timing = training_time(wall, setup)
-    if stopped_by == "threshold":
-        verdict, reason = "pass", f"loss {final:.4g} < {threshold} at step {steps} {timing}"
-    elif stopped_by == "nonfinite":
-        verdict = "fail"
-        reason = f"the loss is {final} at step {steps} ({best_text}); stopped at once"
-    elif reached:  # early stop switched off: the same criterion, judged after all epochs
-        verdict, reason = "pass", f"loss reached {threshold}: {best_text} of {steps} {timing}"
-    elif stopped_by == "time":
-        verdict = "fail"
+    fell = _fall(start, later, rel)
+    kind = ""
+    if stopped_by == "threshold" and final is not None:
+        verdict = "pass"
+        share = f", {percent(rel)} of its start" if rel is not None else ""
         reason = (
-            f"time cap of {config.time_cap_s / 60:g} min reached at step {steps} of "
-            f"{config.max_epochs}: {best_text}, threshold {threshold}"
+            f"loss {start:.4g} -> {final:.4g} at step {steps}{share} "
+            f"(memorised means {goal.describe()}) {timing}"
         )
+    elif stopped_by == "nonfinite":
+        verdict, kind = "fail", "nonfinite"
+        reason = (
+            f"the loss is {final} at step {steps} ({_best_text(best, best_step)}); stopped at once"
+        )
+    elif stopped_by == "unjudged":
+        verdict, kind = "fail", "unjudged"
+        reason = f"cannot judge memorisation: {unjudged} (at step {steps})"
+    elif met:  # early stop switched off: the same criterion, judged after all epochs
+        verdict = "pass"
+        reason = f"{goal.describe()} reached at step {met[0]} of {steps}, {fell} {timing}"
     else:
         verdict = "fail"
-        reason = (
-            f"the loss did not reach {threshold} in {config.max_epochs} epochs: {best_text}, "
-            f"final {final:.4g}"
+        kind = "flat" if rel is None or rel > 0.9 else "slow"
+        head = (
+            "the loss did not fall from its start"
+            if kind == "flat"
+            else "the loss fell, but not far enough"
         )
+        where = (
+            f"time cap of {config.time_cap_s / 60:g} min reached at step {steps} of "
+            f"{config.max_epochs}"
+            if stopped_by == "time"
+            else f"in {config.max_epochs} epochs"
+        )
+        reason = f"{head}: {fell}, {where}; memorised means {goal.describe()}"
     return MemorizeResult(
         verdict=verdict,
         stopped_by=stopped_by,
@@ -127,7 +169,54 @@ def judge(
         batch_examples=examples,
         changes=changes,
         hparams=hparams,
+        start_loss=start,
+        relative_loss=rel,
+        criterion=goal.describe(),
+        loss_floor=goal.floor,
+        next_step=next_step(kind) if kind else "",
     )
+
+
+def next_step(kind: str, target: str = TARGET_SLOT) -> str:
+    """What to do after a failed run of this kind.
+
+    >>> next_step("flat", "pkg.train:make")[:45]
+    'run dlci doctor --target pkg.train:make; opti'
+    """
+    checks = NEXT_CHECKS.get(kind, NEXT_CHECKS["flat"])
+    if kind in ("unjudged", "stuck"):
+        return checks
+    return f"{DOCTOR.format(target=target)}; {checks}"
+
+
+def _best_later(losses: list[float]) -> tuple[float, int] | None:
+    """The lowest finite loss after step 1 and its step, or None.
+
+    >>> _best_later([2.0, 1.0, 0.5, 0.7]), _best_later([2.0])
+    ((0.5, 3), None)
+    """
+    later = [(v, i + 2) for i, v in enumerate(losses[1:]) if math.isfinite(v)]
+    return min(later) if later else None
+
+
+def _fall(start: float | None, later: tuple[float, int] | None, rel: float | None) -> str:
+    """How far the loss fell from its start, in words.
+
+    >>> _fall(0.7463, (0.7463, 12), 1.0)
+    'from 0.7463 at step 1 to at best 0.7463 at step 12 (100% of its start)'
+    >>> _fall(0.69, None, None)
+    'from 0.69 at step 1, with no step after it'
+    """
+    if start is None:
+        return "no finite loss"
+    if later is None:
+        return f"from {start:.4g} at step 1, with no step after it"
+    share = f" ({percent(rel)} of its start)" if rel is not None else ""
+    return f"from {start:.4g} at step 1 to at best {later[0]:.4g} at step {later[1]}{share}"
+
+
+def _best_text(best: float | None, best_step: int | None) -> str:
+    return f"best {best:.4g} at step {best_step}" if best is not None else "no finite loss"
 
 
 def partial(*, stopped_by: str, reason: str, losses: list[float], **known: Any) -> MemorizeResult:

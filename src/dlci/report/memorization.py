@@ -52,11 +52,14 @@ def run_config(*, tier: dict[str, Any], seed: int, target: str, result: Any) -> 
                 "hardware_class",
                 "max_epochs",
                 "max_loss",
+                "max_relative_loss",
                 "time_cap_minutes",
                 "batch_size",
                 "nproc",
+                "ladder_version",
                 "ladder_revision",
             )
+            if k in tier
         },
         "hardware": {"device": result.device, "world_size": result.world_size},
         "versions": library_versions(),
@@ -82,12 +85,27 @@ def build_report(
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "verdict": result.verdict,
         "reason": result.reason,
-        "threshold": tier["max_loss"],
+        "threshold": tier.get("max_loss"),  # absolute; None when the row is relative only
+        "relative_threshold": tier.get("max_relative_loss"),
+        "threshold_form": _form(tier),
         "config": config,
         "tier": tier,
         "tracking": tracking,
         **{k: v for k, v in result.to_dict().items() if k not in ("hparams", "changes")},
     }
+
+
+def _form(tier: dict[str, Any]) -> str:
+    """Which thresholds the tier states: relative, absolute or both."""
+    relative = tier.get("max_relative_loss") is not None
+    if tier.get("max_loss") is None:
+        return "relative"
+    return "both" if relative else "absolute"
+
+
+def _legacy_criterion(report: dict[str, Any]) -> str:
+    """A report written before the criterion was recorded: its absolute threshold."""
+    return f"loss < {report.get('threshold')}"
 
 
 def render_markdown(report: dict[str, Any]) -> str:
@@ -99,8 +117,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         ["tier", f"{md(tier['budget'])} / {md(tier['hardware_class'])} ({md(tier['row'])})"],
         [
             "threshold",
-            f"loss < {report['threshold']:g} within {tier['max_epochs']} epochs, "
-            f"{tier['time_cap_minutes']:g} min",
+            f"{md(report.get('criterion') or _legacy_criterion(report))} within "
+            f"{md(tier['max_epochs'])} epochs, {md(tier['time_cap_minutes'])} min",
         ],
         ["best loss", f"{_fmt(report['best_loss'])} at step {report['best_step']}"],
         ["final loss", f"{_fmt(report['final_loss'])} after {report['steps']} steps"],
@@ -120,6 +138,31 @@ def _fmt(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, int | float) else str(value)
 
 
+def _threshold_lines(report: dict[str, Any]) -> list[tuple[float, str]]:
+    """The losses the curve must get below: the absolute threshold and the relative one.
+
+    >>> _threshold_lines({"threshold": None, "relative_threshold": 0.25, "start_loss": 2.0,
+    ...                   "tier": {}})
+    [(0.5, '25% of the start 2 (0.5)')]
+    """
+    lines: list[tuple[float, str]] = []
+    absolute = _number(report.get("threshold"))
+    if absolute is not None:
+        lines.append((absolute, f"threshold {absolute:g}"))
+    share, start = _number(report.get("relative_threshold")), _number(report.get("start_loss"))
+    floor = _number(report.get("loss_floor")) or 0.0
+    if share is not None and start is not None and start > floor:
+        value = floor + share * (start - floor)
+        lines.append((value, f"{share:.0%} of the start {start:.4g} ({value:.4g})"))
+    return lines
+
+
+def _number(value: Any) -> float | None:
+    """A finite number from a report, or None (a missing or hostile value draws no line)."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and value == value
+    return float(value) if ok and abs(value) != float("inf") else None
+
+
 def plot_curve(report: dict[str, Any], path: Path) -> Path:
     """The loss per step, the threshold, and the best point, as a PNG."""
     import matplotlib
@@ -132,12 +175,8 @@ def plot_curve(report: dict[str, Any], path: Path) -> Path:
     try:
         steps = list(range(1, len(losses) + 1))
         ax.plot(steps, losses, label="training loss", color="#1f77b4")
-        ax.axhline(
-            report["threshold"],
-            color="#d62728",
-            linestyle="--",
-            label=f"threshold {report['threshold']:g}",
-        )
+        for value, text in _threshold_lines(report):
+            ax.axhline(value, color="#d62728", linestyle="--", label=label(text))
         if report["best_step"]:
             ax.scatter(
                 [report["best_step"]],
