@@ -112,7 +112,10 @@ def test_finish_replaces_planted_reports_and_records_what_it_copied(tmp_path, mo
     assert not (art / "utilization.json").exists()
     digest = hashlib.sha256(b'{"verdict": "fail"}').hexdigest()
     assert record["reports"] == {"memorization.json": {"part": "memorize", "sha256": digest}}
-    assert record["tier"]["max_loss"] == 1.0 and record["exit_codes"] == {"tests": 0, "memorize": 1}
+    assert record["tier"]["max_relative_loss"] == 0.25 and record["exit_codes"] == {
+        "tests": 0,
+        "memorize": 1,
+    }
     run = json.loads((art / "run.json").read_text())
     status = {s["name"]: s["status"] for s in run["steps"]}
     assert status == {

@@ -22,8 +22,10 @@ def test_the_default_ladder_carries_the_fsdl_numbers() -> None:
     ladder = load_ladder()
     pr = select_tier(ladder, budget="pr", hardware_class="t4")
     nightly = select_tier(ladder, budget="nightly", hardware_class="a100")
-    assert (pr.max_epochs, pr.max_loss, pr.time_cap_minutes) == (100, 1.0, 5.0)
-    assert (nightly.max_epochs, nightly.max_loss, nightly.time_cap_minutes) == (1000, 0.05, 10.0)
+    # FSDL's epochs; its absolute thresholds (1.0 and 0.05 of a start of 4.4) as shares
+    assert (pr.max_epochs, pr.max_relative_loss, pr.time_cap_minutes) == (100, 0.25, 5.0)
+    assert (nightly.max_epochs, nightly.max_relative_loss) == (1000, 0.02)
+    assert nightly.time_cap_minutes == 10.0 and pr.max_loss is None is nightly.max_loss
     assert nightly.row == "budgets.nightly.a100"
 
 
@@ -78,7 +80,8 @@ def test_a_users_ladder_extends_the_default_and_overrides_one_value(write_ladder
     ladder = load_ladder(path)
     tier = select_tier(ladder, budget="pr", hardware_class="a100")
     assert (tier.max_loss, tier.max_epochs, tier.ladder_revision) == (0.5, 100, "team-2026")
-    assert select_tier(ladder, budget="pr", hardware_class="t4").max_loss == 1.0
+    assert select_tier(ladder, budget="pr", hardware_class="t4").max_relative_loss == 0.25
+    assert tier.max_relative_loss is None  # a version 1 row keeps its absolute meaning
 
 
 def test_a_users_ladder_adds_a_class_with_a_fallback(write_ladder) -> None:
@@ -99,7 +102,7 @@ def test_an_error_in_an_extending_file_names_that_file_and_line(write_ladder) ->
         load_ladder(path)
     assert str(info.value) == (
         f"{path}:5: budgets.pr.a100.max_loss: must be greater than 0, got 0\n"
-        "  hint: use a positive loss such as 1.0 (PR) or 0.05 (nightly)"
+        "  hint: use a positive loss such as 1.0, or state max_relative_loss instead"
     )
 
 

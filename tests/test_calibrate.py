@@ -100,16 +100,18 @@ def test_a_failing_seed_stops_the_calibration_which_then_resumes(tmp_path, monke
     assert max(pr["epochs_to_threshold"]) <= row["max_epochs"] <= 100
     assert row["upper_bound"] <= 0.01 and pr["current"]["row"] == "budgets.pr.cpu"
     assert [v["variant"] for v in report["power"]] == list(VARIANTS)
-    assert captured.out.startswith(f"calibrate pr/cpu: max_loss {row['max_loss']:g}, ")
+    assert captured.out.startswith(
+        f"calibrate pr/cpu: max_relative_loss {row['max_relative_loss']:g}, "
+    )
 
     ladder = out / "ladder.yaml"
     assert main(["tier", "--validate", str(ladder)]) == 0
     assert main(["tier", "--ladder", str(ladder), "--budget", "pr", "--hardware", "cpu",
                  "--json", str(tmp_path / "tier.json")]) == 0  # fmt: skip
     tier = json.loads((tmp_path / "tier.json").read_text())
-    assert (tier["max_epochs"], tier["max_loss"], tier["time_cap_minutes"]) == (
+    assert (tier["max_epochs"], tier["max_relative_loss"], tier["time_cap_minutes"]) == (
         row["max_epochs"],
-        row["max_loss"],
+        row["max_relative_loss"],
         row["time_cap_minutes"],
     )
     text = ladder.read_text()

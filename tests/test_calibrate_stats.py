@@ -97,7 +97,15 @@ def test_the_distribution_free_bound_holds_for_any_distribution(capsys) -> None:
     assert float(np.mean(true <= 0.0)) == 0.0  # the control: 0/N is no bound
 
 
-TIER = Tier("pr", "cpu", 100, 1.0, 3.0, 3, 1, 16, "default", 1, "test", "budgets.pr.cpu")
+TIER = Tier(
+    "pr", "cpu", 100, None, 3.0, 3, 1, 16, "default", 2, "test", "budgets.pr.cpu",
+    max_relative_loss=0.5,
+)  # fmt: skip
+
+
+def _relative(curves):
+    """Curves as shares of their first step, as calibrate judges them (ladder/goal.py)."""
+    return [[v / curve[0] for v in curve] for curve in curves]
 
 
 def _curves(rng, n: int, noise: float, steps: int = 120):
@@ -114,14 +122,19 @@ def test_the_proposal_keeps_its_rate_when_it_chooses_among_thresholds(capsys) ->
     draws, within, bounded, chosen = 60, 0, 0, set()
     for _ in range(draws):
         proposal = propose_budget(
-            _curves(rng, 16, 0.3).tolist(), TIER, rate=RATE, confidence=CONFIDENCE, step_s=0.01
+            _relative(_curves(rng, 16, 0.3).tolist()),
+            TIER,
+            rate=RATE,
+            confidence=CONFIDENCE,
+            step_s=0.01,
         )
         assert proposal.row is not None and proposal.bound is not None
-        fresh = _curves(rng, 5000, 0.3)[:, : proposal.row.max_epochs]
-        true = float(np.mean(fresh.min(axis=1) >= proposal.row.max_loss))
+        fresh = _curves(rng, 5000, 0.3)
+        fresh = (fresh / fresh[:, :1])[:, : proposal.row.max_epochs]
+        true = float(np.mean(fresh[:, 1:].min(axis=1) >= proposal.row.max_relative_loss))
         within += true <= RATE
         bounded += true <= proposal.bound.upper_rate
-        chosen.add(proposal.row.max_loss)
+        chosen.add(proposal.row.max_relative_loss)
     with capsys.disabled():
         print(
             f"\nnoisy curves, 16 seeds, {draws} draws: P(true <= {RATE}) = {within / draws:.3f}, "
@@ -135,23 +148,25 @@ def test_a_proposal_says_when_no_threshold_fits_the_budget() -> None:
     slow = [[2.0] * 105 + [0.5] * 30 for _ in range(8)]  # every seed needs 104 to 106 epochs
     for i, curve in enumerate(slow):
         curve[103 + i % 3] = 0.9
-    proposal = propose_budget(slow, TIER, rate=RATE, confidence=CONFIDENCE, step_s=0.01)
+    proposal = propose_budget(_relative(slow), TIER, rate=RATE, confidence=CONFIDENCE, step_s=0.01)
     assert proposal.row is not None and proposal.over_allowance
-    assert proposal.row.max_loss == 1.0 and proposal.row.max_epochs > 100
+    assert proposal.row.max_relative_loss == 0.5 and proposal.row.max_epochs > 100
+    assert proposal.row.max_loss is None
     assert "no threshold fits the 100 epochs" in proposal.notes[0]
     never = propose_budget([[2.0] * 50] * 4, TIER, rate=RATE, confidence=CONFIDENCE, step_s=0.01)
     assert never.row is None and "4 of 4 seeds never reached it" in never.notes[0]
 
 
-def test_a_threshold_the_first_step_already_meets_is_not_a_candidate() -> None:
+def test_a_loss_that_starts_below_an_absolute_threshold_is_judged_from_its_start() -> None:
+    """0.5 at the first step met FSDL's 1.0 and tested nothing; as shares of its start the
+    curve is judged: half of it is first reached at epoch 4 (0.2 of 0.5)."""
     low = [[0.5, 0.4, 0.3, 0.2] + [0.1] * 20 for _ in range(4)]
-    proposal = propose_budget(low, TIER, rate=RATE, confidence=CONFIDENCE, step_s=0.01)
+    proposal = propose_budget(_relative(low), TIER, rate=RATE, confidence=CONFIDENCE, step_s=0.01)
     first = proposal.candidates[0]
-    assert (first.max_loss, first.epochs, first.why) == (
-        1.0,
-        None,
-        "the first step already meets it: it tests nothing",
-    )
+    assert (first.threshold, first.reached, first.median, first.why) == (0.5, 4, 4, "")
+    # the control: a curve already at a candidate at its first step is still refused
+    flat = propose_budget([[0.1] * 24] * 4, TIER, rate=RATE, confidence=CONFIDENCE, step_s=0.01)
+    assert flat.candidates[0].why == "the first step already meets it: it tests nothing"
 
 
 def test_the_threshold_grid_and_the_time_cap() -> None:

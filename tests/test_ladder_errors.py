@@ -31,7 +31,7 @@ CASES = [
             t, "t4: {max_epochs: 100, max_loss: 1.0", "t4: {max_epochs: 100, max_loss: -1"
         ),
         "ladder.yaml:8: budgets.pr.t4.max_loss: must be greater than 0, got -1",
-        "use a positive loss such as 1.0 (PR) or 0.05 (nightly)",
+        "use a positive loss such as 1.0, or state max_relative_loss instead",
     ),
     (
         "zero epochs",
@@ -73,13 +73,14 @@ CASES = [
         "infinite loss",
         lambda t: edit(t, "max_loss: 1.0", "max_loss: .inf"),
         "ladder.yaml:7: budgets.pr.cpu.max_loss: must be a finite number, got inf",
-        "use a positive loss such as 1.0 (PR) or 0.05 (nightly)",
+        "use a positive loss such as 1.0, or state max_relative_loss instead",
     ),
     (
         "unknown key in a tier",
         lambda t: edit(t, "nproc: 1}", "nproc: 1, max_los: 2}"),
         "ladder.yaml:7: budgets.pr.cpu.max_los: unknown key",
-        "did you mean 'max_loss'? known keys: max_epochs, max_loss, time_cap_minutes, "
+        "did you mean 'max_loss'? known keys: max_epochs, max_loss, max_relative_loss, "
+        "time_cap_minutes, "
         "profile_steps, nproc, batch_size",
     ),
     (
@@ -92,7 +93,7 @@ CASES = [
         "missing tier key",
         lambda t: edit(t, "max_loss: 1.0, ", ""),
         "ladder.yaml:7: budgets.pr.cpu: missing required key 'max_loss'",
-        "max_loss: use a positive loss such as 1.0 (PR) or 0.05 (nightly)",
+        "max_loss: use a positive loss such as 1.0",
     ),
     (
         "budget missing a class with no fallback",
@@ -120,21 +121,21 @@ CASES = [
     ),
     (
         "unsupported version",
-        lambda t: edit(t, "version: 1", "version: 2"),
-        "ladder.yaml:1: version: unsupported ladder version 2; this dl-ci reads version 1",
-        "upgrade dl-ci, or write the file in the version 1 format (docs/budget-ladder.md)",
+        lambda t: edit(t, "version: 1", "version: 3"),
+        "ladder.yaml:1: version: unsupported ladder version 3; this dl-ci reads versions 1 and 2",
+        "upgrade dl-ci, or write the file in the version 2 format (docs/budget-ladder.md)",
     ),
     (
         "version as text",
         lambda t: edit(t, "version: 1", "version: one"),
         "ladder.yaml:1: version: expected an integer, got 'one' (a text)",
-        "write 'version: 1'",
+        "write 'version: 2'",
     ),
     (
         "no version",
         lambda t: edit(t, "version: 1\n", ""),
         "ladder.yaml:1: version: required key is missing",
-        "start the file with 'version: 1'",
+        "start the file with 'version: 2'",
     ),
     (
         "malformed YAML",

@@ -48,8 +48,9 @@ def test_it_passes_and_stops_as_soon_as_the_threshold_is_reached() -> None:
     assert result.steps < PR.max_epochs
     assert result.losses[-1] < 0.5 <= min(result.losses[:-1])
     assert result.reason.startswith(
-        f"loss {result.losses[-1]:.4g} < 0.5 at step {result.steps} in "
+        f"loss {result.losses[0]:.4g} -> {result.losses[-1]:.4g} at step {result.steps}, "
     )
+    assert "(memorised means loss < 0.5 and at or below 50% of its start) in " in result.reason
     assert result.reason.endswith(training_time(result.wall_time_s, result.setup_time_s))
     assert " of training (" in result.reason and " with the set-up of batch, model" in result.reason
 
@@ -92,10 +93,13 @@ def test_it_fails_when_the_loss_never_reaches_the_threshold() -> None:
         mlp_target(lr=0.0), MemorizeConfig(max_epochs=20, max_loss=0.5, time_cap_s=60)
     )
     assert (result.verdict, result.stopped_by, result.steps) == ("fail", "epochs", 20)
+    start = result.losses[0]
     assert result.reason == (
-        f"the loss did not reach 0.5 in 20 epochs: best {result.best_loss:.4g} at step "
-        f"{result.best_step}, final {result.final_loss:.4g}"
+        f"the loss did not fall from its start: from {start:.4g} at step 1 to at best "
+        f"{start:.4g} at step 2 (100% of its start), in 20 epochs; memorised means loss < 0.5 "
+        "and at or below 50% of its start"
     )
+    assert result.next_step.startswith("run dlci doctor --target <your target>; ")
 
 
 def test_a_nan_loss_fails_at_once_naming_the_step() -> None:
@@ -132,7 +136,7 @@ def test_the_time_cap_stops_a_slow_loop_with_the_best_loss() -> None:
     assert (result.verdict, result.stopped_by) == ("fail", "time")
     assert 1 <= result.steps < 20  # 50 ms a step against a 0.3 s cap, on a loaded machine too
     assert result.reason.startswith(
-        f"time cap of 0.005 min reached at step {result.steps} of 1000: best "
+        f"time cap of 0.005 min reached at step {result.steps} of 1000; the loss "
     )
 
 

@@ -81,9 +81,10 @@ def test_a_learning_rate_far_too_small_fails_with_the_best_loss(
     out = capsys.readouterr().out
     report = json.loads((tmp_path / "memorization.json").read_text())
     assert out.startswith(
-        f"memorization FAIL: the loss did not reach 1 in 100 epochs: best {report['best_loss']:.4g} "
-        f"at step {report['best_step']}, final "
+        f"memorization FAIL: the loss did not fall from its start: from {report['start_loss']:.4g} "
+        "at step 1 to at best "
     )
+    assert "\n  next: run dlci doctor --target digits_example.broken:" in out
     assert report["steps"] == 100
 
 
@@ -157,7 +158,7 @@ def test_the_ddp_path_fails_on_every_rank_alike(tmp_path) -> None:
     assert done.returncode == 1, done.stderr[-3000:]
     report = json.loads((tmp_path / "memorization.json").read_text())
     assert (report["verdict"], report["world_size"], report["steps"]) == ("fail", 2, 100)
-    assert done.stdout.startswith("memorization FAIL: the loss did not reach 1 in 100 epochs")
+    assert done.stdout.startswith("memorization FAIL: the loss did not fall from its start")
     assert "Traceback" not in done.stderr
 
 
@@ -216,7 +217,7 @@ def test_the_markdown_summary_is_made_from_the_report(in_example, tmp_path) -> N
     report = json.loads((tmp_path / "memorization.json").read_text())
     text = render_markdown(report)
     assert text.startswith("### ✅ Memorization test: pass\n\n" + md(report["reason"]) + "\n")
-    assert "&lt; 1 at step" in text  # the reason's "<" as Markdown text, not the start of a tag
+    assert " -&gt; " in text  # the reason's ">" as Markdown text, not the end of a tag
     assert "| target | `digits_example.target:make_target` |" in text
     assert "| tier | pr / cpu (budgets.pr.cpu) |" in text
     assert "| training time | " in text
@@ -270,8 +271,13 @@ def test_the_changes_are_printed_before_training_and_the_time_says_what_it_count
     ]
     assert progress and max(changes) < min(progress)  # before the first step, not after
     report = json.loads((tmp_path / "memorization.json").read_text())
-    assert captured.out.splitlines()[0] == (
-        f"memorization PASS: loss {report['final_loss']:.4g} < 1 at step {report['steps']} "
+    assert (
+        f"memorization PASS: loss {report['start_loss']:.4g} -> {report['final_loss']:.4g} at "
+        f"step {report['steps']}, {report['relative_loss'] * 100:.3g}% of its start "
+        in captured.out.splitlines()[0]
+    )
+    assert captured.out.splitlines()[0].endswith(
+        "(memorised means loss at or below 25% of its start) "
         + training_time(report["wall_time_s"], report["setup_time_s"])
     )
     assert "before training" not in captured.out  # said once, on stderr, before training
@@ -336,7 +342,7 @@ def test_seeds_pass_only_when_the_quorum_passes(tmp_path, monkeypatch, capsys) -
     assert folders == ["memorize-seed-0", "memorize-seed-1", "memorize-seed-2"]
     assert (code, report["verdict"], report["config"]["seed"]) == (1, "fail", 1)  # seed 1 shown
     assert report["reason"].startswith(
-        "2 of 3 seeds passed (quorum 3); seed 1 failed: the loss did not reach 1 in 100 epochs"
+        "2 of 3 seeds passed (quorum 3); seed 1 failed: the loss did not fall from its start"
     )
     seeds = report["seeds"]
     assert (seeds["count"], seeds["quorum"], seeds["passed"]) == (3, 3, 2)
@@ -345,7 +351,7 @@ def test_seeds_pass_only_when_the_quorum_passes(tmp_path, monkeypatch, capsys) -
     assert (code, report["verdict"]) == (0, "pass")
     assert report["reason"].startswith("2 of 3 seeds passed (quorum 2); seed 1 failed: ")
     err = capsys.readouterr().err
-    assert "memorize: seed 1: FAIL: the loss did not reach 1" in err
+    assert "memorize: seed 1: FAIL: the loss did not fall from its start" in err
 
 
 @pytest.mark.parametrize(

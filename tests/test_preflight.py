@@ -342,17 +342,23 @@ def test_a_ladder_new_in_the_pull_request_is_capped_in_every_value_and_class(
         "ladders/base.yaml" in report["ladder"]["notes"][0]
         or "ci/ladder.yaml" in (report["ladder"]["notes"][0])
     )
-    expected = (nightly.max_epochs, default.budgets["pr"]["cpu"].max_loss, nightly.time_cap_minutes)
-    assert _values(report) == expected
+    # the default states no absolute threshold since ladder version 2: the PR's 100 stays, and
+    # the default's relative one is added, so the looser loss buys nothing
+    assert _values(report) == (nightly.max_epochs, 100.0, nightly.time_cap_minutes)
+    assert report["tier"]["max_relative_loss"] == default.budgets["pr"]["cpu"].max_relative_loss
     note = f"max_epochs 100000 lowered to the ceiling {nightly.max_epochs} (default nightly, cpu)"
     assert note in report["ladder"]["notes"]
-    assert "max_loss 100 lowered to the ceiling 1 (default pr, cpu)" in report["ladder"]["notes"]
+    assert (
+        "max_relative_loss 0.25 added from the ceiling (default pr, cpu)"
+        in report["ladder"]["notes"]
+    )
     # a class only the pull request's ladder has gets the strictest default row
     tier = _preflight(tmp_path / "l40s", ladder="ci/ladder.yaml", hw="l40s")["tier"]
     rows = [r for r in default.budgets["nightly"].values() if r]
     for key in ("max_epochs", "time_cap_minutes", "profile_steps", "nproc", "batch_size"):
         assert tier[key] == min(getattr(r, key) for r in rows), key
-    assert tier["max_loss"] == min(r.max_loss for r in default.budgets["pr"].values() if r)
+    relative = [r.max_relative_loss for r in default.budgets["pr"].values() if r]
+    assert tier["max_relative_loss"] == min(v for v in relative if v is not None)
     # control: the same ladder on a push is taken as it is
     monkeypatch.setenv("GITHUB_EVENT_NAME", "push")
     pushed = _preflight(tmp_path / "push", ladder="ci/ladder.yaml", hw="l40s")["tier"]
@@ -380,10 +386,10 @@ def test_the_base_chain_follows_symlinks_and_stays_in_the_repository(
     _git(Path.cwd(), "commit", "-qm", "escape")
     with pytest.raises(Unverifiable, match="leaves the repository"):
         ladder_at_commit("ci/escape.yaml", _git(Path.cwd(), "rev-parse", "HEAD"))
-    Path("ci/bad.yaml").write_text("version: 2\n")
+    Path("ci/bad.yaml").write_text("version: 3\n")
     _git(Path.cwd(), "add", "-A")
     _git(Path.cwd(), "commit", "-qm", "bad")
-    with pytest.raises(Unverifiable, match=r"does not load: .*unsupported ladder version 2"):
+    with pytest.raises(Unverifiable, match=r"does not load: .*unsupported ladder version 3"):
         ladder_at_commit("ci/bad.yaml", _git(Path.cwd(), "rev-parse", "HEAD"))
     with pytest.raises(Unverifiable, match="not a file"):
         ladder_at_commit("ci", sha)

@@ -186,7 +186,7 @@ def test_the_time_cap_stops_memorization_and_keeps_the_partial_report(
     report = json.loads((out / "memorization.json").read_text())
     assert report["stopped_by"] == "time"
     assert report["reason"].startswith("time cap of 0.02 min reached at step")
-    assert ": best " in report["reason"] and "threshold 1e-09" in report["reason"]
+    assert " at step 1 to at best " in report["reason"] and "loss < 1e-09" in report["reason"]
     assert report["steps"] > 1 and len(report["losses"]) == report["steps"]
     assert (out / "memorization-curve.png").stat().st_size > 0
     (out / "preflight.json").write_text(record.read_text())

@@ -19,12 +19,15 @@ def test_tier_appends_its_fields_to_github_output(monkeypatch, tmp_path, capsys)
     assert main(["tier", "--hardware", "a100"]) == 0
     outputs = read_outputs(out)
     assert outputs["earlier"] == "kept"
-    assert {k: outputs[k] for k in ("budget", "hardware-class", "max-epochs", "max-loss")} == {
+    keys = ("budget", "hardware-class", "max-epochs", "max-loss", "max-relative-loss")
+    assert {k: outputs[k] for k in keys} == {
         "budget": "nightly",
         "hardware-class": "a100",
         "max-epochs": "1000",
-        "max-loss": "0.05",
+        "max-loss": "",
+        "max-relative-loss": "0.02",
     }
+    assert outputs["criterion"] == "loss at or below 2% of its start"
     assert (outputs["time-cap-minutes"], outputs["nproc"], outputs["batch-size"]) == (
         "10.0",
         "1",
@@ -45,14 +48,16 @@ def test_tier_json_goes_to_a_file(tmp_path, capsys) -> None:
         "budget": "merge",
         "hardware_class": "l4",
         "max_epochs": 300,
-        "max_loss": 0.3,
+        "max_loss": None,
+        "max_relative_loss": 0.07,
         "time_cap_minutes": 8.0,
         "profile_steps": 10,
         "nproc": 1,
         "batch_size": 16,
         "ladder": "default",
-        "ladder_version": 1,
-        "ladder_revision": "2026.11",
+        "ladder_version": 2,
+        "ladder_revision": "2026.12",
+        "criterion": "loss at or below 7% of its start",
         "row": "budgets.merge.l4",
         "reasons": ["budget merge: given", "hardware 'NVIDIA L4': matches class l4"],
         "warnings": [],
@@ -65,7 +70,11 @@ def test_tier_reads_its_defaults_from_the_environment(monkeypatch, capsys) -> No
     monkeypatch.setenv("DLCI_HARDWARE", "h100")
     assert main(["tier", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert (data["budget"], data["hardware_class"], data["max_loss"]) == ("nightly", "h100", 0.05)
+    assert (data["budget"], data["hardware_class"], data["max_relative_loss"]) == (
+        "nightly",
+        "h100",
+        0.02,
+    )
 
 
 def test_tier_auto_on_this_machine_selects_the_cpu_row(monkeypatch, capsys) -> None:
@@ -197,7 +206,7 @@ def test_tier_on_a_narrow_log_keeps_each_reason_whole_and_says_each_probe_once(
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert "tier pr / cpu" in lines[0]
-    assert any("default (version 1, revision 2026.11)" in line for line in lines)
+    assert any("default (version 2, revision 2026.12)" in line for line in lines)
     assert "  budget auto: not a GitHub event; pr is the default" in lines
     assert "  hardware auto: cpu, no GPU found" in lines
     for note in NO_GPU_PROBES:

@@ -59,7 +59,30 @@ def entry(folder: Path, environ: dict[str, str] | os._Environ[str]) -> dict[str,
         "epochs_to_threshold": steps if isinstance(steps, int) else None,
         "final_loss": loss if isinstance(loss, int | float) else None,
         "coverage_pct": side.coverage,
+        **_tier_fields(mem),
     }
+
+
+def _tier_fields(mem: dict[str, Any]) -> dict[str, Any]:
+    """The tier tonight's memorization was judged at (typed: a report is read, not trusted)."""
+    from dlci.report.history import ENTRY_FIELDS, TIER_FIELDS
+
+    raw = mem.get("tier")
+    tier: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    values = {
+        "budget": tier.get("budget"),
+        "ladder_revision": tier.get("ladder_revision"),
+        "threshold_form": mem.get("threshold_form") or ("absolute" if mem else None),
+        "threshold": mem.get("threshold"),
+        "relative_threshold": mem.get("relative_threshold"),
+        "max_epochs": tier.get("max_epochs"),
+    }
+    out: dict[str, Any] = {}
+    for key in TIER_FIELDS:
+        value = values[key]
+        ok = isinstance(value, ENTRY_FIELDS[key]) and not isinstance(value, bool)
+        out[key] = (value[:200] if isinstance(value, str) else value) if ok else None
+    return out
 
 
 def previous(

@@ -126,4 +126,5 @@ class Tier:
         data = asdict(self)
         data["reasons"] = list(self.reasons)
         data["warnings"] = list(self.warnings)
+        data["criterion"] = self.criterion  # in words, for reports that render it
         return {"schema_version": 1, **data}

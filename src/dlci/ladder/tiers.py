@@ -57,7 +57,7 @@ def tier_from_file(path: str) -> Tier:
     container uses exactly the tier the trusted host selected (ladder from the base branch,
     ceilings applied) instead of selecting again from the pull request's files.
     """
-    from dataclasses import fields
+    from dataclasses import MISSING, fields
 
     from dlci import jsonio
 
@@ -74,7 +74,8 @@ def tier_from_file(path: str) -> Tier:
             f"{path}: holds no tier", hint="give dlci tier --json output or preflight.json"
         )
     names = {f.name for f in fields(Tier)}
-    missing = sorted(n for n in names - set(data) if n not in ("reasons", "warnings"))
+    optional = {f.name for f in fields(Tier) if f.default is not MISSING}  # newer than the file
+    missing = sorted(n for n in names - set(data) if n not in optional)
     if missing:
         raise DlciError(f"{path}: the tier lacks {', '.join(missing)}")
     values = {k: v for k, v in data.items() if k in names}

@@ -23,8 +23,9 @@ from typing import Any
 
 from dlci.errors import DlciError
 from dlci.fsutil import read_input
-from dlci.ladder.load import build_ladder, check_version, extend, load_ladder
+from dlci.ladder.load import build_ladder, extend, load_ladder
 from dlci.ladder.model import Ladder, Tier, TierRow
+from dlci.ladder.versions import check_version
 from dlci.ladder.yamlsource import LADDER_LIMIT, YamlSource, parse_yaml
 
 GIT_TIMEOUT_S = 30.0

@@ -13,7 +13,6 @@ from typing import Any
 from dlci import jsonio
 from dlci.errors import DlciError
 from dlci.memorization.engine import Distributed, MemorizeResult
-from dlci.memorization.verdict import TARGET_SLOT
 from dlci.report.text import clean
 
 DISTRIBUTED_FLAG = "DLCI_MEMORIZE_WORKER"  # set in torchrun's workers, so they do not relaunch
@@ -154,12 +153,8 @@ class _Report:
         self.path = request.json or str(Path(request.out) / memorization.REPORT_NAME)
 
     def build(self, result: MemorizeResult, tracking: str = "") -> dict[str, Any]:
-        from dataclasses import replace
-
         from dlci.report import memorization
 
-        if result.next_step:  # the command to run next names this run's own target
-            result = replace(result, next_step=result.next_step.replace(TARGET_SLOT, self.spec))
         return memorization.build_report(
             result=result,
             tier=self.tier.to_dict(),

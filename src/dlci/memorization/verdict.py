@@ -117,42 +117,17 @@ def judge(
     later = _best_later(losses)  # the best loss after the first update, and its step
     rel = goal.relative(start, later[0]) if start is not None and later else None
     met = [i + 1 for i, v in enumerate(losses) if start is not None and goal.met(start, v, i + 1)]
-    timing = training_time(wall, setup)
-    fell = _fall(start, later, rel)
-    kind = ""
-    if stopped_by == "threshold" and final is not None:
-        verdict = "pass"
-        share = f", {percent(rel)} of its start" if rel is not None else ""
-        reason = (
-            f"loss {start:.4g} -> {final:.4g} at step {steps}{share} "
-            f"(memorised means {goal.describe()}) {timing}"
-        )
-    elif stopped_by == "nonfinite":
-        verdict, kind = "fail", "nonfinite"
-        reason = (
-            f"the loss is {final} at step {steps} ({_best_text(best, best_step)}); stopped at once"
-        )
-    elif stopped_by == "unjudged":
-        verdict, kind = "fail", "unjudged"
-        reason = f"cannot judge memorisation: {unjudged} (at step {steps})"
-    elif met:  # early stop switched off: the same criterion, judged after all epochs
-        verdict = "pass"
-        reason = f"{goal.describe()} reached at step {met[0]} of {steps}, {fell} {timing}"
-    else:
-        verdict = "fail"
-        kind = "flat" if rel is None or rel > 0.9 else "slow"
-        head = (
-            "the loss did not fall from its start"
-            if kind == "flat"
-            else "the loss fell, but not far enough"
-        )
-        where = (
-            f"time cap of {config.time_cap_s / 60:g} min reached at step {steps} of "
-            f"{config.max_epochs}"
-            if stopped_by == "time"
-            else f"in {config.max_epochs} epochs"
-        )
-        reason = f"{head}: {fell}, {where}; memorised means {goal.describe()}"
+    verdict, kind, reason = _decide(
+        config,
+        goal,
+        stopped_by=stopped_by,
+        losses=losses,
+        fell=_fall(start, later, rel),
+        rel=rel,
+        met=met,
+        timing=training_time(wall, setup),
+        detail=unjudged or _best_text(best, best_step),
+    )
     return MemorizeResult(
         verdict=verdict,
         stopped_by=stopped_by,
@@ -175,6 +150,53 @@ def judge(
         loss_floor=goal.floor,
         next_step=next_step(kind) if kind else "",
     )
+
+
+def _decide(
+    config: Any,
+    goal: Goal,
+    *,
+    stopped_by: str,
+    losses: list[float],
+    fell: str,
+    rel: float | None,
+    met: list[int],
+    timing: str,
+    detail: str,
+) -> tuple[str, str, str]:
+    """The verdict, the kind of failure (for the next step) and the reason in words."""
+    steps, final = len(losses), losses[-1] if losses else None
+    if stopped_by == "threshold" and final is not None:
+        share = f", {percent(rel)} of its start" if rel is not None else ""
+        return (
+            "pass",
+            "",
+            (
+                f"loss {losses[0]:.4g} -> {final:.4g} at step {steps}{share} "
+                f"(memorised means {goal.describe()}) {timing}"
+            ),
+        )
+    if stopped_by == "nonfinite":
+        return (
+            "fail",
+            "nonfinite",
+            f"the loss is {final} at step {steps} ({detail}); stopped at once",
+        )
+    if stopped_by == "unjudged":
+        return "fail", "unjudged", f"cannot judge memorisation: {detail} (at step {steps})"
+    if met:  # early stop switched off: the same criterion, judged after all epochs
+        return "pass", "", f"{goal.describe()} reached at step {met[0]} of {steps}, {fell} {timing}"
+    kind = "flat" if rel is None or rel > 0.9 else "slow"
+    head = (
+        "the loss did not fall from its start"
+        if kind == "flat"
+        else ("the loss fell, but not far enough")
+    )
+    criterion = f"memorised means {goal.describe()}"
+    if stopped_by == "time":
+        cap = f"time cap of {config.time_cap_s / 60:g} min reached at step {steps} of "
+        return "fail", kind, f"{cap}{config.max_epochs}; {head}: {fell}; {criterion}"
+    return "fail", kind, f"{head}: {fell}, in {config.max_epochs} epochs; {criterion}"
 
 
 def next_step(kind: str, target: str = TARGET_SLOT) -> str:

@@ -51,7 +51,17 @@ ENTRY_FIELDS: dict[str, tuple[type, ...]] = {
     "epochs_to_threshold": (int,),
     "final_loss": (int, float),
     "coverage_pct": (int, float),
+    # the tier each night was judged at: a changed ladder is another tier, not drift
+    "budget": (str,),
+    "ladder_revision": (str,),
+    "threshold_form": (str,),
+    "threshold": (int, float),
+    "relative_threshold": (int, float),
+    "max_epochs": (int,),
 }
+TIER_FIELDS = (
+    "budget", "ladder_revision", "threshold_form", "threshold", "relative_threshold", "max_epochs",
+)  # fmt: skip
 
 
 def empty() -> dict[str, Any]:
@@ -120,10 +130,41 @@ def by_class(history: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+def tier_key(entry: dict[str, Any]) -> tuple[Any, ...]:
+    """What the night was judged at: budget, ladder revision and threshold."""
+    return tuple(entry.get(key) for key in TIER_FIELDS)
+
+
+def same_tier(entries: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The last nights judged at the newest night's tier, and the first of them when an older
+    night was judged at another (None when every night shares the tier)."""
+    if not entries:
+        return entries, None
+    key, start = tier_key(entries[-1]), len(entries) - 1
+    while start > 0 and tier_key(entries[start - 1]) == key:
+        start -= 1
+    return entries[start:], (entries[start] if start > 0 else None)
+
+
 def drift(history: dict[str, Any], bounds: dict[str, float | None]) -> list[dict[str, Any]]:
-    """Per class and figure: the recent nights against the reference nights before them."""
+    """Per class and figure: the recent nights against the reference nights before them,
+    among the nights judged at the same tier (a new ladder revision or threshold starts over)."""
     found = []
-    for klass, entries in by_class(history).items():
+    for klass, every in by_class(history).items():
+        entries, changed = same_tier(every)
+        if changed is not None and len(entries) < RECENT + REFERENCE:
+            since = changed.get("date") or "?"
+            reason = (
+                f"another tier since {since} (ladder revision {changed.get('ladder_revision')}, "
+                f"{changed.get('threshold_form') or 'absolute'} threshold): the "
+                f"{len(every) - len(entries)} nights before it are not compared"
+            )
+            found += [
+                {"hardware_class": klass, "figure": fig.key, "title": fig.title}
+                | {"verdict": "another tier", "reason": reason}
+                for fig in FIGURES
+            ]
+            continue
         for fig in FIGURES:
             values = [e[fig.key] for e in entries if e.get(fig.key) is not None]
             recent, reference = values[-RECENT:], values[-RECENT - REFERENCE : -RECENT]
@@ -160,6 +201,9 @@ def render_markdown(history: dict[str, Any], found: list[dict[str, Any]]) -> str
         for f in found
         if f["verdict"] in ("regressed", "inconclusive")
     ]
+    notes += sorted(
+        {f"{f['hardware_class']}: {f['reason']}" for f in found if f["verdict"] == "another tier"}
+    )
     if notes:
         lines += [*bullets(md(n) for n in notes), ""]
     lines.append("The trend plot (trend.svg) and history.json are in the history artifact.")

@@ -79,6 +79,9 @@ def build_report(
 ) -> dict[str, Any]:
     config = run_config(tier=tier, seed=seed, target=target, result=result)
     config["hardware"]["gpu_name"] = gpu_name
+    results = {k: v for k, v in result.to_dict().items() if k not in ("hparams", "changes")}
+    if results.get("next_step"):  # the command to run next names this run's own target
+        results["next_step"] = results["next_step"].replace("<your target>", target)
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": "memorization",
@@ -91,7 +94,7 @@ def build_report(
         "config": config,
         "tier": tier,
         "tracking": tracking,
-        **{k: v for k, v in result.to_dict().items() if k not in ("hparams", "changes")},
+        **results,
     }
 
 

@@ -108,24 +108,17 @@ def _tier_text(tier: dict[str, Any]) -> str:
     return (
         f"{md(tier.get('budget'))} on {md(tier.get('hardware_class'))}: up to "
         f"{md(tier.get('max_epochs'))} "
-        f"epochs to {md(_criterion(tier))}, {md(tier.get('time_cap_minutes'))} min, "
+        f"epochs to {_criterion(tier)}, {md(tier.get('time_cap_minutes'))} min, "
         f"{md(tier.get('profile_steps'))} profiled steps"
     )
 
 
 def _criterion(tier: dict[str, Any]) -> str:
-    """What memorised means at ``tier`` (a report's dict), never crashing on a hostile one."""
-    from dlci.ladder.goal import Goal
-
-    values = [tier.get("max_loss"), tier.get("max_relative_loss")]
-    numbers = [
-        v if isinstance(v, int | float) and not isinstance(v, bool) else None for v in values
-    ]
-    if numbers != values or (numbers[0] is not None and numbers[0] <= 0):
-        return f"loss < {values[0]} (relative {values[1]})"
-    if numbers[1] is not None and not 0 < numbers[1] <= 1:
-        return f"loss < {values[0]} (relative {values[1]})"
-    return Goal(numbers[0], numbers[1]).describe()
+    """What memorised means at ``tier`` (as ``dlci tier`` wrote it), escaped; or its absolute
+    threshold for a tier written before the criterion was recorded."""
+    if tier.get("criterion"):
+        return md(tier["criterion"])
+    return f"loss < {md(tier.get('max_loss'))}"
 
 
 def _number(value: object, spec: str) -> str:
