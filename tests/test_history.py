@@ -229,3 +229,28 @@ def test_a_history_without_append_says_nothing_was_added(tmp_path, capsys) -> No
     (art / "preflight.json").write_text(json.dumps({"tier": {"hardware_class": "h100"}}))
     run_history(tmp_path / "b", "--previous", str(previous), "--append", str(art))
     assert "no --append" not in capsys.readouterr().err
+
+
+def test_nights_at_another_tier_are_another_tier_not_drift(tmp_path, capsys) -> None:
+    """A new ladder revision (a relative threshold, twice the epochs to it) is not drift."""
+    old = {"budget": "nightly", "ladder_revision": "2026.11", "threshold_form": "absolute",
+           "threshold": 0.05, "max_epochs": 1000}  # fmt: skip
+    new = {**old, "ladder_revision": "2026.12", "threshold_form": "relative", "threshold": None,
+           "relative_threshold": 0.02}  # fmt: skip
+    nights = [night(i) | old for i in range(17)] + [
+        night(i, epochs=90) | new for i in range(17, 20)
+    ]
+    previous = write_history(tmp_path / "h.json", nights)
+    code, data, text = run_history(tmp_path, "--previous", str(previous), "--fail-on-drift")
+    assert code == 0, capsys.readouterr().err
+    assert data["entries"][-1]["ladder_revision"] == "2026.12"
+    assert "| a100 | epochs to threshold | 2026-11-20T03:17Z | 91 | another tier |" in text
+    assert "a100: another tier since 2026-11-18T03:17Z (ladder revision 2026.12, relative" in text
+    # control: the same nights without the tier they were judged at read as drift
+    bare = [{k: v for k, v in n.items() if k not in new} for n in nights]
+    (tmp_path / "control").mkdir()
+    previous = write_history(tmp_path / "control" / "h.json", bare)
+    code, _, text = run_history(
+        tmp_path / "control", "--previous", str(previous), "--fail-on-drift"
+    )
+    assert code == 1 and "| a100 | epochs to threshold | 2026-11-20T03:17Z | 91 | drift |" in text

@@ -85,6 +85,12 @@ def test_a_learning_rate_far_too_small_fails_with_the_best_loss(
         "at step 1 to at best "
     )
     assert "\n  next: run dlci doctor --target digits_example.broken:" in out
+    from dlci.report.memorization import render_markdown
+
+    summary = render_markdown(report)  # the job summary names the same next step
+    assert (
+        "**Next:** run dlci doctor --target digits_example.broken:make_tiny_lr_target;" in summary
+    )
     assert report["steps"] == 100
 
 

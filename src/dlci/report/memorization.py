@@ -123,6 +123,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             f"{md(report.get('criterion') or _legacy_criterion(report))} within "
             f"{md(tier['max_epochs'])} epochs, {md(tier['time_cap_minutes'])} min",
         ],
+        ["start loss", f"{_fmt(report.get('start_loss'))} at step 1, before any update"],
         ["best loss", f"{_fmt(report['best_loss'])} at step {report['best_step']}"],
         ["final loss", f"{_fmt(report['final_loss'])} after {report['steps']} steps"],
         [
@@ -134,6 +135,8 @@ def render_markdown(report: dict[str, Any]) -> str:
     ]
     rows += [["changed", md(change)] for change in report["config"]["changes"]]
     lines = [f"### {icon} Memorization test: {md(report['verdict'])}", "", md(report["reason"]), ""]
+    if report["verdict"] != "pass" and report.get("next_step"):
+        lines += [f"**Next:** {md(report['next_step'])}", ""]
     return "\n".join(lines + table(["", ""], rows)) + "\n"
 
 
