@@ -46,7 +46,7 @@ def test_every_healthy_shape_passes_the_pr_tier_on_the_cpu(pr_runs, shape) -> No
     result = pr_runs[(shape, "healthy")]
     assert result.passed, result.reason
     assert result.steps >= 2
-    assert result.relative_loss is not None and result.relative_loss <= 0.25
+    assert result.relative_loss is not None and result.relative_loss <= 0.3
     assert "of its start" in result.reason
 
 

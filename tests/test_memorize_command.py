@@ -283,7 +283,7 @@ def test_the_changes_are_printed_before_training_and_the_time_says_what_it_count
         in captured.out.splitlines()[0]
     )
     assert captured.out.splitlines()[0].endswith(
-        "(memorised means loss at or below 25% of its start) "
+        "(memorised means loss at or below 30% of its start) "
         + training_time(report["wall_time_s"], report["setup_time_s"])
     )
     assert "before training" not in captured.out  # said once, on stderr, before training

@@ -110,7 +110,7 @@ class Tier:
 
         >>> from dlci.ladder.load import load_ladder, select_tier
         >>> select_tier(load_ladder(), budget="pr", hardware_class="cpu").criterion
-        'loss at or below 25% of its start'
+        'loss at or below 30% of its start'
         """
         return Goal(self.max_loss, self.max_relative_loss).describe()
 
