@@ -164,7 +164,10 @@ class ColumnBuilder:
             return value
         found = self.ids.get(value)
         if found is None:
-            found = self.ids[value] = -1 - len(self.ids)  # strings become negative ids
+            if _decimal(value):  # 2021 traces: ops on tid "25738", [memory] on tid 25738
+                found = self.ids[value] = int(value)
+            else:
+                found = self.ids[value] = -1 - len(self.ids)  # strings become negative ids
         return found
 
     def add(self, events: list[Event]) -> None:
@@ -397,3 +400,20 @@ def normalise_time(columns: Columns) -> None:
             for num, start, end, pid, tid in columns.steps
         ]
         columns.gpu_step_starts = [(n, t * scale) for n, t in columns.gpu_step_starts]
+
+
+def _decimal(value: Any) -> bool:
+    """A thread id written as a string of a plain decimal integer: the same thread as that
+    integer (Chrome's trace viewer, and the TensorBoard plugin, see one thread).
+
+    >>> _decimal("25738"), _decimal("0"), _decimal("007"), _decimal("stream 7"), _decimal("١")
+    (True, True, False, False, False)
+    """
+    return (
+        isinstance(value, str)
+        and 0 < len(value) < 19
+        and value.isascii()
+        and value.isdigit()
+        and (value == "0" or value[0] != "0")
+    )
+
