@@ -167,7 +167,9 @@ class ColumnBuilder:
             if _decimal(value):  # 2021 traces: ops on tid "25738", [memory] on tid 25738
                 found = self.ids[value] = int(value)
             else:
-                found = self.ids[value] = -1 - len(self.ids)  # strings become negative ids
+                # strings become negative ids, never -1: that is "no stream" (HTA leaves out
+                # sync events with stream -1)
+                found = self.ids[value] = -2 - len(self.ids)
         return found
 
     def add(self, events: list[Event]) -> None:
