@@ -87,12 +87,12 @@ _HTA_NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
 def _hta_temporal_breakdown(cols: Columns, on: Any, launch_of: Any) -> dict[str, Any]:
     """Holistic Trace Analysis's temporal breakdown, with its default rules (docs/profiling.md).
 
-    As HTA 0.5 does it: the device events on a stream (a sync event with stream -1, waiting
-    on an event or the whole context, is left out); the last ProfilerStep's device work is left out when the trace has
-    two or more steps (by the start of the host call that launched it); times are rounded to
-    whole microseconds (starts up, ends down) when the trace has fractional timestamps; the
-    span runs from the first to the last device event; compute is the union of events whose
-    names HTA types as computation; non-compute = span - compute - idle.
+    As HTA 0.5 does it: the device events on a stream (a sync event with stream -1, waiting on
+    an event or the whole context, is left out); the last ProfilerStep's device work is left out
+    when the trace has two or more steps (by the start of the host call that launched it); times
+    are rounded to whole microseconds (starts up, ends down) when the trace has fractional
+    timestamps; the span runs from the first to the last device event; compute is the union of
+    events whose names HTA types as computation; non-compute = span - compute - idle.
     """
     keep = on & (cols.dev_stream != -1)  # HTA: events on a stream (not Event/Context Sync)
     step_names = {f"ProfilerStep#{s[0]}" for s in cols.steps}

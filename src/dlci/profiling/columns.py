@@ -418,4 +418,3 @@ def _decimal(value: Any) -> bool:
         and value.isdigit()
         and (value == "0" or value[0] != "0")
     )
-

@@ -2,13 +2,13 @@
 
     python tests/data/real/trim.py ORIGINAL OUT.json.gz [--steps N] [--fraction F [--start S]]
 
-Keeps every event that has no time (metadata), every event that starts before the end of
-the first ``N`` ProfilerStep markers (or, with ``--fraction``, in the first fraction F of the
-trace's time, from fraction S on with ``--start``: for traces without steps), and every device event (kernel, memcpy, memset)
-launched by a runtime call that is kept, so that no kept launch loses its kernel. Events keep
-their order and their fields; a top-level list stays a list. ``traceName`` (a path on the
-recording machine) becomes its base name. Written gzipped, with no time stamp in the gzip
-header, so the output is the same bytes every time.
+Keeps every event that has no time (metadata), every event that starts before the end of the
+first ``N`` ProfilerStep markers (or, with ``--fraction``, in the first fraction F of the
+trace's time, from fraction S on with ``--start``: for traces without steps), and every
+device event (kernel, memcpy, memset) launched by a runtime call that is kept, so that no
+kept launch loses its kernel. Events keep their order and their fields; a top-level list
+stays a list. ``traceName`` (a path on the recording machine) becomes its base name. Written
+gzipped, with no time stamp in the gzip header, so the output is the same bytes every time.
 """
 
 from __future__ import annotations
@@ -58,9 +58,9 @@ def trim(data: Any, steps: int | None, fraction: float | None, start: float = 0.
     out = []
     for e in events:
         ts = e.get("ts")
-        if not isinstance(ts, int | float) or e.get("ph") == "M" or begin <= ts <= end:
-            out.append(e)
-        elif e.get("cat") in DEVICE and (e.get("args") or {}).get("correlation") in kept_corr:
+        inside = not isinstance(ts, int | float) or e.get("ph") == "M" or begin <= ts <= end
+        launched = e.get("cat") in DEVICE and (e.get("args") or {}).get("correlation") in kept_corr
+        if inside or launched:
             out.append(e)
     if isinstance(data, dict):
         data = dict(data, traceEvents=out)
@@ -84,9 +84,10 @@ def main() -> None:
     elif isinstance(data, dict) and isinstance(data.get("traceName"), str):
         data["traceName"] = data["traceName"].replace("\\", "/").rsplit("/", 1)[-1]
     text = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
-    with open(args.out, "wb") as raw, gzip.GzipFile(
-        filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0
-    ) as f:
+    with (
+        open(args.out, "wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as f,
+    ):
         f.write(text)
 
 
