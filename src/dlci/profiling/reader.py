@@ -242,6 +242,7 @@ class _Slices:
         self.path = path
         self.builder = ColumnBuilder()
         self.untyped = 0
+        self.not_objects = 0  # values of the events array that are not JSON objects
 
     def scan(self, blocks: Iterator[bytes]) -> Columns:
         stream = _Stream(blocks)
@@ -263,6 +264,14 @@ class _Slices:
                 )
             else:
                 stream.want = min(2 * len(stream.buf), MAX_EVENT + BLOCK)
+        if not self.builder.events:  # nothing to report on is not a report of nothing
+            where = "the JSON array" if bare else "its traceEvents array"
+            what = (
+                f"holds {self.not_objects:,} values and no event object"
+                if self.not_objects
+                else "is empty"
+            )
+            raise not_a_trace(self.path, f"{where} {what}")
         columns = self.builder.columns(header)
         columns.untyped_slices = self.untyped
         return columns
@@ -277,7 +286,9 @@ class _Slices:
                 # A field of an unexpected type somewhere in the slice: decode it event by
                 # event (slow, but only for odd traces).
                 self.untyped += 1
-                events = [ev for ev in map(loose, RAW_LIST.decode(data)) if ev is not None]
+                values = RAW_LIST.decode(data)
+                events = [ev for ev in map(loose, values) if ev is not None]
+                self.not_objects += len(values) - len(events)
         except msgspec.DecodeError:
             return False
         except RecursionError:
