@@ -12,7 +12,7 @@ import zoo
 from dlci.checks import CHECK_IDS, run_checks, select
 from dlci.checks.base import CheckResult
 from dlci.checks.doctor import DoctorRequest, run_doctor
-from dlci.checks.policy import THRESHOLDS, Policy, Waiver
+from dlci.policy import THRESHOLDS, Policy, Waiver
 from dlci.cli import main
 from dlci.ladder.tiers import choose_tier
 from dlci.report.doctor import render_markdown

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlci.profiling.events import Args, Event
+from dlci.profiling.events import Args, Event, decimal_thread
 from dlci.profiling.memcols import MEMORY_CATEGORIES, MemoryBuilder, MemoryColumns
 
 # Kind codes of device events.
@@ -163,13 +163,9 @@ class ColumnBuilder:
         if type(value) is int:
             return value
         found = self.ids.get(value)
-        if found is None:
-            if _decimal(value):  # 2021 traces: ops on tid "25738", [memory] on tid 25738
-                found = self.ids[value] = int(value)
-            else:
-                # strings become negative ids, never -1: that is "no stream" (HTA leaves out
-                # sync events with stream -1)
-                found = self.ids[value] = -2 - len(self.ids)
+        if found is None:  # "25738" is thread 25738 (2021: ops on "25738", [memory] on 25738)
+            found = int(value) if decimal_thread(value) else -2 - len(self.ids)  # -1: no stream
+            self.ids[value] = found
         return found
 
     def add(self, events: list[Event]) -> None:
@@ -402,19 +398,3 @@ def normalise_time(columns: Columns) -> None:
             for num, start, end, pid, tid in columns.steps
         ]
         columns.gpu_step_starts = [(n, t * scale) for n, t in columns.gpu_step_starts]
-
-
-def _decimal(value: Any) -> bool:
-    """A thread id written as a string of a plain decimal integer: the same thread as that
-    integer (Chrome's trace viewer, and the TensorBoard plugin, see one thread).
-
-    >>> _decimal("25738"), _decimal("0"), _decimal("007"), _decimal("stream 7"), _decimal("١")
-    (True, True, False, False, False)
-    """
-    return (
-        isinstance(value, str)
-        and 0 < len(value) < 19
-        and value.isascii()
-        and value.isdigit()
-        and (value == "0" or value[0] != "0")
-    )
