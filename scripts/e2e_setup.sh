@@ -14,7 +14,9 @@
 #   torchbase  a base that already has PyTorch: the offline base with the wheelhouse's CPU torch
 #           installed into its system python, built with no network (runs base and wheels
 #           first); not part of all (tests/e2e/test_torch_base.py runs it)
-# Usage: scripts/e2e_setup.sh [all|engine|act|base|wheels|image|lightning|torchbase]...
+#   venvbase a base whose torch is in a virtual environment first on PATH (python3 -m venv
+#           /opt/venv, the wheelhouse's torch installed there), offline; not part of all
+# Usage: scripts/e2e_setup.sh [all|engine|act|base|wheels|image|lightning|torchbase|venvbase]...
 # (default: all, which is every part but torchbase)
 # Each part is skipped when it is already there, so a second run takes seconds.
 # Environment: VENV, PYTHON and TORCH_SPEC as in scripts/_venv.sh, and
@@ -23,6 +25,7 @@
 #   DLCI_E2E_IMAGE            kit image tag (default dl-ci:e2e)
 #   DLCI_E2E_LIGHTNING_IMAGE  tag of the kit image with lightning (default dl-ci:e2e-lightning)
 #   DLCI_E2E_TORCH_BASE       tag of the base with torch (default dlci-e2e-torchbase:bookworm)
+#   DLCI_E2E_VENV_BASE        tag of the base with torch in a venv (dlci-e2e-venvbase:bookworm)
 #   DLCI_E2E_SUITE            Debian suite of the base (default bookworm: python 3.11)
 #   DLCI_E2E_MIRROR           Debian mirror for debootstrap (default: the one apt uses here)
 #   DLCI_E2E_WHEEL_PYTHON     python version the wheels are for (default 3.11, bookworm's)
@@ -37,6 +40,7 @@ base_image=${DLCI_E2E_BASE_IMAGE:-dlci-e2e-base:bookworm}
 kit_image=${DLCI_E2E_IMAGE:-dl-ci:e2e}
 lightning_image=${DLCI_E2E_LIGHTNING_IMAGE:-dl-ci:e2e-lightning}
 torch_base=${DLCI_E2E_TORCH_BASE:-dlci-e2e-torchbase:bookworm}
+venv_base=${DLCI_E2E_VENV_BASE:-dlci-e2e-venvbase:bookworm}
 suite=${DLCI_E2E_SUITE:-bookworm}
 wheel_python=${DLCI_E2E_WHEEL_PYTHON:-3.11}
 # what the bundled example needs in the image besides dl-ci (its data comes from scikit-learn)
@@ -338,6 +342,42 @@ EOF
   docker image prune --force --filter label=dlci.e2e=torchbase >/dev/null || true
 }
 
+# The base with torch in a virtual environment first on PATH, as many PyTorch bases are made:
+# torch and its dependencies (the wheelhouse's) in /opt/venv, one stage over the offline base.
+ensure_venvbase() {
+  ensure_base
+  ensure_wheels
+  local start=$SECONDS log=$cache/venvbase-build.log have
+  have=$(docker image inspect --format '{{index .Config.Labels "dlci.e2e.torch"}}' "$venv_base" \
+    2>/dev/null || true)
+  if [ "$have" = "$torch_spec" ]; then
+    say "venvbase: $venv_base is there ($torch_spec)"
+    return 0
+  fi
+  say "venvbase: building $venv_base = $base_image + $torch_spec in /opt/venv, with no network" \
+    "(log: $log; about a minute)"
+  if ! with_heartbeat "building $venv_base" docker build --network none --force-rm \
+    --build-arg "BASE=$base_image" --build-arg "TORCH_SPEC=$torch_spec" \
+    --label dlci.e2e=venvbase --label "dlci.e2e.torch=$torch_spec" \
+    --tag "$venv_base" --file - "$wheelhouse" >"$log" 2>&1 <<'EOF'; then
+ARG BASE
+FROM ${BASE} AS install
+ARG TORCH_SPEC
+COPY . /wheels/
+RUN python3 -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /wheels "$TORCH_SPEC"
+FROM ${BASE}
+COPY --from=install /opt/venv/ /opt/venv/
+ENV PATH=/opt/venv/bin:$PATH
+RUN python3 -c "import sys, torch; print('torch', torch.__version__, torch.__file__, sys.prefix)"
+EOF
+    tail -n 30 "$log" >&2
+    die "docker build of $venv_base failed (log: $log)"
+  fi
+  say "venvbase: $venv_base built after $(seconds_since "$start")"
+  docker image prune --force --filter label=dlci.e2e=venvbase >/dev/null || true
+}
+
 [ "$#" -gt 0 ] || set -- all
 for part in "$@"; do
   case $part in
@@ -354,7 +394,11 @@ for part in "$@"; do
   image) ensure_image ;;
   lightning) ensure_lightning_image ;;
   torchbase) ensure_torchbase ;;
-  *) die "unknown part '$part' (all, engine, act, base, wheels, image, lightning, torchbase)" ;;
+  venvbase) ensure_venvbase ;;
+  *)
+    die "unknown part '$part' (all, engine, act, base, wheels, image, lightning, torchbase," \
+      "venvbase)"
+    ;;
   esac
 done
 say "e2e setup done in ${SECONDS}s"

@@ -100,3 +100,11 @@ def broken_on_seed_1() -> dlci.Target:
     if torch.initial_seed() == 1:
         target.optimizer = lambda p: torch.optim.Adam(p, lr=1e-9)
     return target
+
+
+def floods_stdout() -> dlci.Target:
+    """``tiny``, whose factory floods standard output: by print (buffered) and at the file
+    descriptor (as a C library or a child process would)."""
+    print("FLOOD " * 20_000)
+    os.write(1, b"RAW-FLOOD " * 10_000)
+    return tiny()

@@ -12,13 +12,13 @@ import jsonschema
 import pytest
 
 from dlci import jsonio
-from dlci.checks.policy import THRESHOLDS
 from dlci.cli import main
 from dlci.config import Config, resolve
 from dlci.config.keys import KEYS, SCHEMA_FILE, json_schema, key_table, render_schema
 from dlci.config.source import CONFIG_LIMIT, key_lines
 from dlci.errors import DlciError
 from dlci.memorization.target import target_from_pyproject
+from dlci.policy import THRESHOLDS
 
 ROOT = Path(__file__).resolve().parents[1]
 pytest_plugins = ["pytester"]
@@ -215,7 +215,7 @@ def test_a_key_with_no_line_still_names_the_file_and_the_key(tmp_path: Path) -> 
 def test_a_threshold_the_check_does_not_have_is_refused_even_when_others_are_known(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dlci.checks import policy
+    from dlci import policy
 
     monkeypatch.setattr(
         policy, "THRESHOLDS", (policy.Threshold("zero-grad", "ratio", 2, 1, 9, "r"),)

@@ -12,9 +12,9 @@ import zoo
 from dlci.checks import CHECK_IDS, run_checks, select
 from dlci.checks.base import CheckResult
 from dlci.checks.doctor import DoctorRequest, run_doctor
-from dlci.checks.policy import THRESHOLDS, Policy, Waiver
 from dlci.cli import main
 from dlci.ladder.tiers import choose_tier
+from dlci.policy import THRESHOLDS, Policy, Waiver
 from dlci.report.doctor import render_markdown
 
 TIER = choose_tier(budget="pr", hardware="cpu")

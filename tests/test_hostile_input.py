@@ -200,10 +200,10 @@ def test_mistyped_run_fields_name_file_and_key(tmp_path, capsys, fields, message
 
 
 def _node(tmp_path: Path) -> tuple[Path, int]:
-    """A character device (root) or a FIFO standing for /dev/null, in tmp_path."""
-    node = tmp_path / "null"
+    """A character device (root: /dev/zero's) or a FIFO, in tmp_path."""
+    node = tmp_path / "zero"
     if os.geteuid() == 0:
-        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 5))
         return node, stat.S_IFCHR
     os.mkfifo(node)
     return node, stat.S_IFIFO
@@ -218,6 +218,34 @@ def test_json_onto_a_device_leaves_the_device(tmp_path: Path, capsys, monkeypatc
     monkeypatch.setattr("dlci.fsutil.check_output", lambda target: None)
     atomic_write_bytes(node, b"{}")
     assert stat.S_ISREG(os.lstat(node).st_mode)
+
+
+def test_json_onto_the_null_device_discards_the_report(tmp_path: Path, capsys) -> None:
+    link = tmp_path / "null"
+    link.symlink_to(os.devnull)
+    for where in (os.devnull, str(link)):
+        assert main(["analyze", trace(tmp_path, KERNEL), "--json", where, "--quiet"]) == 0
+        assert capsys.readouterr().err == ""
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode) and link.is_symlink()
+
+
+def test_json_with_no_event_object_is_exit_1(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "numbers.json"
+    path.write_text("[1, 2, 3]")
+    assert main(["analyze", str(path), "--json", "-"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "numbers.json: not a Kineto/Chrome trace: the JSON array holds 3" in err
+
+
+def test_a_target_that_floods_stdout_leaves_the_report_alone_on_it(tmp_path: Path, capfd) -> None:
+    argv = ["memorize", "--target", "calibrate_targets:floods_stdout", "--json", "-"]
+    assert main([*argv, "--out", str(tmp_path), "--tracker", "none"]) == 0
+    out, err = capfd.readouterr()
+    assert json.loads(out)["verdict"] == "pass"  # the report, and only the report
+    assert "FLOOD" in err and "RAW-FLOOD" in err  # the target's output, on standard error
+    assert main(["memorize", "--target", "os:system", "--json", "-"]) == 1  # needs arguments
+    out, err = capfd.readouterr()
+    assert out == "" and "error: --target os:system: system(command) cannot be called" in err
 
 
 def test_json_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:

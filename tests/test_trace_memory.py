@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dlci.cli import main
 from dlci.profiling import memcols, reader
@@ -504,3 +506,75 @@ def test_a_trace_of_memory_events_only(tmp_path: Path) -> None:
     assert memory["top_allocations"] == [{"operator": NO_OPERATOR, "bytes": 500, "count": 5}]
     trace.step(1, 0.0, 10.0)  # control: with a step the note does not say so
     assert "ProfilerStep" not in (_section(trace.write(tmp_path / "step.json"))["note"] or "")
+
+
+# --------------------------------------------- foreign [memory] events of every shape (issue 32)
+
+_THREAD = st.sampled_from([7, "7", 8, "8", "07", "stream 7", -1, None])
+_NUMBER = st.one_of(
+    st.integers(-(2**63), 2**63 - 1),
+    st.integers(-10, 10**10),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=3),
+    st.none(),
+    st.booleans(),
+)
+_MEMORY_ARGS = st.fixed_dictionaries(
+    {},
+    optional={
+        key: _NUMBER
+        for key in ("Bytes", "Total Allocated", "Total Reserved", "Device Type", "Device Id")
+    },
+)
+_REAL_ARGS = st.fixed_dictionaries(  # as torch writes them: mostly these
+    {"Bytes": st.integers(-(10**9), 10**10), "Device Type": st.sampled_from([0, 1, 1, 1])},
+    optional={
+        "Total Allocated": st.integers(0, 10**11),
+        "Total Reserved": st.integers(0, 10**11),
+        "Device Id": st.sampled_from([-1, 0, 0, 1]),
+    },
+)
+# the shapes of the corpus's memory events: 2021's (no category, integer tid, no totals),
+# today's (cpu_instant_event, totals), AMD's (device type 1 for HIP too), then anything
+_MEMORY_EVENT = st.fixed_dictionaries(
+    {
+        "ph": st.sampled_from(["i", "i", "i", "I", "X"]),
+        "cat": st.sampled_from(["", "cpu_instant_event", "Memory"]),
+        "name": st.just("[memory]"),
+        "pid": st.sampled_from([1, "1", 2]),
+        "tid": _THREAD,
+        "ts": st.one_of(st.integers(0, 200), st.integers(0, 200), st.floats(-5, 205), st.none()),
+        "args": st.one_of(
+            _REAL_ARGS, _REAL_ARGS, _REAL_ARGS, _MEMORY_ARGS, st.none(), st.just([1])
+        ),
+    }
+)
+_OP = st.fixed_dictionaries(
+    {
+        "ph": st.just("X"),
+        "cat": st.sampled_from(["cpu_op", "Operator", "user_annotation"]),
+        "name": st.sampled_from(["aten::empty", "ProfilerStep#1", "ProfilerStep#2", "aten::add"]),
+        "pid": st.sampled_from([1, "1"]),
+        "tid": _THREAD,
+        "ts": st.integers(0, 150),
+        "dur": st.integers(0, 100),
+    }
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_OP, max_size=8), st.lists(_MEMORY_EVENT, min_size=1, max_size=30))
+def test_foreign_memory_events_of_any_shape_give_a_memory_section(
+    ops: list[dict[str, Any]], memory: list[dict[str, Any]]
+) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "t.json"
+        path.write_text(json.dumps({"traceEvents": ops + memory}))
+        section = analyze(read_trace(path))["memory"]
+    assert section["source"] in ("trace", "none")
+    for key in ("peak_allocated_bytes", "peak_reserved_bytes"):
+        assert section[key] is None or 0 <= section[key] <= memcols.MAX_BYTES * 31
+    assert all(row["bytes"] > 0 and row["count"] > 0 for row in section["top_allocations"])
+    json.dumps(section)  # serialisable: no numpy leftovers

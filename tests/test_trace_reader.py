@@ -165,10 +165,24 @@ def test_header_without_events_is_bounded(tmp_path: Path, monkeypatch) -> None:
         read_trace(path)
 
 
-def test_empty_event_list_is_a_report_with_warnings(tmp_path: Path) -> None:
-    report = analyze(read_trace(write(tmp_path, "t.json", b'{"traceEvents": []}')))
-    assert report["devices"] == [] and report["steps"]["count"] == 0
-    assert len(report["warnings"]) == 2
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        (b'{"traceEvents": []}', "its traceEvents array is empty"),
+        (b"[]", "the JSON array is empty"),
+        (b"[1, 2.5, 3]", "the JSON array holds 3 values and no event object"),
+        (b'{"traceEvents": [1, "a", null, []]}', "its traceEvents array holds 4 values and no"),
+    ],
+)
+def test_no_event_object_is_not_a_trace(tmp_path: Path, text: bytes, why: str) -> None:
+    # not "analysed" into an empty report with exit 0: a located exit 1
+    with pytest.raises(DlciError, match="t.json: not a Kineto/Chrome trace: " + why):
+        read_trace(write(tmp_path, "t.json", text))
+
+
+def test_one_event_object_among_other_values_is_read(tmp_path: Path) -> None:
+    text = b'[1, {"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2, "pid": 0}, "x"]'
+    assert read_trace(write(tmp_path, "t.json", text)).dev_ts.size == 1
 
 
 event_strategy = st.fixed_dictionaries(
@@ -227,7 +241,7 @@ event_strategy = st.fixed_dictionaries(
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(st.lists(event_strategy, max_size=40))
+@given(st.lists(event_strategy, min_size=1, max_size=40))
 def test_generated_traces_never_crash(tmp_path: Path, events: list) -> None:
     path = tmp_path / "gen.json"
     path.write_text(json.dumps({"traceEvents": events}))

@@ -4,7 +4,9 @@ Every input dl-ci reads from a path (traces, reports) goes through :func:`open_i
 :func:`read_input`: a device, a FIFO, a socket or a directory is refused before a byte is
 read (``/dev/zero`` would never end, a FIFO would block), and so is a file over the size
 cap. Every output goes through :func:`atomic_write_bytes`, which writes only over a regular
-file (or where nothing is): ``--json /dev/null`` must not replace the device, even as root.
+file (or where nothing is): no device is ever replaced, even as root; the null device is
+where a report is discarded (``--json /dev/null``), so writing there succeeds and writes
+nothing.
 """
 
 from __future__ import annotations
@@ -233,6 +235,22 @@ def check_output(target: Path) -> None:
         )
 
 
+def is_null_device(target: str | os.PathLike[str]) -> bool:
+    """Whether ``target`` is the null device (``/dev/null``, or a link to it, or a node of
+    the same device): writing there discards, and never replaces it.
+
+    >>> is_null_device(os.devnull), is_null_device(".")
+    (True, False)
+    """
+    try:
+        info, null = os.stat(target), os.stat(os.devnull)
+    except OSError:
+        return False
+    return (
+        stat.S_ISCHR(info.st_mode) and stat.S_ISCHR(null.st_mode) and info.st_rdev == null.st_rdev
+    )
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write to a temporary file beside ``path``, then rename it into place.
 
@@ -240,6 +258,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     regular file is ever replaced (:func:`check_output`).
     """
     target = Path(path)
+    if is_null_device(target):  # --json /dev/null: the report discarded, the device kept
+        return target
     check_output(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)

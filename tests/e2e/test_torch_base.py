@@ -4,7 +4,9 @@
 base with the wheelhouse's CPU torch installed into its system python, as pytorch/pytorch and
 NVIDIA's PyTorch images ship it. The kit image is built on it by ``dlci container build`` from
 a copy of the kit whose wheelhouse has no torch wheel, offline (``PIP_OFFLINE=1``): it builds,
-and holds one torch, the base's. The control builds the same torch-less kit on the plain base,
+and holds one torch, the base's. ``e2e_setup.sh venvbase`` builds a base whose torch lives in a
+virtual environment first on PATH (``/opt/venv``): the kit's venv must really see that torch.
+The control builds the same torch-less kit on the plain base,
 which has no torch: that build fails, so the first one needed no torch wheel only because the
 base had torch.
 """
@@ -31,6 +33,7 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 PLAIN_BASE = os.environ.get("DLCI_E2E_BASE_IMAGE", "dlci-e2e-base:bookworm")
 TORCH_BASE = os.environ.get("DLCI_E2E_TORCH_BASE", "dlci-e2e-torchbase:bookworm")
+VENV_BASE = os.environ.get("DLCI_E2E_VENV_BASE", "dlci-e2e-venvbase:bookworm")
 REPOSITORY = "dlci-e2e-torchbase-kit"
 # what the test asks of a python in a container: torch's version and file, as JSON
 TORCH_INFO = "import json, torch; print(json.dumps([str(torch.__version__), torch.__file__]))"
@@ -53,15 +56,14 @@ def _size_mb(image: str) -> int:
     return int(_docker("image", "inspect", "--format", "{{.Size}}", image).stdout) // 10**6
 
 
-@pytest.fixture(scope="module")
-def torch_base(docker_engine: str) -> str:
-    """The base with torch, brought up to date by the setup script (skipped when it is there)."""
+def _setup(part: str, *images: str) -> None:
+    """``scripts/e2e_setup.sh PART`` (quick when its image is there), then the images."""
     if os.environ.get("DLCI_E2E_SKIP_BUILD") != "1":
         env = dict(os.environ)
         if sys.prefix != sys.base_prefix:
             env["VENV"] = sys.prefix
         proc = subprocess.run(
-            ["bash", str(SETUP), "torchbase"],
+            ["bash", str(SETUP), part],
             cwd=ROOT,
             env=env,
             capture_output=True,
@@ -69,11 +71,24 @@ def torch_base(docker_engine: str) -> str:
             timeout=3600,
         )
         if proc.returncode != 0:
-            missing(f"scripts/e2e_setup.sh torchbase failed:\n{proc.stdout}{proc.stderr}")
-    for image in (TORCH_BASE, PLAIN_BASE):
+            missing(f"scripts/e2e_setup.sh {part} failed:\n{proc.stdout}{proc.stderr}")
+    for image in images:
         if _docker("image", "inspect", image, timeout=60).returncode != 0:
             missing(f"no image {image}")
+
+
+@pytest.fixture(scope="module")
+def torch_base(docker_engine: str) -> str:
+    """The base with torch, brought up to date by the setup script (skipped when it is there)."""
+    _setup("torchbase", TORCH_BASE, PLAIN_BASE)
     return TORCH_BASE
+
+
+@pytest.fixture(scope="module")
+def venv_base(docker_engine: str) -> str:
+    """The base whose torch is in /opt/venv, first on PATH (``e2e_setup.sh venvbase``)."""
+    _setup("venvbase", VENV_BASE)
+    return VENV_BASE
 
 
 @pytest.fixture(scope="module")
@@ -198,3 +213,42 @@ def test_an_unknown_cuda_without_torch_is_a_build_error_naming_what_to_set(
     assert code == 1
     assert "the base has CUDA 12.2.0 and no torch" in err
     assert "TORCH_INDEX_URL" in err and "TORCH_SPEC" in err
+
+
+def test_on_a_venv_base_the_kit_sees_the_venv_torch(venv_base: str, torchless_kit: Path) -> None:
+    """torch in a virtual environment first on PATH: the kit's venv is made from that
+    environment's interpreter with a .pth to its site packages, so it imports the base's torch
+    (one torch in the image, offline, no torch wheel)."""
+    # the premise: a venv made from the venv's python does not see torch (issue 32's failure)
+    made = _docker(
+        "run", "--rm", "--network", "none", "--user", "12345:12345", venv_base, "bash", "-c",
+        "python3 -m venv --system-site-packages /tmp/v && /tmp/v/bin/python -c 'import torch'",
+    )  # fmt: skip
+    assert made.returncode != 0 and "No module named 'torch'" in made.stderr, made.stderr
+    base_torch = json.loads(_run(venv_base, f"python3 -c '{TORCH_INFO}'"))
+    assert base_torch[1].startswith("/opt/venv/")
+    repository = f"{REPOSITORY}-venv"
+    argv = [*_build(torchless_kit, venv_base), "--build-arg", "PIP_OFFLINE=1"]
+    start = time.perf_counter()
+    assert main([*argv, "--repository", repository]) == 0
+    seconds = time.perf_counter() - start
+    image = _docker("images", "--format", "{{.Repository}}:{{.Tag}}", repository).stdout.split()
+    assert len(image) == 1, image
+    try:
+        out = _run(
+            image[0],
+            f"python -c '{TORCH_INFO}' && cat /etc/dlci/torch.json && dlci --version"
+            " && (find / -xdev -maxdepth 8 -type d -name torch -path '*-packages/torch'"
+            " 2>/dev/null || true)",
+        )
+        lines = out.splitlines()
+        assert json.loads(lines[0]) == base_torch  # the venv's torch, from its file
+        assert json.loads(lines[1])["source"] == "base"
+        assert lines[2].startswith("dlci ")
+        assert lines[3:] == [str(Path(base_torch[1]).parent)]  # exactly one torch
+        print(
+            f"kit image on {venv_base}: built in {seconds:.0f} s with no torch wheel; "
+            f"{_size_mb(image[0])} MB (base {_size_mb(venv_base)} MB)"
+        )
+    finally:
+        _docker("rmi", image[0])

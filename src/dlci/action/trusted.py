@@ -14,7 +14,7 @@ import datetime as dt
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dlci.checks.policy import Policy, Waiver
+    from dlci.policy import Policy, Waiver
 
 GPU_GATES = ("min-gpu-util", "max-gpu-memory")
 
@@ -59,7 +59,7 @@ def policy(preflight: Any) -> Policy:
 
     An unreadable policy gives no waiver: every waiver a report claims is then a false one.
     """
-    from dlci.checks.policy import Policy
+    from dlci.policy import Policy
 
     data = snapshot(preflight).get("policy")
     if not isinstance(data, dict):
@@ -91,7 +91,7 @@ def expired(preflight: Any, today: dt.date | None = None) -> list[str]:
 
 def _expired_text(waiver: Waiver) -> str:
     """
-    >>> from dlci.checks.policy import Waiver
+    >>> from dlci.policy import Waiver
     >>> _expired_text(Waiver("lr", "skip", "r", dt.date(2026, 1, 31), "dlci.toml:3"))[:59]
     'the waiver for lr (skip, dlci.toml:3) expired on 2026-01-31'
     """

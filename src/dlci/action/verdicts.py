@@ -19,7 +19,7 @@ from dlci.errors import DlciError
 from dlci.fsutil import read_input
 
 if TYPE_CHECKING:
-    from dlci.checks.policy import Policy
+    from dlci.policy import Policy
 
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
 NO_TESTS = (
@@ -179,7 +179,7 @@ def _false_claims(report: dict[str, Any], policy: Policy) -> Iterator[str]:
 
 def _threshold_claims(report: dict[str, Any], policy: Policy) -> Iterator[str]:
     """One line per threshold doctor.json ran with that the trusted policy does not set."""
-    from dlci.checks.policy import threshold_table
+    from dlci.policy import threshold_table
 
     claimed = report.get("policy")
     found = claimed.get("thresholds") if isinstance(claimed, dict) else None

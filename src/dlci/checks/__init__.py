@@ -21,7 +21,6 @@ from dlci.checks.base import (
     TargetFault,
     preserved,
 )
-from dlci.checks.policy import SKIP_WAIVER, WARN_ONLY, Policy, Waiver
 from dlci.errors import DlciError
 from dlci.memorization.guard import (
     TargetExited,
@@ -36,6 +35,7 @@ from dlci.memorization.guard import (
     where,
 )
 from dlci.memorization.target import Target
+from dlci.policy import SKIP_WAIVER, WARN_ONLY, Policy, Waiver
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlci.checks.policy import Policy
 from dlci.errors import DlciError
 from dlci.memorization.batching import as_pair, call_model, take_batch, to_device, tree_map
 from dlci.memorization.guard import user_code
 from dlci.memorization.target import Target
+from dlci.policy import Policy
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 CRASHED = "crashed"  # the check itself raised: no verdict from it, never a catch

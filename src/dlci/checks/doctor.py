@@ -13,8 +13,8 @@ from typing import Any
 from dlci import jsonio
 from dlci.checks import run_checks, select
 from dlci.checks.base import CheckResult
-from dlci.checks.policy import Policy, threshold_table
 from dlci.errors import DlciError
+from dlci.policy import Policy, threshold_table
 
 NO_VERDICT = (
     "the doctor ended before a verdict: the process stopped inside the target's code "

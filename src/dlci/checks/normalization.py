@@ -17,7 +17,7 @@ from typing import Any
 from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, fmt, number
 from dlci.checks.sample import Sample, data_sample
 
-# The thresholds are the project's (dlci.checks.policy, under "input-normalization"); by
+# The thresholds are the project's (dlci.policy, under "input-normalization"); by
 # default: a feature's root mean square warns over 10 and fails over 30 (1 and 1.5 decades
 # out); one dense feature's rms over 100x the median feature's warns; the median
 # |held-out mean - training mean| / training sd warns over 0.3 and fails over 1; the median

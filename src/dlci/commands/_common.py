@@ -222,6 +222,31 @@ def stdout_guard() -> Iterator[None]:
             os.close(devnull)
 
 
+@contextlib.contextmanager
+def stdout_for_the_report(dest: str | None) -> Iterator[None]:
+    """With ``--json -`` the report alone is standard output: while the verb runs a target
+    (which may print, as may its DataLoader workers and torchrun's children), file
+    descriptor 1 is standard error, so no print of theirs lands in the report."""
+    if dest != "-":
+        yield
+        return
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError):  # no standard output to guard
+        yield
+        return
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):  # and sys.stdout, wherever it writes
+            yield
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()  # the target's buffered prints: to standard error too
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def positive_timeout(value: float) -> float:
     if not value > 0:
         raise DlciError(

@@ -70,7 +70,8 @@ def main(argv: Sequence[str]) -> int:
         device=args.device,
         out=args.out,
     )
-    outcome = run_calibration(request, (lambda line: None) if args.quiet else _say)
+    with _common.stdout_for_the_report(args.json):
+        outcome = run_calibration(request, (lambda line: None) if args.quiet else _say)
     if args.json:
         _common.emit_json(outcome.report, args.json)
     stream = sys.stderr if args.json == "-" else sys.stdout

@@ -60,7 +60,8 @@ def main(argv: Sequence[str]) -> int:
         markdown=args.markdown,
         policy=policy,
     )
-    outcome = run_doctor(request, on_result=_progress)
+    with _common.stdout_for_the_report(args.json):
+        outcome = run_doctor(request, on_result=_progress)
     if outcome.json_path == "-":
         _common.emit_json(outcome.report, "-")
     else:

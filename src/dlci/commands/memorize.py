@@ -63,7 +63,8 @@ def main(argv: Sequence[str]) -> int:
         quiet=args.quiet,
         argv=tuple(argv),
     )
-    outcome = run_memorize(request, say=_say)
+    with _common.stdout_for_the_report(args.json):
+        outcome = run_memorize(request, say=_say)
     _print_verdict(outcome)
     return outcome.exit_code
 

@@ -219,7 +219,7 @@ WAIVER_KEYS: dict[str, str] = {
 def json_schema() -> dict[str, Any]:
     """The JSON schema of the configuration (dlci.toml, or ``[tool.dlci]``), for editors."""
     from dlci.checks import CHECK_IDS
-    from dlci.checks.policy import THRESHOLDS, WAIVER_MODES
+    from dlci.policy import THRESHOLDS, WAIVER_MODES
 
     properties: dict[str, Any] = {name: _key_schema(key) for name, key in KEYS.items()}
     checks: dict[str, Any] = {}
@@ -300,8 +300,8 @@ def key_table() -> str:
 
 
 def threshold_rows() -> str:
-    """The Markdown table of every threshold (dlci.checks.policy.THRESHOLDS)."""
-    from dlci.checks.policy import THRESHOLDS
+    """The Markdown table of every threshold (dlci.policy.THRESHOLDS)."""
+    from dlci.policy import THRESHOLDS
 
     rows = ["| check | key | default | range | meaning |", "|---|---|---|---|---|"]
     for t in THRESHOLDS:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from dlci.checks.policy import Waiver, threshold_table
 from dlci.config.keys import KEYS
 from dlci.config.resolve import Config
+from dlci.policy import Waiver, threshold_table
 from dlci.report.text import clean
 
 

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dlci.checks.policy import Policy
 from dlci.config.keys import KEYS
 from dlci.config.snapshot import check_snapshot
 from dlci.config.source import find_source
 from dlci.config.validate import Values, read_table
 from dlci.errors import DlciError
 from dlci.fsutil import read_input
+from dlci.policy import Policy
 
 SCHEMA_VERSION = 1
 COMMAND_LINE, ACTION_INPUT, ENVIRONMENT, DEFAULT = (

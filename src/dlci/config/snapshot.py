@@ -10,9 +10,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from dlci.checks.policy import WAIVER_MODES, Policy, Waiver, threshold_table
 from dlci.config.keys import KEYS
 from dlci.errors import DlciError
+from dlci.policy import WAIVER_MODES, Policy, Waiver, threshold_table
 
 Parts = tuple[dict[str, Any], dict[str, str], Policy, list[str], str | None]
 

@@ -18,14 +18,13 @@ from typing import Any
 
 from dlci.errors import DlciError
 from dlci.fsutil import read_input
-from dlci.ladder.yamlsource import LADDER_LIMIT
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
 
-CONFIG_LIMIT = LADDER_LIMIT  # bytes: a configuration is a few hundred
+CONFIG_LIMIT = 1 << 20  # bytes (a ladder's limit too): a configuration is a few hundred
 MAX_KEY_PARTS = 32  # parts of one dotted key: dl-ci's deepest is 5 (tool.dlci.doctor.checks.x)
 # a dotted key (or table header) of more than MAX_KEY_PARTS parts where a key may start (a
 # line, a table header, an inline table's "{" or ","): the standard library's reader takes

@@ -19,13 +19,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
-from dlci.checks.policy import Policy
 from dlci.config.keys import KEYS, TRUSTED
 from dlci.config.resolve import DEFAULT, Config, combine, read_project, resolve
 from dlci.config.source import DLCI_TOML, PYPROJECT, TomlSource, from_text
 from dlci.config.validate import Values, read_table
 from dlci.errors import DlciError
 from dlci.ladder.trust import CommitFiles, Unverifiable, inside
+from dlci.policy import Policy
 
 MERGED = "it takes effect once merged"
 NOW = "applied now (removing a waiver only makes the doctor stricter)"

@@ -10,14 +10,22 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+from collections.abc import Mapping
 from typing import Any
 
-from dlci.checks.policy import WAIVER_MODES, Policy, Waiver, threshold_table
 from dlci.config.keys import CONFIG_DOC, KEYS, WAIVER_KEYS
 from dlci.config.source import TomlSource
-from dlci.ladder.format import suggest
+from dlci.policy import WAIVER_MODES, Policy, Waiver, threshold_table
 
 Values = dict[str, tuple[Any, str]]  # key -> (value, where it was set)
+
+
+def suggest(name: str, choices: Mapping[str, Any] | list[str], what: str) -> str:
+    """dlci.ladder.format's hint, imported only when a key is wrong: it brings PyYAML and
+    difflib, which a run with a good configuration (every ``dlci analyze``) does not need."""
+    from dlci.ladder.format import suggest as ladder_suggest
+
+    return ladder_suggest(name, choices, what)
 
 
 def read_table(source: TomlSource, folder: str = "") -> tuple[Values, Policy]:

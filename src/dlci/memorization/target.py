@@ -262,6 +262,7 @@ def load_target(spec: str, **kwargs: Any) -> Target:
             f"--target {spec}: '{function_name}' is a {type(factory).__name__}, not a function",
             hint="name a function that returns dlci.Target",
         )
+    _check_callable_without_arguments(factory, spec, function_name, kwargs)
     try:
         target = factory(**kwargs)
     except DlciError:
@@ -278,6 +279,37 @@ def load_target(spec: str, **kwargs: Any) -> Target:
             hint="return dlci.Target(model, optimizer, train_loader, loss_fn=...)",
         )
     return target
+
+
+def _check_callable_without_arguments(
+    factory: Any, spec: str, function_name: str, kwargs: dict[str, Any]
+) -> None:
+    """A factory that cannot be called as dl-ci calls it (``os:system`` needs a command) is
+    the user's mistake, named before the call: the TypeError it would raise comes from
+    dl-ci's own line, and would read as a dl-ci bug."""
+    import inspect
+
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # a builtin without a signature: the call will tell
+        return
+    try:
+        signature.bind(**kwargs)
+    except TypeError as exc:
+        needed = [
+            name
+            for name, p in signature.parameters.items()
+            if p.default is p.empty
+            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+            and name not in kwargs
+        ]
+        raise DlciError(
+            f"--target {spec}: {function_name}{signature} cannot be called without "
+            f"arguments ({exc})",
+            hint="name a function that takes no required arguments"
+            + (f" (this one needs {', '.join(needed)})" if needed else "")
+            + " and returns dlci.Target, e.g. def make_target() -> dlci.Target",
+        ) from None
 
 
 def _split(spec: str) -> tuple[str, str]:

@@ -39,9 +39,11 @@ def device_report(
     lo, hi = window
     util = iv.length(*iv.clip(*kernels, lo, hi))
 
-    # TraceLens: kernels, memcpy and memset over the first-to-last device event.
-    first = float(ts.min()) if ts.size else 0.0
-    last = float(end.max()) if end.size else 0.0
+    # TraceLens: kernels, memcpy and memset over the first-to-last of them (not cuda_sync:
+    # TraceLens's span is over its busy events only)
+    busy_ts, busy_end = ts[is_kernel | copies_sets], end[is_kernel | copies_sets]
+    first = float(busy_ts.min()) if busy_ts.size else 0.0
+    last = float(busy_end.max()) if busy_end.size else 0.0
     span = last - first
 
     temporal = _hta_temporal_breakdown(cols, on, launch_of)
@@ -85,13 +87,14 @@ _HTA_NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
 def _hta_temporal_breakdown(cols: Columns, on: Any, launch_of: Any) -> dict[str, Any]:
     """Holistic Trace Analysis's temporal breakdown, with its default rules (docs/profiling.md).
 
-    As HTA 0.5 does it: the last ProfilerStep's device work is left out when the trace has
-    two or more steps (by the start of the host call that launched it); times are rounded to
-    whole microseconds (starts up, ends down) when the trace has fractional timestamps; the
-    span runs from the first to the last device event; compute is the union of events whose
-    names HTA types as computation; non-compute = span - compute - idle.
+    As HTA 0.5 does it: the device events on a stream (a sync event with stream -1, waiting on
+    an event or the whole context, is left out); the last ProfilerStep's device work is left out
+    when the trace has two or more steps (by the start of the host call that launched it); times
+    are rounded to whole microseconds (starts up, ends down) when the trace has fractional
+    timestamps; the span runs from the first to the last device event; compute is the union of
+    events whose names HTA types as computation; non-compute = span - compute - idle.
     """
-    keep = on.copy()
+    keep = on & (cols.dev_stream != -1)  # HTA: events on a stream (not Event/Context Sync)
     step_names = {f"ProfilerStep#{s[0]}" for s in cols.steps}
     step_names |= {n for n, _ in cols.gpu_step_starts}
     dropped_last = False

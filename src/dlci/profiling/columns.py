@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlci.profiling.events import Args, Event
+from dlci.profiling.events import Args, Event, decimal_thread
 from dlci.profiling.memcols import MEMORY_CATEGORIES, MemoryBuilder, MemoryColumns
 
 # Kind codes of device events.
@@ -163,8 +163,9 @@ class ColumnBuilder:
         if type(value) is int:
             return value
         found = self.ids.get(value)
-        if found is None:
-            found = self.ids[value] = -1 - len(self.ids)  # strings become negative ids
+        if found is None:  # "25738" is thread 25738 (2021: ops on "25738", [memory] on 25738)
+            found = int(value) if decimal_thread(value) else -2 - len(self.ids)  # -1: no stream
+            self.ids[value] = found
         return found
 
     def add(self, events: list[Event]) -> None:

@@ -245,3 +245,27 @@ def not_a_trace(path: Path, why: str) -> DlciError:
         hint="give a trace written by torch.profiler (export_chrome_trace or "
         "tensorboard_trace_handler), a JSON object with a traceEvents array",
     )
+
+
+def decimal_thread(value: Any) -> bool:
+    """A thread id written as a string of a plain decimal integer: the same thread as that
+    integer (Chrome's trace viewer, and the TensorBoard plugin, see one thread).
+
+    >>> [decimal_thread(v) for v in ("25738", "0", "007", "stream 7", "١")]
+    [True, True, False, False, False]
+    """
+    return (
+        isinstance(value, str)
+        and 0 < len(value) < 19
+        and value.isascii()
+        and value.isdigit()
+        and (value == "0" or value[0] != "0")
+    )
+
+
+def no_events(path: Path, bare: bool, not_objects: int) -> DlciError:
+    """A trace whose events array holds no event object: nothing to report on is not a
+    report of nothing (an empty report with exit 0 would be a false success)."""
+    where = "the JSON array" if bare else "its traceEvents array"
+    what = f"holds {not_objects:,} values and no event object" if not_objects else "is empty"
+    return not_a_trace(path, f"{where} {what}")

@@ -9,7 +9,7 @@ import numpy as np
 from dlci.profiling.columns import KERNEL, Columns
 from dlci.profiling.names import ASYNC_WORK, LAUNCH, NameMasks
 from dlci.profiling.timeline import Window
-from dlci.profiling.units import pct, stats
+from dlci.profiling.units import pct, percentile, stats
 
 TINY_KERNEL_US = 10.0
 
@@ -33,7 +33,7 @@ def launches(
         "tiny_kernels": int(tiny.sum()),
         "tiny_kernels_pct": pct(float(tiny.sum()), float(durations.size)),
         "tiny_kernel_time_pct": pct(float(durations[tiny].sum()), float(durations.sum())),
-        "launch_bound_kernels": int(np.sum(durations < np.median(cost))) if cost.size else 0,
+        "launch_bound_kernels": int(np.sum(durations < percentile(cost, 50))) if cost.size else 0,
     }
 
 

@@ -300,6 +300,8 @@ def enclosing_ops(cols: Columns, pids: Any, tids: Any, ts: Any) -> Any:
     op_thread, at_thread = thread[: ops.size], thread[ops.size :]
     mine = np.isin(op_thread, at_thread)
     ops, op_thread = ops[mine], op_thread[mine]
+    if not ops.size:  # no op runs on any thread that allocated
+        return out
     order = np.lexsort((-cols.op_end[ops], cols.op_ts[ops], op_thread))
     ops, op_thread = ops[order], op_thread[order]
     starts, ends, names = cols.op_ts[ops], cols.op_end[ops], cols.op_name[ops]

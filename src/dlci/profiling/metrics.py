@@ -38,7 +38,7 @@ SCHEMA_VERSION = 1
 def analyze(cols: Columns, *, source: str = "") -> dict[str, Any]:
     """The utilization report of one trace."""
     names = NameMasks(cols.names)
-    devices = sorted(int(d) for d in np.unique(cols.dev_device)) if cols.dev_device.size else []
+    devices = sorted(set(cols.dev_device.tolist()))  # not np.unique: it imports numpy.ma
     warnings = _trace_warnings(cols, devices)
     host_pid = cols.steps[0][3] if cols.steps else None
     launch_of = launch_times(cols)

@@ -1,22 +1,19 @@
 """Read a Kineto (Chrome trace format) file in bounded memory and linear time, into columns.
 
-A trace is one JSON object whose ``traceEvents`` array holds millions of small objects.
-Parsing it into Python dicts is what makes other tools slow and hungry (ANCHORS: 6 GB for
-an 800 MB trace). Here the decompressed text is read in blocks (a thread decompresses the
-next block while this one is parsed), cut between two events, and each slice is decoded by
-msgspec into typed structs that keep only the fields the metrics use; the structs of one
-slice are then folded into per-category numpy columns and dropped. Memory is the columns
-plus two blocks (or one event, up to ``MAX_EVENT``), whatever the file's size.
+A trace is one JSON object whose ``traceEvents`` array holds millions of small objects;
+parsing them into dicts makes other tools slow. The decompressed text is read in blocks (a
+thread decompresses ahead), cut between two events; each slice is decoded by msgspec into
+typed structs keeping only the fields the metrics use, folded into per-category numpy
+columns and dropped. Memory: the columns plus two blocks (or one event, up to
+``MAX_EVENT``), whatever the file's size.
 
 Cutting between events needs no JSON parser of our own: a slice always starts at an event,
 so cutting it at a ``}`` ``,`` ``{`` inside a string leaves a half event, which msgspec
 rejects. After two such refusals (a string full of ``},{``) the reader walks the events one
 by one with msgspec instead (:meth:`_Slices.walk`), so the cost stays linear whatever the
-content: valid JSON is never misread, invalid JSON is reported with its byte offset.
-
-The same reader takes newer traces (``cpu_op``, ``kernel``, ``gpu_memcpy``, ...) and the
-capitalised categories of 2021-era traces (``Operator``, ``Kernel``, ``Memcpy``, ...), the
-bare-array form of the Chrome trace format, ``.json`` and ``.json.gz``.
+content: valid JSON is never misread, invalid JSON is reported with its byte offset. It
+takes 2021's capitalised categories too, the bare-array form, ``.json`` and ``.json.gz``; an
+array without one event object is refused (a located error, not an empty report).
 """
 
 from __future__ import annotations
@@ -44,6 +41,7 @@ from dlci.profiling.events import (
     header_keys,
     invalid_json,
     loose,
+    no_events,
     not_a_trace,
     too_deep,
     trailer_keys,
@@ -242,6 +240,7 @@ class _Slices:
         self.path = path
         self.builder = ColumnBuilder()
         self.untyped = 0
+        self.not_objects = 0  # values of the events array that are not JSON objects
 
     def scan(self, blocks: Iterator[bytes]) -> Columns:
         stream = _Stream(blocks)
@@ -263,6 +262,8 @@ class _Slices:
                 )
             else:
                 stream.want = min(2 * len(stream.buf), MAX_EVENT + BLOCK)
+        if not self.builder.events:
+            raise no_events(self.path, bare, self.not_objects)
         columns = self.builder.columns(header)
         columns.untyped_slices = self.untyped
         return columns
@@ -274,10 +275,11 @@ class _Slices:
             try:
                 events = TYPED.decode(data)  # the structs are not tracked by the GC (gc=False)
             except msgspec.ValidationError:
-                # A field of an unexpected type somewhere in the slice: decode it event by
-                # event (slow, but only for odd traces).
+                # a field of an unexpected type in the slice: event by event (odd traces only)
                 self.untyped += 1
-                events = [ev for ev in map(loose, RAW_LIST.decode(data)) if ev is not None]
+                values = RAW_LIST.decode(data)
+                events = [e for e in map(loose, values) if e is not None]
+                self.not_objects += len(values) - len(events)
         except msgspec.DecodeError:
             return False
         except RecursionError:

@@ -28,6 +28,20 @@ def stats(values: Any) -> dict[str, float]:
     return {
         "count": len(values),
         "mean_us": us(np.mean(values)),
-        "median_us": us(np.median(values)),
-        "p95_us": us(np.percentile(values, 95)),
+        "median_us": us(percentile(values, 50)),
+        "p95_us": us(percentile(values, 95)),
     }
+
+
+def percentile(values: Any, q: float) -> float:
+    """numpy's default (linear) percentile of a non-empty array, without np.percentile and
+    np.median: both import numpy.ma, a sixth of ``dlci analyze``'s start-up on a small trace.
+
+    >>> percentile(np.array([4.0, 1.0, 3.0, 2.0]), 50), percentile(np.array([1.0, 2.0]), 95)
+    (2.5, 1.95)
+    """
+    ordered = np.sort(np.asarray(values, dtype=np.float64), kind="stable")
+    at = (ordered.size - 1) * q / 100.0
+    low = int(at)
+    high = min(low + 1, ordered.size - 1)
+    return float(ordered[low] + (ordered[high] - ordered[low]) * (at - low))
