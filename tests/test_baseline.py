@@ -405,7 +405,7 @@ def test_memorization_runs_at_another_threshold_are_not_comparable(standin, tmp_
     code, text = compare(tmp_path, {"memorization.json": memorization(9)})
     assert code == 0
     assert "| memorization: epochs to threshold | 17 | 9 | ↓ -8 | not comparable |" in text
-    assert "loss thresholds 0.3 (base) and 1 (head): another tier" in text
+    assert "memorised means loss &lt; 0.3 (base) and loss &lt; 1 (head): another tier" in text
     # control: the same threshold compares
     code, text = compare(tmp_path / "same", {"memorization.json": memorization(17, threshold=0.3)})
     assert "| memorization: epochs to threshold | 17 | 17 | → +0 | not gated |" in text

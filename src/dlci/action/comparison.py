@@ -156,12 +156,33 @@ def memorization_rows(base: Side, head: Side) -> list[dict[str, Any]]:
     rows.append(
         _plain("final_loss", _number(b.get("final_loss")), _number(h.get("final_loss")), "loss")
     )
-    tb, th = _number(b.get("threshold")), _number(h.get("threshold"))
-    if tb is not None and th is not None and tb != th:  # another tier: other epochs to reach
+    tb, th = _criterion(b), _criterion(h)
+    if b and h and tb != th:  # another tier: other epochs to reach it
         for row in rows:
             row["verdict"] = "not comparable"
-            row["reason"] = f"loss thresholds {tb:g} (base) and {th:g} (head): another tier"
+            row["reason"] = f"memorised means {tb} (base) and {th} (head): another tier"
     return rows
+
+
+def _criterion(report: dict[str, Any]) -> str:
+    """What a report's run had to reach: thresholds and the ladder revision, as text.
+
+    >>> _criterion({"threshold": 1.0, "tier": {"ladder_revision": "2026.11"}})
+    'loss < 1, ladder 2026.11'
+    >>> _criterion({"threshold": None, "relative_threshold": 0.3})
+    'a share of the start of 0.3'
+    """
+    parts = []
+    absolute, relative = _number(report.get("threshold")), _number(report.get("relative_threshold"))
+    if absolute is not None:
+        parts.append(f"loss < {absolute:g}")
+    if relative is not None:
+        parts.append(f"a share of the start of {relative:g}")
+    tier = report.get("tier")
+    revision = tier.get("ladder_revision") if isinstance(tier, dict) else None
+    if isinstance(revision, str):
+        parts.append(f"ladder {revision[:40]}")
+    return ", ".join(parts) or "no threshold recorded"
 
 
 def _number(value: Any) -> float | None:
