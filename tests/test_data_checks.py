@@ -403,6 +403,19 @@ def test_a_loss_that_stays_above_zero_keeps_zero_as_its_floor() -> None:
     assert details["gain"] == pytest.approx(1 - details["true_loss"] / details["shuffled_loss"])
 
 
+def test_label_alignment_cannot_judge_copies_that_never_trained() -> None:
+    """An optimizer factory that ignores the parameters it is given (issue 31): neither copy
+    trains, so true and shuffled labels tie; that says nothing of the labels."""
+    target = zoo.clean_classification()
+    target.optimizer = lambda params: torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])
+    result = run_checks(target, checks=select("label-alignment"), tier=TIER)[0]
+    assert result.status == "skip", result
+    assert result.cause.startswith("could not judge: the copy trained on the true labels did not")
+    # the control: labels that do not belong to their inputs, with a loop that learns, fail
+    broken = run_checks(zoo.labels_permuted(), checks=select("label-alignment"), tier=TIER)[0]
+    assert broken.status == "fail" and "do not belong to their inputs" in broken.cause
+
+
 # --------------------------------------------------------------- shuffle: batch samplers
 
 

@@ -150,7 +150,9 @@ def _auc(scores: Any, labels: Any) -> float:
 
 
 def trained_copy(
-    ctx: Context, batches: list[Any], score_at: tuple[int, list[Any]] | None = None
+    ctx: Context,
+    batches: list[Any],
+    score_at: tuple[int, list[Any]] | None = None,
 ) -> tuple[Any, float]:
     """A copy of the model trained on ``batches`` and its lowest training loss; ``score_at``
     (steps, held-out batches) also scores it after that many steps, for leakage
@@ -180,6 +182,31 @@ def _score_between_steps(ctx: Context, model: Any, val: list[Any]) -> Score:
     return score
 
 
+def _did_not_learn(before: tuple[float, float], after: tuple[float, float]) -> str:
+    """Why a copy shows no learning, in words (empty when it learned): ``before`` and
+    ``after`` are its loss on a batch it trained on and on the held-out data.
+
+    Learning is a loss on its own training batch 5% lower, or a held-out loss 2% lower.
+    Misaligned labels still train (a model memorises any labels): only a loop that cannot
+    learn leaves both where they were.
+
+    >>> _did_not_learn((3.87, 3.87), (3.87, 3.87))
+    'loss on a batch it trained on 3.87 -> 3.87, held-out 3.87 -> 3.87'
+    >>> _did_not_learn((2.3, 2.3), (1.0, 2.4))
+    ''
+    """
+    if not all(math.isfinite(v) for v in (*before, *after)):
+        return ""
+    trained = after[0] < before[0] - 0.05 * abs(before[0])
+    generalised = after[1] < before[1] - 0.02 * abs(before[1])
+    if trained or generalised:
+        return ""
+    return (
+        f"loss on a batch it trained on {fmt(before[0])} -> {fmt(after[0])}, "
+        f"held-out {fmt(before[1])} -> {fmt(after[1])}"
+    )
+
+
 def _needs(ctx: Context, check: str) -> CheckResult | None:
     if ctx.target.val_loader is None:
         return CheckResult(check, SKIP, cause="no val_loader: held-out data is needed")
@@ -205,8 +232,24 @@ def label_alignment(ctx: Context) -> CheckResult:
     if not val:
         return CheckResult("label-alignment", SKIP, cause="the val_loader gave no batches")
     scored = (LEAKAGE_STEPS, val) if len(batches) >= LEAKAGE_STEPS else None
+    fresh, seen = copy.deepcopy(ctx.model), batches[:1]
+    before = (evaluate(ctx, fresh, seen).loss, evaluate(ctx, fresh, val).loss)
     model, true_lowest = trained_copy(ctx, batches, scored)
     true = evaluate(ctx, model, val)
+    unlearned = _did_not_learn(before, (evaluate(ctx, model, seen).loss, true.loss))
+    if unlearned:  # the premise failed: a control of two copies that never trained says nothing
+        return CheckResult(
+            "label-alignment",
+            SKIP,
+            cause=f"could not judge: the copy trained on the true labels did not learn in "
+            f"{len(batches)} steps ({unlearned}); the check needs a training loop that learns "
+            "(see memorize, lr-range and optimizer-coverage)",
+            details={
+                "untrained_loss": before[1],
+                "true_loss": true.loss,
+                "steps": len(batches),
+            },
+        )
     model, shuffled_lowest = trained_copy(ctx, shuffled)
     control = evaluate(ctx, model, val)
     floor = min(0.0, true_lowest, shuffled_lowest, true.loss)
