@@ -410,10 +410,23 @@ def test_label_alignment_cannot_judge_copies_that_never_trained() -> None:
     target.optimizer = lambda params: torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])
     result = run_checks(target, checks=select("label-alignment"), tier=TIER)[0]
     assert result.status == "skip", result
-    assert result.cause.startswith("could not judge: the copy trained on the true labels did not")
+    assert result.cause.startswith("could not judge: the copy trained on the true labels for 60")
+    assert result.details["weights_moved"] == 0.0
     # the control: labels that do not belong to their inputs, with a loop that learns, fail
     broken = run_checks(zoo.labels_permuted(), checks=select("label-alignment"), tier=TIER)[0]
     assert broken.status == "fail" and "do not belong to their inputs" in broken.cause
+
+
+def test_label_alignment_after_a_failed_memorize_says_the_loop_comes_first() -> None:
+    """The cascade: a loop that cannot overfit one batch fails memorize; label-alignment then
+    does not blame the labels (its control: the same check alone still judges)."""
+    results = run_checks(
+        zoo.lr_far_too_low(), checks=select("memorize,label-alignment"), tier=TIER
+    )
+    assert [r.status for r in results] == ["fail", "skip"], results
+    assert results[1].cause.startswith("could not judge: memorize failed")
+    alone = run_checks(zoo.lr_far_too_low(), checks=select("label-alignment"), tier=TIER)[0]
+    assert alone.status != "skip" or not alone.cause.startswith("could not judge: memorize")
 
 
 # --------------------------------------------------------------- shuffle: batch samplers

@@ -174,8 +174,8 @@ def _run_one(check: Check, ctx: Context, crashes: list[BaseException] | None) ->
             result = check.run(ctx)
         except (TargetExited, UserCodeError) as exc:  # the target's code, inside a
             result = _failed_in_target(check.id, exc)  # check that ran it (memorize)
-        except DlciError:
-            raise
+        except DlciError as exc:  # the target is not what this check needs: its result, and
+            result = _mistake(check.id, exc)  # the other checks still run (a report, always)
         except SystemExit as exc:  # an exit in the target's code: no verdict, a failure
             result = _exited(check.id, exc)
         except TargetFault as exc:  # the target's code gave back something unusable
@@ -289,6 +289,20 @@ def _failed_in_target(check_id: str, exc: DlciError) -> CheckResult:
         cause=f"the target's code failed during this check{where_}",
         fix="run 'dlci memorize' on the target: it shows where the error is",
         details={"frames": exc.hint or ""},
+    )
+
+
+def _mistake(check_id: str, exc: DlciError) -> CheckResult:
+    """A located mistake that stopped one check (the outputs carry no loss, a batch that
+    cannot be split): that check fails with the message and hint; the ladder goes on."""
+    return CheckResult(
+        check_id,
+        FAIL,
+        exc.message,
+        "the check runs",
+        cause="the target is not what this check needs",
+        fix=exc.hint or "see docs/target.md",
+        details={"location": exc.location or ""},
     )
 
 

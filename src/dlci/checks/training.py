@@ -12,6 +12,7 @@ def memorize_check(ctx: Context) -> CheckResult:
         return CheckResult("memorize", SKIP, cause="no tier selected")
     config = MemorizeConfig.from_tier(ctx.tier, device=str(ctx.device))
     result = memorize(ctx.target, config)
+    ctx.shared["memorize"] = result.passed  # later rungs judge only a loop that can learn
     expected = f"{result.criterion or ctx.tier.criterion} within {ctx.tier.max_epochs} epochs"
     if result.passed:
         share = result.relative_loss if result.relative_loss is not None else float("nan")
