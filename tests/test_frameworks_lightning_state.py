@@ -197,6 +197,7 @@ def test_num_classes_is_read_from_the_module(hparams, targets, classes) -> None:
 def test_without_tensorboard_memorize_tracks_nothing_and_says_so_once(
     monkeypatch, tmp_path, capsys
 ) -> None:
+    """Also the run of `dlci memorize` on the example (it passes)."""
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # the package missing
     monkeypatch.setattr(tracking, "_SAID_NO_TENSORBOARD", [])
     monkeypatch.chdir(EXAMPLE)
@@ -207,3 +208,11 @@ def test_without_tensorboard_memorize_tracks_nothing_and_says_so_once(
     tracking.make_tracker("tensorboard", tmp_path, "again")  # a second tracker says nothing
     err = capsys.readouterr().err
     assert err.count("tracking nothing: TensorBoard needs the tensorboard package") == 1, err
+
+
+def test_control_with_tensorboard_the_tracker_writes_events(tmp_path, capsys) -> None:
+    tracker = tracking.make_tracker("tensorboard", tmp_path, "run")
+    tracker.log_metric("memorize/loss", 1.0, 1)
+    tracker.close()
+    assert list((tmp_path / "tensorboard" / "run").glob("events.out.tfevents.*"))
+    assert "tracking nothing" not in capsys.readouterr().err

@@ -153,20 +153,23 @@ def _head_classes(module: Any, train: PairLoader | None) -> int | None:
     (a regression head of the same width is not taken for a classifier)."""
     import torch
     from torch import nn
+    from torch.utils.data import DataLoader
 
     leaves = [m for m in module.modules() if not list(m.children()) and list(m.parameters())]
     leaves = [m for m in leaves if not is_metric(m)]
     if not leaves or not isinstance(leaves[-1], nn.Linear) or train is None:
         return None
     classes = leaves[-1].out_features
+    # a DataLoader can be iterated again; another iterable might be used up by the peek
+    if not _is_classes(classes) or not isinstance(train.loader, DataLoader):
+        return None
     try:
         with torch.random.fork_rng(devices=[]):  # the peek draws no random numbers of the run
             _, targets = next(iter(train))
     except Exception:  # no batch to judge from: nothing is taken
         return None
     if (
-        _is_classes(classes)
-        and isinstance(targets, torch.Tensor)
+        isinstance(targets, torch.Tensor)
         and targets.ndim == 1
         and not targets.is_floating_point()
         and targets.dtype != torch.bool
