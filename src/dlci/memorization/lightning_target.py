@@ -14,11 +14,20 @@ import importlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from dlci.errors import DlciError
 from dlci.memorization.adapters import PairLoader, parameters_swapped, require, unwrapped
+from dlci.memorization.guard import user_error
 from dlci.memorization.lightning_optim import Scheduler, parse_configure_optimizers
+from dlci.memorization.lightning_state import (
+    UNAVAILABLE,
+    UNAVAILABLE_HINT,
+    TrainerState,
+    is_metric,
+    stand_in_logger,
+    trainer_state,
+)
 from dlci.memorization.target import Target
 
 # the package of a LightningModule's base class -> the package of the Fabric that matches it
@@ -72,7 +81,7 @@ def from_lightning(
         train_view,
         val_loader=None if val is None else PairLoader(val, "the validation DataLoader"),
         loss_fn=loss_fn,
-        num_classes=num_classes or _num_classes(module, datamodule),
+        num_classes=num_classes or _num_classes(module, datamodule, train_view),
         train_step=steps.train_step,
     )
 
@@ -116,16 +125,59 @@ def _overridden(owner: Any, name: str) -> bool:
     return False
 
 
-def _num_classes(module: Any, datamodule: Any) -> int | None:
-    """``num_classes`` from the module's hyperparameters or attributes, or the datamodule's."""
+def _num_classes(module: Any, datamodule: Any, train: PairLoader | None = None) -> int | None:
+    """``num_classes`` where the module or its data states it: the module's hyperparameters
+    or attribute, the datamodule's attribute, the torchmetrics metrics it holds (when they
+    agree), else its head's ``out_features`` when the targets are class indices below it."""
     hparams = getattr(module, "hparams", None) or {}
     for value in (
         hparams.get("num_classes") if hasattr(hparams, "get") else None,
         getattr(module, "num_classes", None),
         getattr(datamodule, "num_classes", None),
     ):
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 2:
-            return value
+        if _is_classes(value):
+            return int(value)
+    stated = {getattr(m, "num_classes", None) for m in module.modules() if is_metric(m)} - {None}
+    if len(stated) == 1 and _is_classes(value := next(iter(stated))):
+        return int(value)
+    return _head_classes(module, train)
+
+
+def _is_classes(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 2
+
+
+def _head_classes(module: Any, train: PairLoader | None) -> int | None:
+    """The last layer's ``out_features`` when it is a Linear layer, it is the module's last
+    layer with parameters, and the first batch's targets are integer class indices below it
+    (a regression head of the same width is not taken for a classifier)."""
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader
+
+    leaves = [m for m in module.modules() if not list(m.children()) and list(m.parameters())]
+    leaves = [m for m in leaves if not is_metric(m)]
+    if not leaves or not isinstance(leaves[-1], nn.Linear) or train is None:
+        return None
+    classes = leaves[-1].out_features
+    # a DataLoader can be iterated again; another iterable might be used up by the peek
+    if not _is_classes(classes) or not isinstance(train.loader, DataLoader):
+        return None
+    try:
+        with torch.random.fork_rng(devices=[]):  # the peek draws no random numbers of the run
+            _, targets = next(iter(train))
+    except Exception:  # no batch to judge from: nothing is taken
+        return None
+    if (
+        isinstance(targets, torch.Tensor)
+        and targets.ndim == 1
+        and not targets.is_floating_point()
+        and targets.dtype != torch.bool
+        and targets.numel() > 0
+        and int(targets.min()) >= 0
+        and int(targets.max()) < classes
+    ):
+        return int(classes)
     return None
 
 
@@ -162,11 +214,19 @@ class LightningSteps:
         module = unwrapped(model, self.base)
         model.train()  # Lightning's fit loop trains in train mode: a step's own eval() shows
         batch = self.train_view.join(batch)
-        with self._attached(module, optimizer) as (fabric, wrapped):
-            if module.automatic_optimization:
-                return self._automatic(model, module, batch, wrapped, _state(optimizer))
-            output = _call_step(model, module, batch)
-            return _manual_loss(output, fabric.dlci_losses)
+        state = _state(optimizer)
+        try:
+            with self._attached(module, optimizer) as (fabric, wrapped):
+                fabric.dlci_step = state.steps
+                if module.automatic_optimization:
+                    return self._automatic(model, module, batch, wrapped, state)
+                output = _call_step(model, module, batch)
+                state.steps += 1
+                return _manual_loss(output, fabric.dlci_losses)
+        except AttributeError as exc:  # what Lightning's shim says a Fabric has not
+            if UNAVAILABLE not in str(exc):
+                raise
+            raise user_error(exc, "train_step", state.steps + 1, UNAVAILABLE_HINT) from None
 
     def _automatic(
         self, model: Any, module: Any, batch: Any, optimizer: Any, state: _OptimizerState
@@ -226,7 +286,8 @@ class LightningSteps:
         module.fabric = fabric
         module._fabric_optimizers = [wrapped]  # what Fabric.setup sets for a LightningModule
         try:
-            yield fabric, wrapped
+            with trainer_state(module, self.base, fabric):
+                yield fabric, wrapped
         finally:
             module.fabric = None
             module._fabric_optimizers = []
@@ -237,7 +298,9 @@ class LightningSteps:
         device = next(module.parameters(), torch.zeros(0)).device
         key = str(device)
         if key not in self._fabrics:
-            self._fabrics[key] = _recording_fabric(self.fabric_package, device)
+            fabric = _recording_fabric(self.fabric_package, device)
+            fabric.dlci_batches = _batches(self.train_view)
+            self._fabrics[key] = fabric
         return self._fabrics[key]
 
 
@@ -257,7 +320,7 @@ def _recording_fabric(package: str, device: Any) -> Any:
     fabric_module = require(package, "lightning", "Target.from_lightning")
     strategies = importlib.import_module(f"{package}.strategies")
 
-    class RecordingFabric(fabric_module.Fabric):  # type: ignore[misc, name-defined]
+    class RecordingFabric(TrainerState, fabric_module.Fabric):  # type: ignore[misc, name-defined]
         dlci_losses: list[Any]
 
         def backward(self, tensor: Any, *args: Any, **kwargs: Any) -> None:
@@ -265,12 +328,22 @@ def _recording_fabric(package: str, device: Any) -> Any:
             super().backward(tensor, *args, **kwargs)
 
     accelerator = "cuda" if device.type == "cuda" else "cpu"
-    return RecordingFabric(
+    fabric = RecordingFabric(
         accelerator=accelerator,
         devices=1,
         strategy=strategies.SingleDeviceStrategy(device=device),
-        loggers=[],
+        loggers=[stand_in_logger(package)],  # self.logger.experiment takes any call
     )
+    fabric.dlci_logged, fabric.dlci_progress = {}, {}
+    return fabric
+
+
+def _batches(loader: Any) -> float:
+    """The Trainer's ``num_training_batches``: the loader's length, else infinity."""
+    try:
+        return len(loader)
+    except TypeError:
+        return float("inf")
 
 
 def _call_step(model: Any, module: Any, batch: Any) -> Any:

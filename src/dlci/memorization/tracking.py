@@ -7,6 +7,7 @@ beside its metrics, so two runs can be compared later (``dlci compare-runs``).
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -135,8 +136,33 @@ def clear_events(directory: Path) -> list[Path]:
     return removed
 
 
+# whether this process has said that TensorBoard tracking is off (it says so once)
+_SAID_NO_TENSORBOARD: list[bool] = []
+
+
+def tensorboard_missing() -> str | None:
+    """Why TensorBoard cannot be written here (its package is missing), or None."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+    except ImportError as exc:
+        return str(exc)
+    return None
+
+
 def make_tracker(kind: str, directory: Path, name: str) -> Tracker:
+    """The run's tracker. TensorBoard (the default) degrades to tracking nothing where its
+    package is missing (only the framework extra installed), said once on stderr."""
     if kind == "tensorboard":
+        missing = tensorboard_missing()
+        if missing is not None:
+            if not _SAID_NO_TENSORBOARD:
+                _SAID_NO_TENSORBOARD.append(True)
+                print(
+                    f"dl-ci: tracking nothing: TensorBoard needs the tensorboard package "
+                    f"({missing}); pip install 'dl-ci[train]' to track, or pass --tracker none",
+                    file=sys.stderr,
+                )
+            return NullTracker()
         return TensorBoardTracker(directory / "tensorboard" / name)
     if kind == "wandb":
         return WandbTracker(directory, name)  # wandb adds its own wandb/ folder
