@@ -56,11 +56,17 @@ def _build(argv: list[str]) -> int:
     p.add_argument("--pip-index-url", default="", metavar="URL", help="--build-arg PIP_INDEX_URL")
     p.add_argument("--repository", default="dlci-local", help="the tag's repository name")
     p.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS")
+    p.add_argument("--trust", choices=TRUST, default="auto", help="auto: GITHUB_EVENT_NAME's")
+    p.add_argument("--network", default=os.environ.get("DLCI_NETWORK") or "auto", help=NET)
     args = p.parse_args(argv)
 
+    from dlci.action.cache import decide_trust
     from dlci.action.image import ImageRequest, provide
+    from dlci.action.network import resolve_network
     from dlci.report.github import write_outputs
 
+    args.trust = decide_trust(args.trust, dict(os.environ))
+    resolve_network(args.network, args.trust)  # a bad input fails before the build
     image = provide(ImageRequest(**vars(args)))  # the options are the request's fields
     write_outputs({"image": image.tag, "built": "true" if image.built else "false"})
     print(image.tag)
@@ -68,7 +74,7 @@ def _build(argv: list[str]) -> int:
 
 
 IPC, TRUST = ("private", "host"), ("auto", "trusted", "untrusted")
-NET = "default (Docker's default network) or none (no network)"  # checked on the host
+NET = "auto (default for trusted jobs, none for pull requests), default (Docker's bridge) or none"
 
 
 def _run(argv: list[str]) -> int:
@@ -83,13 +89,18 @@ def _run(argv: list[str]) -> int:
     p.add_argument("--gpus", default="auto", help="auto (all if a GPU was found), all, none, N")
     p.add_argument("--shm-size", default="", help="shared memory size (default 2g)")
     p.add_argument("--ipc", choices=IPC, default=os.environ.get("DLCI_IPC") or "private")
-    p.add_argument("--network", default=os.environ.get("DLCI_NETWORK") or "default", help=NET)
+    p.add_argument("--network", default=os.environ.get("DLCI_NETWORK") or "auto", help=NET)
     p.add_argument("--trust", choices=TRUST, default="auto", help="auto: GITHUB_EVENT_NAME's")
     p.add_argument("--cache-volume", default="dlci-cache", metavar="PREFIX", help="PREFIX-<trust>")
     p.add_argument("--env", action="append", default=[], metavar="NAME", help="one more variable")
     p.add_argument("--job", default=os.environ.get("DLCI_JOB_ID", ""), help="label for cleanup")
     p.add_argument("--timeout-minutes", type=float, default=60.0)
-    p.add_argument("--memory", default="", help="docker run --memory, e.g. 16g (no swap)")
+    p.add_argument(
+        "--memory",
+        default="",
+        help="docker run --memory, e.g. 16g (no swap); empty: none for a trusted job, 3/4 of "
+        "the host's memory for a pull request",
+    )
     p.add_argument("--gpu-found", default="", help="true/false from preflight (for --gpus auto)")
     p.add_argument("inner", nargs="*", metavar="-- ARGS", help="arguments of dlci run")
     args = p.parse_args(argv)
