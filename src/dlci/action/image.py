@@ -176,8 +176,15 @@ def provide(request: ImageRequest) -> Image:
             return Image(tag, built=False)
     tag = tags[0] if request.trust == TRUSTED else tags[1]
     network = build_network_flags(request.network, request.trust)
-    build(dockerfile, context, tag, build_args, timeout=request.timeout, digest=digest,
-          extra=["--label", f"dlci.trust={request.trust}", *network])
+    build(
+        dockerfile,
+        context,
+        tag,
+        build_args,
+        timeout=request.timeout,
+        digest=digest,
+        extra=["--label", f"dlci.trust={request.trust}", *network],
+    )
     labels = label_torch(tag, read_torch_record(tag), timeout=request.timeout)
     say(f"built {tag} in {time.perf_counter() - start:.1f} s")
     say(describe_torch(labels))
