@@ -608,3 +608,25 @@ def test_the_network_option_and_its_variable_reach_the_job(
     assert main(args) == 1
     assert "input network (--network): expected auto, default or none" in capsys.readouterr().err
     assert not ran.exists()
+
+
+def test_a_context_that_changes_while_it_is_sent_leaves_no_image(
+    tmp_path: Path, fake_docker, capsys
+) -> None:
+    """The tag is the hash of the stream the build receives: a file that changes between
+    the hash and the send (here when the tag is looked up) is caught, and no image stays."""
+    fake_docker(BUILD_DOCKER)
+    context = tmp_path / "ctx"
+    context.mkdir()
+    (context / "Dockerfile").write_text("FROM scratch\nCOPY . /p/\n")
+    (context / "app.py").write_text("print(1)\n")
+    args = ["container", "build", "--dockerfile", str(context / "Dockerfile")]
+    assert main([*args, "--context", str(context)]) == 0  # the control: untouched, it builds
+    hook = f"open({str(context / 'app.py')!r}, 'a').write('# changed\\n')\n"
+    fake_docker(BUILD_DOCKER.replace('if verb == "image":\n', f'if verb == "image":\n    {hook}'))
+    capsys.readouterr()
+    assert main([*args, "--context", str(context)]) == 1
+    err = capsys.readouterr().err
+    assert "error: the build context changed while it was sent" in err
+    removed = [c for c in _calls(tmp_path) if c[:2] == ["image", "rm"]]
+    assert removed and removed[-1][-1].startswith("dlci-local:untrusted-")

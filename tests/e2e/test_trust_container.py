@@ -380,7 +380,7 @@ def bridge_jobs(
     gateway = ".".join(str(b) for b in reversed(bytes.fromhex(hexed)))
 
     class Serve(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the handler's name
+        def do_GET(self) -> None:
             body = SERVED.encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))

@@ -55,7 +55,7 @@ class _Tee:
         return len(data)
 
 
-def _info(name: str, kind: int, mode: int, size: int = 0, link: str = "") -> tarfile.TarInfo:
+def _info(name: str, kind: bytes, mode: int, size: int = 0, link: str = "") -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.type, info.mode, info.size, info.linkname = kind, mode, size, link
     info.mtime, info.uid, info.gid, info.uname, info.gname = MTIME, 0, 0, "", ""

@@ -1,13 +1,13 @@
 """The job's image: docker helpers, the build's inputs, pull or build.
 
-Host-side (the runner), never imports torch. A built image is tagged by the trust level of the job
-that built it and a hash of its inputs: the build arguments and the tar stream of the build
-context, which the host assembles (dlci.action.archive: the Dockerfile and what Docker's own
-.dockerignore rules send, never ``.git`` or the other always-ignored folders), so a rebuild is
-skipped when that tag already exists, and an image a pull request built never carries the tag
-a trusted job looks for. dl-ci's Dockerfile records where the image's torch came from in /etc/dlci/torch.json;
-a build copies that file out (no code of the image runs) into the image's labels
-``dlci.torch.version``, ``dlci.torch.cuda`` and ``dlci.torch.source``.
+Host-side (the runner), never imports torch. A built image is tagged by the trust level of
+the job that built it and a hash of its inputs: the build arguments and the tar stream of the
+build context, which the host assembles (dlci.action.archive: the Dockerfile and what Docker's
+own .dockerignore rules send, never ``.git`` or the other always-ignored folders), so a
+rebuild is skipped when that tag already exists, and an image a pull request built never
+carries the tag a trusted job looks for. dl-ci's Dockerfile records where the image's torch
+came from in /etc/dlci/torch.json; a build copies that file out (no code of the image runs)
+into the image's labels ``dlci.torch.version``, ``dlci.torch.cuda`` and ``dlci.torch.source``.
 """
 
 from __future__ import annotations
@@ -213,7 +213,8 @@ def build(
     child = subprocess.Popen(
         cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
-    assert child.stdin is not None and child.stdout is not None
+    assert child.stdin is not None
+    assert child.stdout is not None
     sent: list[str] = []
     failed: list[BaseException] = []
 
@@ -224,7 +225,7 @@ def build(
             sent.append(send_context(dockerfile, context, build_args, stdin.write))
         except BrokenPipeError:
             pass  # docker stopped reading: its own error follows
-        except BaseException as exc:  # noqa: BLE001 - reported below, in the main thread
+        except BaseException as exc:  # reported below, in the main thread
             failed.append(exc)
             child.kill()
         finally:
