@@ -99,16 +99,17 @@ def render_markdown(report: dict[str, Any]) -> str:
         ["tier", f"{md(tier['budget'])} / {md(tier['hardware_class'])} ({md(tier['row'])})"],
         [
             "threshold",
-            f"loss < {report['threshold']:g} within {tier['max_epochs']} epochs, "
-            f"{tier['time_cap_minutes']:g} min",
+            f"loss < {_fmt(report['threshold'], 'g')} within {md(tier['max_epochs'])} epochs, "
+            f"{_fmt(tier['time_cap_minutes'], 'g')} min",
         ],
-        ["best loss", f"{_fmt(report['best_loss'])} at step {report['best_step']}"],
-        ["final loss", f"{_fmt(report['final_loss'])} after {report['steps']} steps"],
+        ["best loss", f"{_fmt(report['best_loss'])} at step {md(report['best_step'])}"],
+        ["final loss", f"{_fmt(report['final_loss'])} after {md(report['steps'])} steps"],
         [
             "training time",
-            f"{report['wall_time_s']:.2f} s (set-up before it {report['setup_time_s']:.2f} s)",
+            f"{_fmt(report['wall_time_s'], '.2f')} s (set-up before it "
+            f"{_fmt(report['setup_time_s'], '.2f')} s)",
         ],
-        ["device", f"{md(report['device'])} x {report['world_size']}"],
+        ["device", f"{md(report['device'])} x {md(report['world_size'])}"],
         ["seed", md(report["config"]["seed"])],
     ]
     rows += [["changed", md(change)] for change in report["config"]["changes"]]
@@ -116,8 +117,12 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines + table(["", ""], rows)) + "\n"
 
 
-def _fmt(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, int | float) else str(value)
+def _fmt(value: Any, spec: str = ".4g") -> str:
+    """A number by ``spec``; anything else (a report the pull request's code rewrote) as
+    escaped text, never raw and never a crash."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return format(value, spec)
+    return md(value)
 
 
 def plot_curve(report: dict[str, Any], path: Path) -> Path:

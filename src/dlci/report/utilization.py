@@ -242,7 +242,7 @@ def memory_fact(memory: object) -> str | None:
     if isinstance(estimate, dict) and isinstance(estimate.get("largest_batch"), int):
         line += (
             f"; largest batch that fits about {estimate['largest_batch']:,} (batch "
-            f"{label(estimate.get('batch_size'))}, confidence "
+            f"{md(estimate.get('batch_size'))}, confidence "
             f"{md(estimate.get('confidence') or 'n/a')})"
         )
     return line
@@ -266,7 +266,7 @@ def memory_lines(memory: object) -> list[str]:
         if 0 < len(steps) <= PER_STEP_ROWS:
             rows = [
                 [
-                    label(s.get("step")),
+                    md(s.get("step")),
                     _bytes(s.get("peak_allocated_bytes")),
                     _bytes(s.get("peak_reserved_bytes")),
                     md(s.get("peak_phase") or "n/a"),
@@ -296,7 +296,7 @@ def _top_allocations(rows: list[dict[str, Any]]) -> list[str]:
     if not rows:
         return []
     cells = [
-        [md_code(r.get("operator"), limit=80), _bytes(r.get("bytes")), label(r.get("count"))]
+        [md_code(r.get("operator"), limit=80), _bytes(r.get("bytes")), md(r.get("count"))]
         for r in rows
     ]
     title = "Largest allocations by operator (innermost host op; bytes summed over the steps)"
@@ -331,7 +331,7 @@ def _measured_lines(memory: dict[str, Any]) -> list[str]:
         shown = f"{largest:,}" if isinstance(largest, int) else "not estimated"
         reason = estimate.get("confidence_reason")
         lines.append(
-            f"Batch size {label(estimate.get('batch_size'))}; largest batch that fits: {shown} "
+            f"Batch size {md(estimate.get('batch_size'))}; largest batch that fits: {shown} "
             f"(confidence {md(estimate.get('confidence') or 'n/a')}"
             + (f": {md(reason)}" if reason else "")
             + f"). {md(estimate.get('method') or '')}"
