@@ -92,7 +92,7 @@ def _metric_rows(report: dict[str, Any]) -> list[list[str]]:
         ]
     ]
     for device in report["devices"]:
-        name = f"GPU {device['device']}" + (
+        name = f"GPU {md(device['device'])}" + (
             f" ({md(device['name'])})" if device.get("name") else ""
         )
         tb = device["temporal_breakdown"]
@@ -152,7 +152,7 @@ def _gap_table(device: dict[str, Any]) -> list[str]:
         for gap in gaps
     ]
     headers = ["at", "length", "cause", "CPU op running"]
-    return [f"#### Largest idle gaps on GPU {device['device']}", "", *table(headers, rows), ""]
+    return [f"#### Largest idle gaps on GPU {md(device['device'])}", "", *table(headers, rows), ""]
 
 
 def _copy_table(device: dict[str, Any]) -> list[str]:
@@ -173,7 +173,12 @@ def _copy_table(device: dict[str, Any]) -> list[str]:
     if not rows:
         return []
     headers = ["memory", "copies", "bytes", "time", "bandwidth", "not hidden"]
-    return [f"#### Host-to-device copies on GPU {device['device']}", "", *table(headers, rows), ""]
+    return [
+        f"#### Host-to-device copies on GPU {md(device['device'])}",
+        "",
+        *table(headers, rows),
+        "",
+    ]
 
 
 def _sync_table(syncs: dict[str, Any]) -> list[str]:
