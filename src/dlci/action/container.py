@@ -44,6 +44,11 @@ UNTRUSTED_PIDS_LIMIT = 8192
 UNTRUSTED_MEMORY_SHARE = 0.75
 
 
+def pids_limit(trust: str) -> int:
+    """The ``--pids-limit`` of a job's containers, by trust."""
+    return UNTRUSTED_PIDS_LIMIT if trust == UNTRUSTED else PIDS_LIMIT
+
+
 def default_memory(trust: str, meminfo: Path = Path("/proc/meminfo")) -> str:
     """The memory limit a job gets when the ``memory`` input is empty: none for a trusted
     job, three quarters of the host's memory (in MiB) for a pull request."""
@@ -98,8 +103,7 @@ def run_command(
     cmd = ["docker", "run", "--rm", "--init", "--name", name, "--label", f"{JOB_LABEL}={job}"]
     cmd += ["--user", f"{uid}:{gid}"]
     cmd += ["--security-opt", "no-new-privileges", "--cap-drop", "ALL"]
-    pids = UNTRUSTED_PIDS_LIMIT if trust == UNTRUSTED else PIDS_LIMIT
-    cmd += ["--pids-limit", str(pids), *network_flags(network, trust)]
+    cmd += ["--pids-limit", str(pids_limit(trust)), *network_flags(network, trust)]
     cmd += (
         ["--ipc=host"] if ipc == "host" else ["--ipc=private", "--shm-size", shm_size or SHM_SIZE]
     )
@@ -164,8 +168,7 @@ def run(request: RunRequest) -> int:
     say(f"cache: volume {request.cache_volume}-{trust} ({trust} job)")
     memory = request.memory or default_memory(trust)
     network = resolve_network(request.network, trust)
-    pids = UNTRUSTED_PIDS_LIMIT if trust == UNTRUSTED else PIDS_LIMIT
-    say(f"limits: network {network}, memory {memory or 'unlimited'}, {pids} processes")
+    say(f"limits: network {network}, memory {memory or 'unlimited'}, {pids_limit(trust)} pids")
     inner = [*inputs_to_argv(environ), *request.inner]
     parts = Parts(inner, workspace, request.workdir, environ.get(RECORD_VARIABLE, ""))
     try:

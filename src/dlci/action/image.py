@@ -13,7 +13,9 @@ into the image's labels ``dlci.torch.version``, ``dlci.torch.cuda`` and ``dlci.t
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
+import os
 import shutil
 import subprocess
 import sys
@@ -27,7 +29,7 @@ from typing import Any
 
 from dlci import jsonio
 from dlci.action.archive import DOCKERFILE, context_hash, send_context
-from dlci.action.cache import TRUSTED, UNTRUSTED
+from dlci.action.cache import TRUSTED, UNTRUSTED, decide_trust
 from dlci.action.network import build_network_flags
 from dlci.errors import DlciError
 from dlci.report.text import clean
@@ -136,7 +138,7 @@ class ImageRequest:
     pip_index_url: str = ""  # PIP_INDEX_URL: a package index (a private mirror)
     repository: str = "dlci-local"
     timeout: float = 3600.0
-    trust: str = UNTRUSTED  # the job's, decided on the host (dlci.action.cache.decide_trust)
+    trust: str = "auto"  # the job's: auto decides it from the event (cache.decide_trust)
     network: str = "auto"  # the build's RUN steps: the job's network (dlci.action.network)
 
 
@@ -163,28 +165,22 @@ def provide(request: ImageRequest) -> Image:
         EXTRA_PIP=request.extra_pip,
         PIP_INDEX_URL=request.pip_index_url,
     )
+    trust = decide_trust(request.trust, dict(os.environ))
+    network = build_network_flags(request.network, trust)  # a bad input fails before the hash
     start = time.perf_counter()
     digest = context_hash(dockerfile, context, build_args)
     # A pull request's build is tagged untrusted-<hash>: no trusted job looks for that tag.
     # An untrusted job may reuse a trusted job's image of the same inputs (the safe way round).
     tags = [f"{request.repository}:{level}-{digest}" for level in (TRUSTED, UNTRUSTED)]
-    for tag in tags if request.trust == UNTRUSTED else tags[:1]:
+    for tag in tags if trust == UNTRUSTED else tags[:1]:
         if image_exists(tag):
             took = time.perf_counter() - start
-            say(f"{tag} is up to date (inputs hashed in {took:.1f} s, {request.trust} job)")
+            say(f"{tag} is up to date (inputs hashed in {took:.1f} s, {trust} job)")
             say(describe_torch(torch_labels(tag)))
             return Image(tag, built=False)
-    tag = tags[0] if request.trust == TRUSTED else tags[1]
-    network = build_network_flags(request.network, request.trust)
-    build(
-        dockerfile,
-        context,
-        tag,
-        build_args,
-        timeout=request.timeout,
-        digest=digest,
-        extra=["--label", f"dlci.trust={request.trust}", *network],
-    )
+    tag = tags[0] if trust == TRUSTED else tags[1]
+    extra = ["--label", f"dlci.trust={trust}", *network]
+    build(dockerfile, context, tag, build_args, timeout=request.timeout, digest=digest, extra=extra)
     labels = label_torch(tag, read_torch_record(tag), timeout=request.timeout)
     say(f"built {tag} in {time.perf_counter() - start:.1f} s")
     say(describe_torch(labels))
@@ -213,25 +209,10 @@ def build(
     child = subprocess.Popen(
         cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
-    assert child.stdin is not None
     assert child.stdout is not None
     sent: list[str] = []
     failed: list[BaseException] = []
-
-    def feed() -> None:
-        stdin = child.stdin
-        assert stdin is not None
-        try:
-            sent.append(send_context(dockerfile, context, build_args, stdin.write))
-        except BrokenPipeError:
-            pass  # docker stopped reading: its own error follows
-        except BaseException as exc:  # reported below, in the main thread
-            failed.append(exc)
-            child.kill()
-        finally:
-            with contextlib.suppress(OSError):
-                stdin.close()
-
+    feed = functools.partial(_feed, child, dockerfile, context, build_args, sent, failed)
     feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()
     deadline = time.monotonic() + timeout
@@ -259,6 +240,30 @@ def build(
             f"{sent[0] if sent else 'nothing'}): the image is removed",
             hint="nothing may write into the context while the image builds",
         )
+
+
+def _feed(
+    child: subprocess.Popen[bytes],
+    dockerfile: Path,
+    context: Path,
+    build_args: dict[str, str],
+    sent: list[str],
+    failed: list[BaseException],
+) -> None:
+    """The build's stdin: the context stream (its hash into ``sent``; an error into
+    ``failed``, and the build killed), then closed."""
+    stdin = child.stdin
+    assert stdin is not None
+    try:
+        sent.append(send_context(dockerfile, context, build_args, stdin.write))
+    except BrokenPipeError:
+        pass  # docker stopped reading: its own error follows
+    except BaseException as exc:  # reported by build(), in the main thread
+        failed.append(exc)
+        child.kill()
+    finally:
+        with contextlib.suppress(OSError):
+            stdin.close()
 
 
 # ---------------------------------------------------------------------------- torch's origin

@@ -44,12 +44,8 @@ def _build(argv: list[str]) -> int:
     p.add_argument("--image", default="", help="a prebuilt image to use instead of building")
     p.add_argument("--dockerfile", default="", metavar="FILE", help="the Dockerfile to build")
     p.add_argument("--context", default="", metavar="DIR", help="default: . for --dockerfile")
-    p.add_argument(
-        "--kit",
-        default="",
-        metavar="DIR",
-        help="dl-ci's own folder: without --dockerfile, build its docker/Dockerfile there",
-    )
+    kit = "dl-ci's own folder: without --dockerfile, build its docker/Dockerfile there"
+    p.add_argument("--kit", default="", metavar="DIR", help=kit)
     p.add_argument("--base-image", default="", metavar="IMAGE", help="--build-arg BASE_IMAGE")
     p.add_argument("--build-arg", action="append", default=[], metavar="NAME=VALUE")
     p.add_argument("--extra-pip", default="", metavar="PKGS", help="--build-arg EXTRA_PIP")
@@ -60,13 +56,9 @@ def _build(argv: list[str]) -> int:
     p.add_argument("--network", default=os.environ.get("DLCI_NETWORK") or "auto", help=NET)
     args = p.parse_args(argv)
 
-    from dlci.action.cache import decide_trust
     from dlci.action.image import ImageRequest, provide
-    from dlci.action.network import resolve_network
     from dlci.report.github import write_outputs
 
-    args.trust = decide_trust(args.trust, dict(os.environ))
-    resolve_network(args.network, args.trust)  # a bad input fails before the build
     image = provide(ImageRequest(**vars(args)))  # the options are the request's fields
     write_outputs({"image": image.tag, "built": "true" if image.built else "false"})
     print(image.tag)
@@ -95,12 +87,7 @@ def _run(argv: list[str]) -> int:
     p.add_argument("--env", action="append", default=[], metavar="NAME", help="one more variable")
     p.add_argument("--job", default=os.environ.get("DLCI_JOB_ID", ""), help="label for cleanup")
     p.add_argument("--timeout-minutes", type=float, default=60.0)
-    p.add_argument(
-        "--memory",
-        default="",
-        help="docker run --memory, e.g. 16g (no swap); empty: none for a trusted job, 3/4 of "
-        "the host's memory for a pull request",
-    )
+    p.add_argument("--memory", default="", help="e.g. 16g (no swap); empty: by trust")
     p.add_argument("--gpu-found", default="", help="true/false from preflight (for --gpus auto)")
     p.add_argument("inner", nargs="*", metavar="-- ARGS", help="arguments of dlci run")
     args = p.parse_args(argv)

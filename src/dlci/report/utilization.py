@@ -22,13 +22,8 @@ BREAKDOWN_LABELS = {
     "cpu_exec": "CPU exec",
     "other": "other",
 }
-PHASE_LABELS = {
-    "data_loading": "data loading",
-    "forward": "forward",
-    "backward": "backward",
-    "optimizer": "optimizer",
-    "other": "other",
-}
+PHASE_LABELS = {"data_loading": "data loading"}
+PHASE_LABELS |= {name: name for name in ("forward", "backward", "optimizer", "other")}
 
 
 def _ms(us: float) -> str:
@@ -173,12 +168,8 @@ def _copy_table(device: dict[str, Any]) -> list[str]:
     if not rows:
         return []
     headers = ["memory", "copies", "bytes", "time", "bandwidth", "not hidden"]
-    return [
-        f"#### Host-to-device copies on GPU {md(device['device'])}",
-        "",
-        *table(headers, rows),
-        "",
-    ]
+    title = f"#### Host-to-device copies on GPU {md(device['device'])}"
+    return [title, "", *table(headers, rows), ""]
 
 
 def _sync_table(syncs: dict[str, Any]) -> list[str]:
