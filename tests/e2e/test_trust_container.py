@@ -329,6 +329,21 @@ def test_moving_git_away_does_not_uncover_the_token(
 
 # ------------------------------------------------- the host's services and the runner's share
 
+
+def bridge_gateway(docker: str, image: str) -> str:
+    """The default bridge's gateway as a container sees it, its default route (read from a
+    container of the bridge: this engine's IPAM config names no gateway)."""
+    route = subprocess.run(
+        [docker, "run", "--rm", image, "cat", "/proc/net/route"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout.splitlines()
+    hexed = next(line.split()[2] for line in route[1:] if line.split()[1] == "00000000")
+    return ".".join(str(b) for b in reversed(bytes.fromhex(hexed)))
+
+
 # The attacker: fetches what the runner's host serves on the docker bridge's gateway (its own
 # default route), and reads the limits of its cgroup.
 BRIDGE_PROBE = """
@@ -367,17 +382,7 @@ def bridge_jobs(
     import http.server
     import threading
 
-    # the gateway as the container sees it: its default route, read from a container of the
-    # bridge (this engine's IPAM config names no gateway)
-    route = subprocess.run(
-        [docker_engine, "run", "--rm", kit_image, "cat", "/proc/net/route"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    ).stdout.splitlines()
-    hexed = next(line.split()[2] for line in route[1:] if line.split()[1] == "00000000")
-    gateway = ".".join(str(b) for b in reversed(bytes.fromhex(hexed)))
+    gateway = bridge_gateway(docker_engine, kit_image)
 
     class Serve(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:

@@ -7,8 +7,10 @@ actions/checkout persists in ``.git/config`` (issue 35). Now the host writes the
 itself from the entries of ``dlci.action.context`` (Docker's own ``.dockerignore`` rules, less
 ``ALWAYS_IGNORED``) and hands the stream to ``docker build -``: the tag is the SHA-256 of those
 very bytes, and a build whose stream hashed otherwise (a file changed while it was sent) is
-refused. The stream is reproducible: owner 0:0, mode 0644 or 0755 (the executable bit), one
-fixed modification time, links as links, FIFOs and sockets left out.
+refused. The stream is reproducible: owner 0:0 without names, each entry's permission bits
+with its type's bits in the mode field (as the Docker CLI's headers have them, so Docker's
+layer cache is shared with builds from the raw folder), one fixed modification time (the
+cache leaves it out), links as links, FIFOs and sockets left out.
 
 The Dockerfile travels in the stream as ``.dlci-dockerfile`` with a ``.dockerignore`` naming
 only it and itself: both builders take those two files out of what ``COPY`` sees, and read
@@ -17,6 +19,7 @@ no other rule (the project's ``.dockerignore`` was applied here already).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -55,9 +58,34 @@ class _Tee:
         return len(data)
 
 
+class _Header(tarfile.TarInfo):
+    """A header as the Docker CLI writes one: the file type's bits in the mode field (Go's
+    ``FileInfoHeader``; Python's tarfile keeps only the permission bits), so the legacy
+    builder's cache, which hashes the header's mode, matches a build from the raw folder."""
+
+    def get_info(self) -> dict[str, object]:  # type: ignore[override]
+        info: dict[str, object] = dict(super().get_info())
+        info["mode"] = self.mode  # tarfile keeps the permission bits only
+        return info
+
+    @staticmethod
+    def _create_header(info: dict[str, object], format: int, encoding: str, errors: str) -> bytes:
+        buf = tarfile.TarInfo._create_header(info, format, encoding, errors)  # type: ignore[attr-defined]
+        mode = info.get("mode", 0)
+        assert isinstance(mode, int)
+        buf = buf[:100] + tarfile.itn(mode, 8, format) + buf[108:]  # type: ignore[attr-defined]
+        chksum = tarfile.calc_chksums(buf[-tarfile.BLOCKSIZE :])[0]  # type: ignore[attr-defined]
+        return bytes(buf[:-364] + f"{chksum:06o}\0".encode() + buf[-357:])
+
+
+_TYPE_BITS = {tarfile.REGTYPE: stat.S_IFREG, tarfile.DIRTYPE: stat.S_IFDIR}
+_TYPE_BITS[tarfile.SYMTYPE] = stat.S_IFLNK
+
+
 def _info(name: str, kind: bytes, mode: int, size: int = 0, link: str = "") -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.type, info.mode, info.size, info.linkname = kind, mode, size, link
+    info = _Header(name)
+    info.type, info.size, info.linkname = kind, size, link
+    info.mode = _TYPE_BITS[kind] | (mode & 0o7777)
     info.mtime, info.uid, info.gid, info.uname, info.gname = MTIME, 0, 0, "", ""
     return info
 
@@ -72,7 +100,9 @@ def write_context(dockerfile: Path, context: Path, sink: Sink) -> None:
             if entry.rel in (DOCKERFILE, ".dockerignore"):
                 continue  # the stream's own; the project's rules were applied here
             if entry.kind == "dir":
-                tar.addfile(_info(entry.rel, tarfile.DIRTYPE, 0o755))
+                with contextlib.suppress(OSError):  # gone: docker build would fail on it
+                    perms = os.lstat(entry.path).st_mode
+                    tar.addfile(_info(entry.rel, tarfile.DIRTYPE, perms))
             elif entry.kind == "link":
                 target = os.readlink(entry.path)
                 tar.addfile(_info(entry.rel, tarfile.SYMTYPE, 0o777, link=target))
@@ -97,9 +127,8 @@ def _add_file(tar: tarfile.TarFile, rel: str, path: Path) -> None:
                 f"{rel}: was a regular file of the build context and is not one any more",
                 hint="something changed the context while the image was being built",
             )
-        mode = 0o755 if info.st_mode & 0o111 else 0o644
         try:
-            tar.addfile(_info(rel, tarfile.REGTYPE, mode, info.st_size), handle)
+            tar.addfile(_info(rel, tarfile.REGTYPE, info.st_mode, info.st_size), handle)
         except OSError as exc:  # shorter than fstat said: changed while it was read
             raise DlciError(f"{rel}: changed while the build context was read ({exc})") from None
 
