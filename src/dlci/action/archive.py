@@ -8,9 +8,9 @@ itself from the entries of ``dlci.action.context`` (Docker's own ``.dockerignore
 ``ALWAYS_IGNORED``) and hands the stream to ``docker build -``: the tag is the SHA-256 of those
 very bytes, and a build whose stream hashed otherwise (a file changed while it was sent) is
 refused. The stream is reproducible: owner 0:0 without names, each entry's permission bits
-with its type's bits in the mode field (as the Docker CLI's headers have them, so Docker's
-layer cache is shared with builds from the raw folder), one fixed modification time (the
-cache leaves it out), links as links, FIFOs and sockets left out.
+(what the Docker CLI sends, so the legacy builder's layer cache, which hashes them, is shared
+with builds from the raw folder), one fixed modification time (the cache leaves it out),
+links as links, FIFOs and sockets left out.
 
 The Dockerfile travels in the stream as ``.dlci-dockerfile`` with a ``.dockerignore`` naming
 only it and itself: both builders take those two files out of what ``COPY`` sees, and read
@@ -58,34 +58,9 @@ class _Tee:
         return len(data)
 
 
-class _Header(tarfile.TarInfo):
-    """A header as the Docker CLI writes one: the file type's bits in the mode field (Go's
-    ``FileInfoHeader``; Python's tarfile keeps only the permission bits), so the legacy
-    builder's cache, which hashes the header's mode, matches a build from the raw folder."""
-
-    def get_info(self) -> dict[str, object]:  # type: ignore[override]
-        info: dict[str, object] = dict(super().get_info())
-        info["mode"] = self.mode  # tarfile keeps the permission bits only
-        return info
-
-    @staticmethod
-    def _create_header(info: dict[str, object], format: int, encoding: str, errors: str) -> bytes:
-        buf = tarfile.TarInfo._create_header(info, format, encoding, errors)  # type: ignore[attr-defined]
-        mode = info.get("mode", 0)
-        assert isinstance(mode, int)
-        buf = buf[:100] + tarfile.itn(mode, 8, format) + buf[108:]  # type: ignore[attr-defined]
-        chksum = tarfile.calc_chksums(buf[-tarfile.BLOCKSIZE :])[0]  # type: ignore[attr-defined]
-        return bytes(buf[:-364] + f"{chksum:06o}\0".encode() + buf[-357:])
-
-
-_TYPE_BITS = {tarfile.REGTYPE: stat.S_IFREG, tarfile.DIRTYPE: stat.S_IFDIR}
-_TYPE_BITS[tarfile.SYMTYPE] = stat.S_IFLNK
-
-
 def _info(name: str, kind: bytes, mode: int, size: int = 0, link: str = "") -> tarfile.TarInfo:
-    info = _Header(name)
-    info.type, info.size, info.linkname = kind, size, link
-    info.mode = _TYPE_BITS[kind] | (mode & 0o7777)
+    info = tarfile.TarInfo(name)
+    info.type, info.mode, info.size, info.linkname = kind, mode & 0o7777, size, link
     info.mtime, info.uid, info.gid, info.uname, info.gname = MTIME, 0, 0, "", ""
     return info
 
