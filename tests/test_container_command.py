@@ -44,14 +44,17 @@ def test_the_run_command_line(tmp_path: Path) -> None:
     assert "--user 1001:1002" in text  # no root-owned files in the workspace
     # its own IPC namespace, with more than Docker's 64 MB /dev/shm for DataLoader workers
     assert "--ipc=private --shm-size 2g" in text and "--ipc=host" not in text
-    assert "--security-opt no-new-privileges --cap-drop ALL --pids-limit 32768" in text
+    # no trust given: a pull request's limits (issue 35)
+    assert "--security-opt no-new-privileges --cap-drop ALL --pids-limit 8192" in text
     assert f"-v {tmp_path.resolve()}:/workspace" in text
     assert "-w /workspace/examples/digits" in text
     # no trust given: the untrusted cache, never the trusted one
     assert "src=dlci-cache-untrusted,dst=/home/dlci/.cache" in text and "-trusted" not in text
     assert "--label dlci.job=1" in text
     assert "--gpus" not in cmd
-    assert "--network" not in cmd  # the network input's default: Docker's default network
+    assert cmd[cmd.index("--network") + 1] == "none"  # auto on an untrusted job: no network
+    trusted = command(tmp_path, trust="trusted")
+    assert "--network" not in trusted and "--pids-limit 32768" in " ".join(trusted)
     # only names from the allowlist, and values never on the command line
     passed = [cmd[i + 1] for i, a in enumerate(cmd) if a == "-e"]
     assert "CI" in passed and "GITHUB_SHA" in passed
@@ -81,7 +84,7 @@ def test_the_network_input_none_gives_the_container_no_network(tmp_path: Path) -
     assert cmd.index("--network") < cmd.index("dl-ci:e2e")  # a docker flag, not the job's
     for value in ("host", "bridge", "container:db", "None"):
         with pytest.raises(
-            DlciError, match=r"input network \(--network\): expected default or none"
+            DlciError, match=r"input network \(--network\): expected auto, default or none"
         ) as caught:
             command(tmp_path, network=value)
         assert "network: none" in (caught.value.hint or "")
@@ -516,13 +519,16 @@ def test_a_build_labels_the_image_with_its_torch_record(
     fake_docker(BUILD_DOCKER)
     record = {"torch": "2.5.1+cu124", "cuda": "12.4", "source": "base", "file": "/x/torch/i.py"}
     (tmp_path / "bin" / "record.tar").write_bytes(_tar("torch.json", json.dumps(record).encode()))
-    (tmp_path / "Dockerfile").write_text("FROM scratch\n")
-    args = ["container", "build", "--dockerfile", str(tmp_path / "Dockerfile")]
-    args += ["--context", str(tmp_path), "--extra-pip", "scikit-learn rich"]
+    context = tmp_path / "ctx"  # not the fake docker's folder: its log would change the context
+    context.mkdir()
+    (context / "Dockerfile").write_text("FROM scratch\n")
+    args = ["container", "build", "--dockerfile", str(context / "Dockerfile")]
+    args += ["--context", str(context), "--extra-pip", "scikit-learn rich"]
     assert main([*args, "--pip-index-url", "https://mirror.invalid/simple"]) == 0
     captured = capsys.readouterr()
     calls = _calls(tmp_path)
-    build = next(c for c in calls if c[0] == "build" and c[-1] != "-")
+    build = next(c for c in calls if c[0] == "build" and "dlci.built=1" in c)
+    assert build[-1] == "-" and build[build.index("-f") + 1] == ".dlci-dockerfile"
     assert "--force-rm" in build  # a failed build leaves no container behind
     assert "EXTRA_PIP=scikit-learn rich" in build
     assert "PIP_INDEX_URL=https://mirror.invalid/simple" in build
@@ -530,7 +536,7 @@ def test_a_build_labels_the_image_with_its_torch_record(
     assert ["create", "--network", "none", tag, "dlci-never-started"] in calls  # never started
     assert ["cp", "c0ffee:/etc/dlci/torch.json", "-"] in calls
     assert ["rm", "--force", "c0ffee"] in calls
-    relabel = next(c for c in calls if c[0] == "build" and c[-1] == "-")
+    relabel = next(c for c in calls if c[0] == "build" and "dlci.built=1" not in c)
     assert relabel[relabel.index("-t") + 1] == tag
     assert "dlci.torch.version=2.5.1+cu124" in relabel
     assert "dlci.torch.cuda=12.4" in relabel and "dlci.torch.source=base" in relabel
@@ -541,12 +547,14 @@ def test_an_image_without_a_torch_record_is_not_relabelled(
     tmp_path: Path, fake_docker, capsys
 ) -> None:
     fake_docker(BUILD_DOCKER)
-    (tmp_path / "Dockerfile").write_text("FROM scratch\n")
-    args = ["container", "build", "--dockerfile", str(tmp_path / "Dockerfile")]
-    assert main([*args, "--context", str(tmp_path)]) == 0
+    context = tmp_path / "ctx"
+    context.mkdir()
+    (context / "Dockerfile").write_text("FROM scratch\n")
+    args = ["container", "build", "--dockerfile", str(context / "Dockerfile")]
+    assert main([*args, "--context", str(context)]) == 0
     calls = _calls(tmp_path)
     builds = [c for c in calls if c[0] == "build"]
-    assert len(builds) == 1 and builds[0][-1] != "-"  # the main build only, no relabelling
+    assert len(builds) == 1 and "dlci.built=1" in builds[0]  # the main build only
     assert not any("EXTRA_PIP" in " ".join(c) for c in calls)  # no option, no build argument
     assert "no torch labels" in capsys.readouterr().err
 
@@ -598,5 +606,27 @@ def test_the_network_option_and_its_variable_reach_the_job(
     ran.unlink()
     monkeypatch.setenv("DLCI_NETWORK", "host")
     assert main(args) == 1
-    assert "input network (--network): expected default or none" in capsys.readouterr().err
+    assert "input network (--network): expected auto, default or none" in capsys.readouterr().err
     assert not ran.exists()
+
+
+def test_a_context_that_changes_while_it_is_sent_leaves_no_image(
+    tmp_path: Path, fake_docker, capsys
+) -> None:
+    """The tag is the hash of the stream the build receives: a file that changes between
+    the hash and the send (here when the tag is looked up) is caught, and no image stays."""
+    fake_docker(BUILD_DOCKER)
+    context = tmp_path / "ctx"
+    context.mkdir()
+    (context / "Dockerfile").write_text("FROM scratch\nCOPY . /p/\n")
+    (context / "app.py").write_text("print(1)\n")
+    args = ["container", "build", "--dockerfile", str(context / "Dockerfile")]
+    assert main([*args, "--context", str(context)]) == 0  # the control: untouched, it builds
+    hook = f"open({str(context / 'app.py')!r}, 'a').write('# changed\\n')\n"
+    fake_docker(BUILD_DOCKER.replace('if verb == "image":\n', f'if verb == "image":\n    {hook}'))
+    capsys.readouterr()
+    assert main([*args, "--context", str(context)]) == 1
+    err = capsys.readouterr().err
+    assert "error: the build context changed while it was sent" in err
+    removed = [c for c in _calls(tmp_path) if c[:2] == ["image", "rm"]]
+    assert removed and removed[-1][-1].startswith("dlci-local:untrusted-")

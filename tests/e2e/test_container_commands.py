@@ -334,17 +334,13 @@ print(json.dumps({"interfaces": names, "host_port": reached}))
 
 
 @pytest.fixture
-def host_port(docker_engine: str):
+def host_port(docker_engine: str, kit_image: str):
     """(the default bridge's gateway, a port the host listens on there)."""
     import socket
 
-    gateway = subprocess.run(
-        [docker_engine, "network", "inspect", "bridge"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    address = json.loads(gateway.stdout)[0]["IPAM"]["Config"][0]["Gateway"]
+    from test_trust_container import bridge_gateway
+
+    address = bridge_gateway(docker_engine, kit_image)
     with socket.socket() as server:
         server.bind((address, 0))  # the host's side of the bridge only
         server.listen(8)

@@ -229,17 +229,42 @@ def test_what_reaches_the_image_changes_the_tag_and_rebuilds_and_ignored_files_d
     assert in_image(docker_engine, third, "/app/requirements.txt") == "numpy==2.0\n"
 
 
-def test_control_without_negations_the_edit_keeps_the_tag_and_the_image_is_stale(
-    app: Path, docker_engine: str, capsys: pytest.CaptureFixture[str], monkeypatch
-) -> None:
+def _old_reading(monkeypatch) -> None:
     read = context_module.read_dockerignore
     monkeypatch.setattr(
         context_module,
         "read_dockerignore",
         lambda path: [p for p in read(path) if not p.exclusion],  # the old reading's gap
     )
+
+
+def test_control_without_negations_the_edit_keeps_the_tag_and_the_image_is_stale(
+    app: Path, docker_engine: str, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    """The old pipeline: the hash read the rules one way, and Docker, given the folder raw,
+    read them its own way."""
+    import dlci.action.image as image_module
+
+    def raw_build(dockerfile: Path, context: Path, tag: str, *_: object, **__: object) -> None:
+        argv = [docker_engine, "build", "-q", "-f", str(dockerfile), "-t", tag, str(context)]
+        subprocess.run(argv, capture_output=True, check=True, timeout=300)
+
+    _old_reading(monkeypatch)
+    monkeypatch.setattr(image_module, "build", raw_build)
     first, _ = build_tag(app, capsys)
     (app / "src" / "app.py").write_text("print('new')\n")
     again, err = build_tag(app, capsys)
     assert again == first and "is up to date" in err
     assert in_image(docker_engine, again, "/app/src/app.py") == "src/app.py\n"  # stale
+
+
+def test_with_the_hosts_stream_a_reading_gap_fails_the_build_never_a_stale_image(
+    app: Path, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    """The same gap in the rules now shapes the stream that is sent too (issue 35): the
+    build lacks what the hash lacks, so it fails where the old one went stale."""
+    _old_reading(monkeypatch)
+    argv = ["container", "build", "--dockerfile", str(app / "Dockerfile")]
+    argv += ["--context", str(app), "--repository", "dlci-e2e-context-app"]
+    assert main(argv) == 1
+    assert "COPY failed" in capsys.readouterr().err

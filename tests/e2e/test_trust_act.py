@@ -6,7 +6,11 @@ runner"): it looks for the checkout's token everywhere it can read, plants a fil
 cache, rewrites the tier file and plants a passing memorization report for a target that
 cannot memorize, prints workflow commands, and records its IPC namespace. A later trusted
 job (a push) looks for the planted cache file; a second pull request is the control that
-shows the plant really lands in the (untrusted) cache. The other controls, where a probe
+shows the plant really lands in the (untrusted) cache, and its target (the pull request's
+own committed code, `digits_example/hostile.py`) rewrites fields of its gate's report that
+the host did not check before issue 35 (`steps`, `best_step`, `world_size`, `device`,
+`reason`) into HTML, an image, a team mention and a link; the control renders the rewritten
+report without the escaping and finds each of them. The other controls, where a probe
 succeeds without its protection, are in test_trust_container.py and test_trust_gates.py
 (plain docker runs, faster than act); here the host's own step is the control for the
 workflow commands: act does apply an `::add-mask::` printed on the host.
@@ -96,6 +100,36 @@ def test_the_pull_request_attacks():
 """
 
 
+# The second pull request's target: the tiny-lr target, whose process rewrites its own gate's
+# report on the way out, after dl-ci wrote it (a copy goes to the workspace for the control).
+HOSTILE_TARGET = r"""
+import atexit, json, pathlib
+
+from digits_example.broken import make_tiny_lr_target
+
+MARKUP = "cpu x <img src=https://evil.example/p.png> @org/team https://evil.example/x"
+
+
+def _rewrite():
+    if not pathlib.Path("/workspace/project/rewrite-report").exists():
+        return
+    path = pathlib.Path("/dlci/out/memorization.json")
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    for key in ("steps", "best_step", "world_size", "device", "reason"):
+        report[key] = MARKUP
+    path.write_text(json.dumps(report))
+    pathlib.Path("/workspace/project/rewritten.json").write_text(json.dumps(report))
+
+
+def make_target():
+    atexit.register(_rewrite)
+    return make_tiny_lr_target()
+"""
+
+
 def workflow(kit_image: str) -> str:
     return job(
         f"""
@@ -110,7 +144,7 @@ def workflow(kit_image: str) -> str:
     budget: pr
     working-directory: project
     image: {kit_image}
-    target: ${{{{ github.event_name == 'pull_request' && 'digits_example.broken:make_tiny_lr_target' || '' }}}}
+    target: ${{{{ github.event_name == 'pull_request' && 'digits_example.hostile:make_target' || '' }}}}
     memorize: ${{{{ github.event_name == 'pull_request' }}}}
     doctor: "false"
     profile: "false"
@@ -123,6 +157,7 @@ def workflow(kit_image: str) -> str:
   run: |
     echo "attack=$(cat "$GITHUB_WORKSPACE/project/attack.json")" >> "$GITHUB_OUTPUT"
     echo "host_ipc=$(readlink /proc/self/ns/ipc)" >> "$GITHUB_OUTPUT"
+    echo "rewritten=$(cat "$GITHUB_WORKSPACE/project/rewritten.json" 2>/dev/null)" >> "$GITHUB_OUTPUT"
 """,
         on="[push, pull_request]",
     )
@@ -135,6 +170,7 @@ def attacked(tmp_path_factory: pytest.TempPathFactory, kit_image: str, act_bin: 
     kit = kit_copy(tmp_path / "kit")
     repo = user_repo(tmp_path, kit, workflow(kit_image))
     (repo / "project" / "tests" / "test_attack.py").write_text(ATTACK)
+    (repo / "project" / "digits_example" / "hostile.py").write_text(HOSTILE_TARGET)
     git(repo, "add", "--all")
     git(repo, "commit", "--quiet", "--message", "an innocent-looking test")
     # what actions/checkout leaves behind with persist-credentials left at its default
@@ -168,6 +204,10 @@ def attacked(tmp_path_factory: pytest.TempPathFactory, kit_image: str, act_bin: 
     ):
         folder = tmp_path / name
         folder.mkdir()
+        if name == "pr2":  # the pull request's next push: its target rewrites its own report
+            (repo / "project" / "rewrite-report").write_text("1\n")
+            git(repo, "add", "--all")
+            git(repo, "commit", "--quiet", "--message", "a faster target")
         runs[name] = act(act_bin, folder, repo, kit=kit, **extra)
     yield runs
     subprocess.run(["docker", "volume", "rm", "-f", *volumes], capture_output=True, check=False)
@@ -217,3 +257,27 @@ def test_a_trusted_job_never_sees_what_a_pull_request_planted(attacked) -> None:
     assert _attack(attacked["pr2"])["poison_seen"] is True
     for name, run in attacked.items():
         print(f"attack job {name} under act: {run.seconds:.1f} s")
+
+
+def test_a_target_that_rewrites_its_report_puts_no_markup_into_the_summary(attacked) -> None:
+    run = attacked["pr2"]
+    rewritten = json.loads(run.outputs("check").get("rewritten") or "null")
+    assert isinstance(rewritten, dict), run.explain()  # the target did rewrite its report
+    summary = "".join(run.summaries())
+    assert "memorization.json: steps is text, expected an integer" in summary, summary
+    assert "memorization.json is not shown" in summary
+    for raw in ("<img", "@org/team", "https://evil.example"):
+        assert raw not in summary
+    assert run.outputs("dlci")["verdict"] == "fail"
+
+
+def test_control_the_rewritten_report_rendered_raw_carries_the_markup(
+    attacked, monkeypatch
+) -> None:
+    from dlci.report import memorization
+
+    rewritten = json.loads(attacked["pr2"].outputs("check").get("rewritten") or "null")
+    monkeypatch.setattr(memorization, "md", lambda text, limit=None: str(text))
+    raw = memorization.render_markdown(rewritten)
+    for markup in ("<img src=https://evil.example/p.png>", "@org/team", "https://evil.example"):
+        assert markup in raw

@@ -325,3 +325,118 @@ def test_moving_git_away_does_not_uncover_the_token(
     # and the host's check before each container would have stopped the next one
     with pytest.raises(DlciError, match="moved or replaced"):
         check_hidden(ws, pins)
+
+
+# ------------------------------------------------- the host's services and the runner's share
+
+
+def bridge_gateway(docker: str, image: str) -> str:
+    """The default bridge's gateway as a container sees it, its default route (read from a
+    container of the bridge: this engine's IPAM config names no gateway)."""
+    route = subprocess.run(
+        [docker, "run", "--rm", image, "cat", "/proc/net/route"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout.splitlines()
+    hexed = next(line.split()[2] for line in route[1:] if line.split()[1] == "00000000")
+    return ".".join(str(b) for b in reversed(bytes.fromhex(hexed)))
+
+
+# The attacker: fetches what the runner's host serves on the docker bridge's gateway (its own
+# default route), and reads the limits of its cgroup.
+BRIDGE_PROBE = """
+import json, urllib.request
+from pathlib import Path
+
+def first(*paths):
+    for path in paths:
+        try:
+            return Path(path).read_text().strip()
+        except OSError:
+            pass
+    return None
+
+def test_bridge():
+    try:
+        got = urllib.request.urlopen("http://{host}:{port}/", timeout=5).read().decode()
+    except OSError as exc:
+        got = "refused: " + type(exc).__name__ + ": " + str(exc)
+    seen = {{
+        "got": got,
+        "memory": first("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+        "pids": first("/sys/fs/cgroup/pids.max", "/sys/fs/cgroup/pids/pids.max"),
+    }}
+    Path("/workspace/dlci-artifacts/bridge.json").write_text(json.dumps(seen))
+"""
+SERVED = "a runner host's service on the bridge"
+
+
+@pytest.fixture(scope="module")
+def bridge_jobs(
+    docker_engine: str, kit_image: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, dict[str, object]]]:
+    """One pull request's job and one trusted job (the control), both with the ``network``
+    input's default, against an HTTP service on the bridge's gateway address of this engine."""
+    import http.server
+    import threading
+
+    gateway = bridge_gateway(docker_engine, kit_image)
+
+    class Serve(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = SERVED.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer((gateway, 0), Serve)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    prefix = f"dlci-e2e-{uuid.uuid4().hex[:10]}"
+    probe = BRIDGE_PROBE.format(host=gateway, port=server.server_address[1])
+    seen: dict[str, dict[str, object]] = {}
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.delenv("DLCI_NETWORK", raising=False)
+            patch.setenv("GITHUB_REF", "refs/heads/main")
+            patch.setenv("DLCI_DEFAULT_BRANCH", "main")
+            for event in ("pull_request", "push"):
+                patch.setenv("GITHUB_EVENT_NAME", event)
+                ws = workspace(tmp_path_factory.mktemp(event), "ws", probe)
+                assert (
+                    job(kit_image, ws, f"t-bridge-{event}-{prefix}", "--cache-volume", prefix) == 0
+                )
+                found = artifact(ws, "bridge.json")
+                assert isinstance(found, dict)
+                seen[event] = found
+        yield seen
+    finally:
+        server.shutdown()
+        volumes = [f"{prefix}-trusted", f"{prefix}-untrusted"]
+        subprocess.run([docker_engine, "volume", "rm", "-f", *volumes], capture_output=True)
+
+
+def test_control_a_trusted_job_reaches_the_hosts_service_on_the_bridge(bridge_jobs) -> None:
+    assert bridge_jobs["push"]["got"] == SERVED  # the probe works; trusted jobs keep the bridge
+
+
+def test_a_pull_requests_container_cannot_reach_the_hosts_services(bridge_jobs) -> None:
+    assert str(bridge_jobs["pull_request"]["got"]).startswith("refused: ")
+
+
+def test_a_pull_request_runs_under_memory_and_pids_limits(bridge_jobs) -> None:
+    pr, trusted = bridge_jobs["pull_request"], bridge_jobs["push"]
+    assert pr["pids"] == "8192" and trusted["pids"] == "32768"
+    total = next(
+        int(line.split()[1]) * 1024
+        for line in Path("/proc/meminfo").read_text().splitlines()
+        if line.startswith("MemTotal:")
+    )
+    assert int(str(pr["memory"])) == (int(total // 1024 * 0.75) // 1024) << 20
+    # the control: a trusted job has no memory limit (cgroup v1: a huge number; v2: "max")
+    assert trusted["memory"] == "max" or int(str(trusted["memory"])) > total

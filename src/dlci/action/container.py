@@ -30,13 +30,38 @@ from dlci.action.gates import RECORD_VARIABLE, Parts
 from dlci.action.gitview import hide_credentials, host_temp
 from dlci.action.image import say
 from dlci.action.inputs import ENV_ALLOWLIST, WORKSPACE, check_env_names, inputs_to_argv
-from dlci.action.network import network_flags
+from dlci.action.network import network_flags, resolve_network
 from dlci.errors import DlciError
 
 JOB_LABEL = "dlci.job"
 SHM_SIZE = "2g"  # DataLoader workers pass tensors through /dev/shm; Docker gives 64 MB
 IPC_MODES = ("private", "host")
 PIDS_LIMIT = 32768  # a fork bomb stops here; DataLoader workers and threads stay far below
+# A pull request's containers get less by default, so one cannot starve the runner for the
+# next job (issue 35): 8192 processes and threads (16 DataLoader workers of 64 threads each
+# use 1,100), and three quarters of the host's memory, with no swap.
+UNTRUSTED_PIDS_LIMIT = 8192
+UNTRUSTED_MEMORY_SHARE = 0.75
+
+
+def pids_limit(trust: str) -> int:
+    """The ``--pids-limit`` of a job's containers, by trust."""
+    return UNTRUSTED_PIDS_LIMIT if trust == UNTRUSTED else PIDS_LIMIT
+
+
+def default_memory(trust: str, meminfo: Path = Path("/proc/meminfo")) -> str:
+    """The memory limit a job gets when the ``memory`` input is empty: none for a trusted
+    job, three quarters of the host's memory (in MiB) for a pull request."""
+    if trust != UNTRUSTED:
+        return ""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                kib = int(line.split()[1])
+                return f"{int(kib * UNTRUSTED_MEMORY_SHARE) // 1024}m"
+    except (OSError, ValueError, IndexError):
+        pass
+    return "8g"  # no /proc/meminfo to read: a bound all the same
 
 
 def run_command(
@@ -55,7 +80,7 @@ def run_command(
     uid: int,
     gid: int,
     ipc: str = "private",
-    network: str = "default",
+    network: str = "auto",
     trust: str = UNTRUSTED,
     cache_prefix: str = CACHE_PREFIX,
     created: int = 0,
@@ -78,7 +103,7 @@ def run_command(
     cmd = ["docker", "run", "--rm", "--init", "--name", name, "--label", f"{JOB_LABEL}={job}"]
     cmd += ["--user", f"{uid}:{gid}"]
     cmd += ["--security-opt", "no-new-privileges", "--cap-drop", "ALL"]
-    cmd += ["--pids-limit", str(PIDS_LIMIT), *network_flags(network)]
+    cmd += ["--pids-limit", str(pids_limit(trust)), *network_flags(network, trust)]
     cmd += (
         ["--ipc=host"] if ipc == "host" else ["--ipc=private", "--shm-size", shm_size or SHM_SIZE]
     )
@@ -120,7 +145,7 @@ class RunRequest:
     gpu_found: str = ""
     inner: Sequence[str] = ()  # the arguments of dlci run
     ipc: str = "private"  # or host
-    network: str = "default"  # or none (dlci.action.network)
+    network: str = "auto"  # default or none; auto: by trust (dlci.action.network)
     trust: str = ""  # trusted, untrusted; empty: from GITHUB_EVENT_NAME
     cache_volume: str = CACHE_PREFIX  # the volumes' prefix: <prefix>-trusted, <prefix>-untrusted
 
@@ -141,6 +166,9 @@ def run(request: RunRequest) -> int:
     environ = dict(os.environ)
     trust = decide_trust(request.trust, environ)
     say(f"cache: volume {request.cache_volume}-{trust} ({trust} job)")
+    memory = request.memory or default_memory(trust)
+    network = resolve_network(request.network, trust)
+    say(f"limits: network {network}, memory {memory or 'unlimited'}, {pids_limit(trust)} pids")
     inner = [*inputs_to_argv(environ), *request.inner]
     parts = Parts(inner, workspace, request.workdir, environ.get(RECORD_VARIABLE, ""))
     try:
@@ -156,7 +184,7 @@ def run(request: RunRequest) -> int:
                 gpus=gpus,
                 shm_size=request.shm_size,
                 env_names=request.env,
-                memory=request.memory,
+                memory=memory,
                 environ=environ,
                 uid=os.getuid(),
                 gid=os.getgid(),

@@ -21,17 +21,15 @@ tests/e2e/test_image_context.py:
 
 The Docker SDK for Python (``docker.utils.build``) was measured against the engine first and
 differs on five classes of patterns, three of them in the unsafe direction (docs/container.md),
-so it is not used. ``ALWAYS_IGNORED`` folders are left out of the hash whatever the file says.
+so it is not used. ``ALWAYS_IGNORED`` folders are left out whatever the file says: out of the
+hash and, since the host assembles the context (dlci.action.archive), out of the build.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import stat
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -295,34 +293,11 @@ def _kind(entry: os.DirEntry[str]) -> str:
 
 
 def input_hash(dockerfile: Path, context: Path, build_args: dict[str, str]) -> str:
-    """A hash of what the image is built from: same inputs, same tag, no rebuild."""
-    digest = hashlib.sha256(b"dlci-inputs-2\0")
-    digest.update(dockerfile.read_bytes())
-    digest.update(_args_blob(build_args))
-    for entry in build_entries(dockerfile, context):
-        digest.update(f"\0{entry.kind}\0{entry.rel}\0".encode("utf-8", "surrogateescape"))
-        if entry.kind == "link":
-            digest.update(os.fsencode(os.readlink(entry.path)))
-        elif entry.kind == "file":
-            _hash_file(digest.update, entry.path)
-    return digest.hexdigest()[:16]
+    """A hash of what the image is built from: the build arguments and the context's stream
+    exactly as the build receives it (dlci.action.archive); same inputs, same hash."""
+    from dlci.action.archive import context_hash
 
-
-def _hash_file(update: Callable[[bytes], None], path: Path) -> None:
-    """The file's executable bit and bytes; never blocks (a FIFO swapped in is not read)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except OSError:
-        update(b"unreadable")  # docker build fails on it, and says so
-        return
-    with os.fdopen(fd, "rb") as handle:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            update(b"not-regular")
-            return
-        update(b"x" if mode & 0o111 else b"-")
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            update(block)
+    return context_hash(dockerfile, context, build_args)
 
 
 def _args_blob(build_args: dict[str, str]) -> bytes:

@@ -1,20 +1,26 @@
 """The job's image: docker helpers, the build's inputs, pull or build.
 
-Host-side (the runner), never imports torch. A built image is tagged by a hash of its inputs
-(the Dockerfile, the build arguments and what the build context sends, by Docker's own
-.dockerignore rules: dlci.action.context), so a rebuild is skipped when that tag already
-exists. dl-ci's Dockerfile records where the image's torch came from in /etc/dlci/torch.json;
-a build copies that file out (no code of the image runs) into the image's labels
-``dlci.torch.version``, ``dlci.torch.cuda`` and ``dlci.torch.source``.
+Host-side (the runner), never imports torch. A built image is tagged by the trust level of
+the job that built it and a hash of its inputs: the build arguments and the tar stream of the
+build context, which the host assembles (dlci.action.archive: the Dockerfile and what Docker's
+own .dockerignore rules send, never ``.git`` or the other always-ignored folders), so a
+rebuild is skipped when that tag already exists, and an image a pull request built never
+carries the tag a trusted job looks for. dl-ci's Dockerfile records where the image's torch
+came from in /etc/dlci/torch.json; a build copies that file out (no code of the image runs)
+into the image's labels ``dlci.torch.version``, ``dlci.torch.cuda`` and ``dlci.torch.source``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import io
+import os
 import shutil
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from dlci import jsonio
-from dlci.action.context import input_hash
+from dlci.action.archive import DOCKERFILE, context_hash, send_context
+from dlci.action.cache import TRUSTED, UNTRUSTED, decide_trust
+from dlci.action.network import build_network_flags
 from dlci.errors import DlciError
 from dlci.report.text import clean
 
@@ -130,6 +138,8 @@ class ImageRequest:
     pip_index_url: str = ""  # PIP_INDEX_URL: a package index (a private mirror)
     repository: str = "dlci-local"
     timeout: float = 3600.0
+    trust: str = "auto"  # the job's: auto decides it from the event (cache.decide_trust)
+    network: str = "auto"  # the build's RUN steps: the job's network (dlci.action.network)
 
 
 @dataclass(frozen=True)
@@ -155,13 +165,22 @@ def provide(request: ImageRequest) -> Image:
         EXTRA_PIP=request.extra_pip,
         PIP_INDEX_URL=request.pip_index_url,
     )
+    trust = decide_trust(request.trust, dict(os.environ))
+    network = build_network_flags(request.network, trust)  # a bad input fails before the hash
     start = time.perf_counter()
-    tag = f"{request.repository}:{input_hash(dockerfile, context, build_args)}"
-    if image_exists(tag):
-        say(f"{tag} is up to date (inputs hashed in {time.perf_counter() - start:.1f} s)")
-        say(describe_torch(torch_labels(tag)))
-        return Image(tag, built=False)
-    build(dockerfile, context, tag, build_args, timeout=request.timeout)
+    digest = context_hash(dockerfile, context, build_args)
+    # A pull request's build is tagged untrusted-<hash>: no trusted job looks for that tag.
+    # An untrusted job may reuse a trusted job's image of the same inputs (the safe way round).
+    tags = [f"{request.repository}:{level}-{digest}" for level in (TRUSTED, UNTRUSTED)]
+    for tag in tags if trust == UNTRUSTED else tags[:1]:
+        if image_exists(tag):
+            took = time.perf_counter() - start
+            say(f"{tag} is up to date (inputs hashed in {took:.1f} s, {trust} job)")
+            say(describe_torch(torch_labels(tag)))
+            return Image(tag, built=False)
+    tag = tags[0] if trust == TRUSTED else tags[1]
+    extra = ["--label", f"dlci.trust={trust}", *network]
+    build(dockerfile, context, tag, build_args, timeout=request.timeout, digest=digest, extra=extra)
     labels = label_torch(tag, read_torch_record(tag), timeout=request.timeout)
     say(f"built {tag} in {time.perf_counter() - start:.1f} s")
     say(describe_torch(labels))
@@ -169,32 +188,82 @@ def provide(request: ImageRequest) -> Image:
 
 
 def build(
-    dockerfile: Path, context: Path, tag: str, build_args: dict[str, str], *, timeout: float
+    dockerfile: Path,
+    context: Path,
+    tag: str,
+    build_args: dict[str, str],
+    *,
+    timeout: float,
+    digest: str = "",
+    extra: Sequence[str] = (),
 ) -> None:
-    """``docker build``, its progress streamed to stderr, stopped after ``timeout`` seconds."""
-    cmd = ["docker", "build", "--force-rm", "-f", str(dockerfile), "-t", tag]
-    cmd += ["--label", "dlci.built=1"]
+    """``docker build -`` of the context the host assembles (dlci.action.archive), its
+    progress streamed to stderr, stopped after ``timeout`` seconds; with ``digest``, a stream
+    that hashed otherwise (the context changed while it was sent) leaves no image."""
+    cmd = ["docker", "build", "--force-rm", "-f", DOCKERFILE, "-t", tag]
+    cmd += ["--label", "dlci.built=1", *extra]
     for name, value in build_args.items():
         cmd += ["--build-arg", f"{name}={value}"]
-    cmd.append(str(context))
-    say(f"building {tag}: {' '.join(cmd)}")
+    cmd.append("-")
+    say(f"building {tag} from {context} (the host's stream of it): {' '.join(cmd)}")
     child = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
     assert child.stdout is not None
+    sent: list[str] = []
+    failed: list[BaseException] = []
+    feed = functools.partial(_feed, child, dockerfile, context, build_args, sent, failed)
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
     deadline = time.monotonic() + timeout
-    for line in child.stdout:  # docker's progress, to our stderr (stdout carries the tag)
-        sys.stderr.write(line)
+    for raw in child.stdout:  # docker's progress, to our stderr (stdout carries the tag)
+        sys.stderr.write(raw.decode("utf-8", "replace"))
         if time.monotonic() > deadline:
             child.kill()
             raise DlciError(f"docker build did not finish within {timeout:g} s")
     code = child.wait()
+    feeder.join(60)
+    if failed:
+        docker(["image", "rm", "--force", tag], timeout=120, check=False)
+        exc = failed[0]
+        raise exc if isinstance(exc, DlciError) else DlciError(f"sending the build context: {exc}")
     if code != 0:
         raise DlciError(
             f"docker build of {dockerfile} failed (exit code {code}); its output is above",
             hint=f"fix the Dockerfile or its build arguments; where the runner cannot reach an "
             f"index: {OFFLINE_HINT}",
         )
+    if digest and sent != [digest]:
+        docker(["image", "rm", "--force", tag], timeout=120, check=False)
+        raise DlciError(
+            f"the build context changed while it was sent (hashed {digest}, sent "
+            f"{sent[0] if sent else 'nothing'}): the image is removed",
+            hint="nothing may write into the context while the image builds",
+        )
+
+
+def _feed(
+    child: subprocess.Popen[bytes],
+    dockerfile: Path,
+    context: Path,
+    build_args: dict[str, str],
+    sent: list[str],
+    failed: list[BaseException],
+) -> None:
+    """The build's stdin: the context stream (its hash into ``sent``; an error into
+    ``failed``, and the build killed), then closed."""
+    stdin = child.stdin
+    assert stdin is not None
+    try:
+        sent.append(send_context(dockerfile, context, build_args, stdin.write))
+    except BrokenPipeError:
+        pass  # docker stopped reading: its own error follows
+    except BaseException as exc:  # reported by build(), in the main thread
+        failed.append(exc)
+        child.kill()
+    finally:
+        with contextlib.suppress(OSError):
+            stdin.close()
 
 
 # ---------------------------------------------------------------------------- torch's origin

@@ -137,6 +137,7 @@ def collect(folder: Path, host_record: Path | None = None) -> dict[str, Any]:
         )
         data["run"] = record.get("run") or data["run"]
     claims = claim_problems(data, folder, record, expected=host_record is not None)
+    claims += type_problems(data)
     data["problems"] = problems(data["preflight"], data["run"]) + claims
     data["problems"] += [str(p) for p in (record or {}).get("problems") or []]
     data["problems"] += trusted.expired(data["preflight"])
@@ -182,6 +183,21 @@ def claim_problems(
                 values = ", ".join(f"{k} {claimed[k]!r}, host {host_tier.get(k)!r}" for k in wrong)
                 found.append(f"{name}: report does not match the tier the host chose ({values})")
                 data[key] = None
+    return found
+
+
+def type_problems(data: dict[str, Any]) -> list[str]:
+    """Each gate report's rendered fields checked for dl-ci's types (dlci.report.fields),
+    before anything renders or reads them: a report with a wrong one is dropped from ``data``
+    and named, so a pull request's report can neither crash the summary nor reach it."""
+    from dlci.report import fields
+
+    found: list[str] = []
+    for key in GATE_REPORTS:
+        wrong = fields.problems(key, data[key]) if data[key] is not None else []
+        if wrong:
+            found += [*wrong, f"{key}.json is not shown: its fields are not the types dl-ci writes"]
+            data[key] = None
     return found
 
 

@@ -44,18 +44,16 @@ def _build(argv: list[str]) -> int:
     p.add_argument("--image", default="", help="a prebuilt image to use instead of building")
     p.add_argument("--dockerfile", default="", metavar="FILE", help="the Dockerfile to build")
     p.add_argument("--context", default="", metavar="DIR", help="default: . for --dockerfile")
-    p.add_argument(
-        "--kit",
-        default="",
-        metavar="DIR",
-        help="dl-ci's own folder: without --dockerfile, build its docker/Dockerfile there",
-    )
+    kit = "dl-ci's own folder: without --dockerfile, build its docker/Dockerfile there"
+    p.add_argument("--kit", default="", metavar="DIR", help=kit)
     p.add_argument("--base-image", default="", metavar="IMAGE", help="--build-arg BASE_IMAGE")
     p.add_argument("--build-arg", action="append", default=[], metavar="NAME=VALUE")
     p.add_argument("--extra-pip", default="", metavar="PKGS", help="--build-arg EXTRA_PIP")
     p.add_argument("--pip-index-url", default="", metavar="URL", help="--build-arg PIP_INDEX_URL")
     p.add_argument("--repository", default="dlci-local", help="the tag's repository name")
     p.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS")
+    p.add_argument("--trust", choices=TRUST, default="auto", help="auto: GITHUB_EVENT_NAME's")
+    p.add_argument("--network", default=os.environ.get("DLCI_NETWORK") or "auto", help=NET)
     args = p.parse_args(argv)
 
     from dlci.action.image import ImageRequest, provide
@@ -68,7 +66,7 @@ def _build(argv: list[str]) -> int:
 
 
 IPC, TRUST = ("private", "host"), ("auto", "trusted", "untrusted")
-NET = "default (Docker's default network) or none (no network)"  # checked on the host
+NET = "auto (default for trusted jobs, none for pull requests), default (Docker's bridge) or none"
 
 
 def _run(argv: list[str]) -> int:
@@ -83,13 +81,13 @@ def _run(argv: list[str]) -> int:
     p.add_argument("--gpus", default="auto", help="auto (all if a GPU was found), all, none, N")
     p.add_argument("--shm-size", default="", help="shared memory size (default 2g)")
     p.add_argument("--ipc", choices=IPC, default=os.environ.get("DLCI_IPC") or "private")
-    p.add_argument("--network", default=os.environ.get("DLCI_NETWORK") or "default", help=NET)
+    p.add_argument("--network", default=os.environ.get("DLCI_NETWORK") or "auto", help=NET)
     p.add_argument("--trust", choices=TRUST, default="auto", help="auto: GITHUB_EVENT_NAME's")
     p.add_argument("--cache-volume", default="dlci-cache", metavar="PREFIX", help="PREFIX-<trust>")
     p.add_argument("--env", action="append", default=[], metavar="NAME", help="one more variable")
     p.add_argument("--job", default=os.environ.get("DLCI_JOB_ID", ""), help="label for cleanup")
     p.add_argument("--timeout-minutes", type=float, default=60.0)
-    p.add_argument("--memory", default="", help="docker run --memory, e.g. 16g (no swap)")
+    p.add_argument("--memory", default="", help="e.g. 16g (no swap); empty: by trust")
     p.add_argument("--gpu-found", default="", help="true/false from preflight (for --gpus auto)")
     p.add_argument("inner", nargs="*", metavar="-- ARGS", help="arguments of dlci run")
     args = p.parse_args(argv)

@@ -121,16 +121,17 @@ def render_markdown(report: dict[str, Any]) -> str:
         [
             "threshold",
             f"{md(report.get('criterion') or _legacy_criterion(report))} within "
-            f"{md(tier['max_epochs'])} epochs, {md(tier['time_cap_minutes'])} min",
+            f"{md(tier['max_epochs'])} epochs, {_fmt(tier['time_cap_minutes'], 'g')} min",
         ],
         ["start loss", f"{_fmt(report.get('start_loss'))} at step 1, before any update"],
-        ["best loss", f"{_fmt(report['best_loss'])} at step {report['best_step']}"],
-        ["final loss", f"{_fmt(report['final_loss'])} after {report['steps']} steps"],
+        ["best loss", f"{_fmt(report['best_loss'])} at step {md(report['best_step'])}"],
+        ["final loss", f"{_fmt(report['final_loss'])} after {md(report['steps'])} steps"],
         [
             "training time",
-            f"{report['wall_time_s']:.2f} s (set-up before it {report['setup_time_s']:.2f} s)",
+            f"{_fmt(report['wall_time_s'], '.2f')} s (set-up before it "
+            f"{_fmt(report['setup_time_s'], '.2f')} s)",
         ],
-        ["device", f"{md(report['device'])} x {report['world_size']}"],
+        ["device", f"{md(report['device'])} x {md(report['world_size'])}"],
         ["seed", md(report["config"]["seed"])],
     ]
     rows += [["changed", md(change)] for change in report["config"]["changes"]]
@@ -140,8 +141,12 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines + table(["", ""], rows)) + "\n"
 
 
-def _fmt(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, int | float) else str(value)
+def _fmt(value: Any, spec: str = ".4g") -> str:
+    """A number by ``spec``; anything else (a report the pull request's code rewrote) as
+    escaped text, never raw and never a crash."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return format(value, spec)
+    return md(value)
 
 
 def _threshold_lines(report: dict[str, Any]) -> list[tuple[float, str]]:

@@ -194,7 +194,7 @@ def _report_sections(data: dict[str, Any]) -> list[str]:
         if report:
             try:
                 lines.append(_section(key, report))
-            except (KeyError, TypeError):
+            except (KeyError, TypeError, ValueError, AttributeError, IndexError):
                 lines.append(f"({key}.json is incomplete)")
     return lines
 

@@ -5,7 +5,10 @@ name, a test id) are hostile input. Each medium has one function here, and every
 calls it on outside text and on nothing else:
 
 - ``clean``: a log line or a terminal (stderr, the console tables, annotations' text);
-- ``md``: Markdown prose and table cells (the job summary, the reports' .md files);
+- ``md``: Markdown prose and table cells (the job summary, the pull request's comment, the
+  history and baseline tables, the reports' .md files): no markup, no HTML, and nothing
+  GitHub turns into a notification or a link after rendering (``@mentions``, ``#123``
+  references, bare URLs);
 - ``md_code``: an inline code span in Markdown;
 - ``label``: a matplotlib label in a PNG.
 
@@ -27,6 +30,11 @@ _MD_SPECIAL = re.compile(r"([\\`*\[\]|#~$])")  # "$": GitHub renders $x$ as math
 # "_" opens emphasis only at a word's edge (GFM), so snake_case names stay readable in the .md
 _MD_UNDERSCORE = re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
 _HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}
+# GitHub links @user, @org/team, #123 and bare URLs in the rendered text, where a backslash
+# or an entity is already gone (issue 35: a pull request's report pinged a team through the
+# bot's comment); a zero-width space after "@", "#", ":" before "//" and "www" breaks each
+ZWSP = "\u200b"
+_LINKISH = re.compile(r"@(?=[0-9A-Za-z])|#(?=[0-9])|:(?=//)|(?i:www)(?=\.)")
 
 
 def _escape_control(match: re.Match[str]) -> str:
@@ -65,8 +73,11 @@ def md(text: object, *, limit: int | None = None) -> str:
     'test_zz_hog.py \\\\_x\\\\_'
     >>> md("| # <script>alert(1)</script> **x**")
     '\\\\| \\\\# &lt;script&gt;alert(1)&lt;/script&gt; \\\\*\\\\*x\\\\*\\\\*'
+    >>> md("@org/team, #12: see https://x.io ![i](www.x.io)").replace(ZWSP, "~")
+    '@~org/team, \\\\#~12: see https:~//x.io !\\\\[i\\\\](www~.x.io)'
     """
-    escaped = _MD_SPECIAL.sub(r"\\\1", clean(text, limit=limit))
+    unlinked = _LINKISH.sub(lambda m: m.group(0) + ZWSP, clean(text, limit=limit))
+    escaped = _MD_SPECIAL.sub(r"\\\1", unlinked)
     escaped = _MD_UNDERSCORE.sub(r"\\_", escaped)
     return "".join(_HTML.get(char, char) for char in escaped)
 

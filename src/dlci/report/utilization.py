@@ -22,13 +22,8 @@ BREAKDOWN_LABELS = {
     "cpu_exec": "CPU exec",
     "other": "other",
 }
-PHASE_LABELS = {
-    "data_loading": "data loading",
-    "forward": "forward",
-    "backward": "backward",
-    "optimizer": "optimizer",
-    "other": "other",
-}
+PHASE_LABELS = {"data_loading": "data loading"}
+PHASE_LABELS |= {name: name for name in ("forward", "backward", "optimizer", "other")}
 
 
 def _ms(us: float) -> str:
@@ -92,7 +87,7 @@ def _metric_rows(report: dict[str, Any]) -> list[list[str]]:
         ]
     ]
     for device in report["devices"]:
-        name = f"GPU {device['device']}" + (
+        name = f"GPU {md(device['device'])}" + (
             f" ({md(device['name'])})" if device.get("name") else ""
         )
         tb = device["temporal_breakdown"]
@@ -152,7 +147,7 @@ def _gap_table(device: dict[str, Any]) -> list[str]:
         for gap in gaps
     ]
     headers = ["at", "length", "cause", "CPU op running"]
-    return [f"#### Largest idle gaps on GPU {device['device']}", "", *table(headers, rows), ""]
+    return [f"#### Largest idle gaps on GPU {md(device['device'])}", "", *table(headers, rows), ""]
 
 
 def _copy_table(device: dict[str, Any]) -> list[str]:
@@ -173,7 +168,8 @@ def _copy_table(device: dict[str, Any]) -> list[str]:
     if not rows:
         return []
     headers = ["memory", "copies", "bytes", "time", "bandwidth", "not hidden"]
-    return [f"#### Host-to-device copies on GPU {device['device']}", "", *table(headers, rows), ""]
+    title = f"#### Host-to-device copies on GPU {md(device['device'])}"
+    return [title, "", *table(headers, rows), ""]
 
 
 def _sync_table(syncs: dict[str, Any]) -> list[str]:
@@ -242,7 +238,7 @@ def memory_fact(memory: object) -> str | None:
     if isinstance(estimate, dict) and isinstance(estimate.get("largest_batch"), int):
         line += (
             f"; largest batch that fits about {estimate['largest_batch']:,} (batch "
-            f"{label(estimate.get('batch_size'))}, confidence "
+            f"{md(estimate.get('batch_size'))}, confidence "
             f"{md(estimate.get('confidence') or 'n/a')})"
         )
     return line
@@ -266,7 +262,7 @@ def memory_lines(memory: object) -> list[str]:
         if 0 < len(steps) <= PER_STEP_ROWS:
             rows = [
                 [
-                    label(s.get("step")),
+                    md(s.get("step")),
                     _bytes(s.get("peak_allocated_bytes")),
                     _bytes(s.get("peak_reserved_bytes")),
                     md(s.get("peak_phase") or "n/a"),
@@ -296,7 +292,7 @@ def _top_allocations(rows: list[dict[str, Any]]) -> list[str]:
     if not rows:
         return []
     cells = [
-        [md_code(r.get("operator"), limit=80), _bytes(r.get("bytes")), label(r.get("count"))]
+        [md_code(r.get("operator"), limit=80), _bytes(r.get("bytes")), md(r.get("count"))]
         for r in rows
     ]
     title = "Largest allocations by operator (innermost host op; bytes summed over the steps)"
@@ -331,7 +327,7 @@ def _measured_lines(memory: dict[str, Any]) -> list[str]:
         shown = f"{largest:,}" if isinstance(largest, int) else "not estimated"
         reason = estimate.get("confidence_reason")
         lines.append(
-            f"Batch size {label(estimate.get('batch_size'))}; largest batch that fits: {shown} "
+            f"Batch size {md(estimate.get('batch_size'))}; largest batch that fits: {shown} "
             f"(confidence {md(estimate.get('confidence') or 'n/a')}"
             + (f": {md(reason)}" if reason else "")
             + f"). {md(estimate.get('method') or '')}"

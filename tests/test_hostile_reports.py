@@ -1,0 +1,297 @@
+"""Every field of every gate report, hostile, through every Markdown the host writes (issue 35).
+
+A pull request's code writes its own gate reports, so each field can hold markup: an image
+that loads from the attacker's server, raw HTML, ``@org/team`` (the bot would ping the team
+on the attacker's behalf), a bare URL, an issue reference, a workflow command; or a value of
+the wrong type (a string ``threshold`` crashed ``dlci summary``). One module-scoped run puts
+hostile text into every string field of the memorization, doctor and utilization reports and
+renders the job summary, the pull request's comment (the baseline comparison) and the
+history; then each field in turn gets a value of the wrong type. The controls: the same
+render without ``md`` lets every hole through, and without the host's type check a report
+of the wrong shape crashes ``dlci summary``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dlci.cli import main
+
+HOSTILE = (
+    "@org/team ![x](https://evil.example/p.png) <img src=x> <b>b</b> www.evil.example "
+    "see #12 | **bold** \x1b[31m\n::error::x"
+)
+TIER = {"budget": "pr", "hardware_class": "cpu", "max_epochs": 100, "max_loss": 1.0}
+TIER |= {"time_cap_minutes": 3, "profile_steps": 3, "row": "budgets.pr.cpu"}
+KEEP = {"kind", "schema_version"}  # read by the host to pick the report up at all
+
+
+def holes(text: str) -> list[str]:
+    """What hostile text must never do in rendered Markdown, each way it could, found.
+    GitHub renders no mention, link, image or HTML inside a code span, so spans are left out
+    of those checks (``md_code`` keeps a backtick from closing one)."""
+    found = []
+    text_only = re.sub(r"`[^`\n]*`", "`code`", text)
+    if "\x1b" in text:
+        found.append("an ANSI escape")
+    text = text_only
+    if re.search(r"@[0-9A-Za-z]", text):
+        found.append("an @mention")
+    if re.search(r"(?i)https?://|www\.", text):
+        found.append("a bare URL")
+    if "![" in text:
+        found.append("an image")
+    if re.search(r"<(img|b)\b", text):
+        found.append("HTML")
+    if re.search(r"#[0-9]", text):
+        found.append("an issue reference")
+    found += [
+        f"a workflow command: {line!r}" for line in text.splitlines() if line.startswith("::")
+    ]
+    width = None
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            width = None
+            continue
+        cells = len(re.findall(r"(?<!\\)\|", line))
+        width = cells if width is None else width
+        if cells != width:
+            found.append(f"a row split by a pipe: {line!r}")
+    return found
+
+
+def memorization() -> dict[str, Any]:
+    return {
+        "schema_version": 1,
+        "kind": "memorization",
+        "created_at": "2026-01-01T00:00:00Z",
+        "verdict": "pass",
+        "reason": "loss 0.01 < 1 at step 40",
+        "threshold": 1.0,
+        "config": {
+            "target": "pkg.model:make_target",
+            "seed": 0,
+            "tier": dict(TIER),
+            "hardware": {"device": "cpu", "world_size": 1, "gpu_name": "none"},
+            "versions": {"dlci": "0.1.0", "python": "3.11", "torch": "2.13.0", "cuda": None},
+            "hparams": {"lr": 0.01, "batch_examples": 8},
+            "changes": ["dropout off: 2 modules"],
+        },
+        "tier": dict(TIER),
+        "tracking": "none",
+        "best_loss": 0.01,
+        "best_step": 40,
+        "final_loss": 0.01,
+        "steps": 40,
+        "losses": [1.0, 0.5, 0.01],
+        "wall_time_s": 1.25,
+        "setup_time_s": 0.5,
+        "device": "cpu",
+        "world_size": 1,
+        "stopped_by": "threshold",
+    }
+
+
+def doctor() -> dict[str, Any]:
+    check = {"status": "fail", "measured": "0.0", "expected": "> 0", "cause": "c", "fix": "f"}
+    waiver = {"check": "lr", "mode": "warn", "reason": "r", "until": "2027-01-01"}
+    waiver |= {"source": "pyproject.toml:3", "expired": False, "applied": True}
+    waiver |= {"status_without_waiver": "fail"}
+    return {
+        "schema_version": 1,
+        "kind": "doctor",
+        "verdict": "fail",
+        "reason": "1 check failed",
+        "counts": {"pass": 1, "warn": 1, "fail": 1, "skip": 0},
+        "checks": [
+            {"id": "zero-grad", **check},
+            {"id": "lr", **check, "status": "warn", "waived": {"mode": "warn"}},
+        ],
+        "waivers": [waiver],
+    }
+
+
+@pytest.fixture(scope="module")
+def utilization() -> dict[str, Any]:
+    import tempfile
+
+    from dlci.profiling.metrics import analyze
+    from dlci.profiling.reader import read_trace
+    from tracegen import training_trace
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = training_trace(steps=2, kernels=2, item_sync=True).write(Path(tmp) / "t.json")
+        report = analyze(read_trace(path))
+    report["gate"] = {"passed": True, "value": 80.0, "minimum": 10.0, "message": "ok"}
+    return report
+
+
+def hostile(value: Any, key: str = "") -> Any:
+    """Every string of ``value`` replaced by HOSTILE (keys and types kept)."""
+    if isinstance(value, dict):
+        return {k: v if k in KEEP else hostile(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [hostile(v) for v in value]
+    return HOSTILE if isinstance(value, str) else value
+
+
+def write_job(folder: Path, reports: dict[str, Any], tier: dict[str, Any]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    steps = [{"name": n, "status": "passed", "duration_s": 1.0} for n in ("tests", "memorize")]
+    files = {"preflight.json": {"passed": True, "gpu": False, "tier": tier}}
+    files["run.json"] = {"kind": "run", "steps": steps}
+    files |= {f"{key}.json": report for key, report in reports.items()}
+    for name, data in files.items():
+        (folder / name).write_text(json.dumps(data))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def rendered(
+    tmp_path_factory: pytest.TempPathFactory, utilization: dict[str, Any]
+) -> dict[str, str]:
+    """The job summary, the comparison comment and the history, from hostile reports."""
+    from dlci.action.comparison import against_baseline
+    from dlci.action.history import update
+    from dlci.report import comparison
+
+    root = tmp_path_factory.mktemp("hostile")
+    reports = {"memorization": memorization(), "doctor": doctor(), "utilization": utilization}
+    bad = {key: hostile(report) for key, report in reports.items()}
+    tier = hostile(TIER)
+    head = write_job(root / "head", bad, tier)
+    base = write_job(root / "base", bad, tier)
+    texts: dict[str, str] = {"head": str(head)}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GITHUB_STEP_SUMMARY", str(root / "summary.md"))
+        patch.setenv("GITHUB_OUTPUT", str(root / "outputs.txt"))
+        patch.delenv("GITHUB_ACTIONS", raising=False)
+        texts["code"] = str(main(["summary", "--artifacts", str(head)]))
+        texts["summary"] = (root / "summary.md").read_text()
+        compared = against_baseline(
+            artifacts=head, host_record=None, spec="", base_dir=base, prefix="dlci", token="",
+            max_utilization_drop=None, max_step_time=None, comment=False,
+        )  # fmt: skip
+        assert compared.result is not None
+        # the base run as the API names it (a branch name is the pushers' own text), and
+        # what the comparison leaves out of a report: both reach the comment as text
+        result = {**compared.result, "warnings": [HOSTILE], "left_out": {"base": [HOSTILE]}}
+        result["source"] = dict.fromkeys(("id", "head_branch", "head_sha", "created_at"), HOSTILE)
+        result["source"]["artifact"] = HOSTILE
+        texts["comment"] = comparison.render(result)
+        entry = {"date": HOSTILE, "run_id": HOSTILE, "sha": HOSTILE, "hardware_class": HOSTILE}
+        entry |= {"torch": HOSTILE, "gpu_utilization_pct": 80.0, "final_loss": 0.1}
+        previous = root / "history.json"
+        previous.write_text(
+            json.dumps({"schema_version": 1, "kind": "history", "entries": [entry]})
+        )
+        texts["history"] = update(
+            previous_spec=str(previous), artifacts=head, out=root / "history", token="",
+            artifact="dlci-history", bounds={}, environ={"DLCI_HISTORY_DATE": HOSTILE},
+        ).markdown  # fmt: skip
+    return texts
+
+
+@pytest.mark.parametrize("medium", ["summary", "comment", "history"])
+def test_hostile_text_in_every_field_renders_as_text(rendered: dict[str, str], medium: str) -> None:
+    text = rendered[medium]
+    assert holes(text) == []
+    assert "@\u200borg/team" in text  # the hostile text did reach it, shown as text
+
+
+def test_the_summary_shows_every_report_and_names_no_false_problem(rendered) -> None:
+    text = rendered["summary"]
+    assert rendered["code"] in ("0", "1")  # a verdict, never dl-ci's own crash (3)
+    for heading in ("Memorization test", "Debugging checks", "Trace profile"):
+        assert heading in text
+    assert "not shown" not in text and "is incomplete" not in text
+
+
+def test_control_without_md_every_hole_is_open(rendered, monkeypatch) -> None:
+    import sys
+
+    raw = lambda text, limit=None: str(text)  # noqa: E731
+    for name, module in list(sys.modules.items()):
+        if name.startswith("dlci.report.") and getattr(module, "md", None) is not None:
+            monkeypatch.setattr(module, "md", raw)
+    from dlci.action.summary import collect
+    from dlci.report.summary import render
+
+    found = holes(render(collect(Path(rendered["head"]))))
+    for hole in ("an @mention", "a bare URL", "an image", "HTML", "an issue reference"):
+        assert hole in found
+
+
+# ---------------------------------------------------------------- the wrong types
+
+
+def _paths(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    if path:
+        yield path
+    if isinstance(value, dict | list):
+        children = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, child in children:
+            if key not in KEEP:
+                yield from _paths(child, (*path, key))
+
+
+def _swapped(report: Any, path: tuple[Any, ...], value: Any) -> Any:
+    report = copy.deepcopy(report)
+    holder = report
+    for key in path[:-1]:
+        holder = holder[key]
+    holder[path[-1]] = value
+    return report
+
+
+def test_a_wrong_type_in_any_field_is_a_problem_never_a_crash(
+    utilization: dict[str, Any], tmp_path: Path
+) -> None:
+    from dlci.action.summary import collect, type_problems
+    from dlci.report.summary import render
+
+    reports = {"memorization": memorization(), "doctor": doctor(), "utilization": utilization}
+    base = collect(write_job(tmp_path, reports, dict(TIER)))
+    assert base["problems"] == [] and base["memorization"] is not None
+    swaps = 0
+    for key, report in reports.items():
+        for path in _paths(report):
+            for wrong in (HOSTILE, [HOSTILE], {"x": HOSTILE}):
+                data = copy.deepcopy(base)
+                data[key] = _swapped(report, path, wrong)
+                data["problems"] = type_problems(data)
+                text = render(data)  # never raises
+                assert holes(text) == [], (key, path)
+                swaps += 1
+    assert swaps > 300  # every field of the three reports, three ways
+
+
+def test_a_string_threshold_is_named_in_the_summary(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "summary.md"))
+    report = {**memorization(), "threshold": "1.0"}
+    folder = write_job(tmp_path / "art", {"memorization": report}, dict(TIER))
+    assert main(["summary", "--artifacts", str(folder)]) == 1
+    text = (tmp_path / "summary.md").read_text()
+    assert "- memorization.json: threshold is text, expected a number" in text
+    assert "memorization.json is not shown: its fields are not the types dl-ci writes" in text
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_control_without_the_type_check_a_report_of_the_wrong_shape_crashes_the_summary(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    import dlci.action.summary as summary
+
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "summary.md"))
+    folder = write_job(tmp_path / "art", {"doctor": {**doctor(), "checks": "x"}}, dict(TIER))
+    assert main(["summary", "--artifacts", str(folder)]) == 1  # checked: a named problem
+    assert "doctor.json: checks is text, expected a list" in (tmp_path / "summary.md").read_text()
+    monkeypatch.setattr(summary, "type_problems", lambda data: [])
+    assert main(["summary", "--artifacts", str(folder)]) == 3  # dl-ci's own crash
