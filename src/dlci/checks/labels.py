@@ -185,6 +185,31 @@ def _score_between_steps(ctx: Context, model: Any, val: list[Any]) -> Score:
     return score
 
 
+def _shuffled(batches: list[Any]) -> list[Any]:
+    """The batches with their labels permuted within each (a fixed seed: the same control)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    shuffled = []
+    for inputs, targets in batches:
+        order = torch.randperm(targets.shape[0], generator=generator).to(targets.device)
+        shuffled.append((inputs, targets[order]))
+    return shuffled
+
+
+AFTER_MEMORIZE = (
+    "memorize failed (the training loop cannot overfit one batch), so two copies trained on "
+    "true and shuffled labels would tie whatever the labels; fix that first"
+)
+
+
+def _unjudged(why: str, details: dict[str, Any] | None = None) -> CheckResult:
+    """No verdict: the check's premise (a loop that learns) did not hold."""
+    return CheckResult(
+        "label-alignment", SKIP, cause=f"could not judge: {why}", details=details or {}
+    )
+
+
 def _moved(before: Any, after: Any) -> float:
     """How far training moved the weights: the norm of the change over the norm before."""
     import torch
@@ -209,43 +234,26 @@ def _needs(ctx: Context, check: str) -> CheckResult | None:
 
 def label_alignment(ctx: Context) -> CheckResult:
     """Shuffled-label control: true labels must beat shuffled labels on held-out data."""
-    import torch
-
-    missing = _needs(ctx, "label-alignment")
-    if missing:
+    if missing := _needs(ctx, "label-alignment"):
         return missing
     batches = train_batches(ctx, CONTROL_STEPS)
-    generator = torch.Generator().manual_seed(0)
-    shuffled = []
-    for inputs, targets in batches:
-        order = torch.randperm(targets.shape[0], generator=generator).to(targets.device)
-        shuffled.append((inputs, targets[order]))
     val = val_batches(ctx)
     if not val:
         return CheckResult("label-alignment", SKIP, cause="the val_loader gave no batches")
     scored = (LEAKAGE_STEPS, val) if len(batches) >= LEAKAGE_STEPS else None
     if ctx.shared.get("memorize") is False:  # an earlier rung: the loop cannot learn at all
-        return CheckResult(
-            "label-alignment",
-            SKIP,
-            cause="could not judge: memorize failed (the training loop cannot overfit one "
-            "batch), so two copies trained on true and shuffled labels would tie whatever the "
-            "labels; fix that first",
-        )
+        return _unjudged(AFTER_MEMORIZE)
     model, true_lowest = trained_copy(ctx, batches, scored)
     true = evaluate(ctx, model, val)
     moved = _moved(ctx.model, model)
     if moved < NEVER_TRAINED:  # the premise failed: copies that never trained say nothing
-        return CheckResult(
-            "label-alignment",
-            SKIP,
-            cause=f"could not judge: the copy trained on the true labels for {len(batches)} "
-            f"steps did not change (its weights moved by {moved:.1e} of their norm): the "
-            "optimizer updates nothing (does its factory use the parameters it is given? see "
-            "optimizer-coverage, lr-range)",
-            details={"weights_moved": moved, "true_loss": true.loss, "steps": len(batches)},
+        return _unjudged(
+            f"the copy trained on the true labels for {len(batches)} steps did not change (its "
+            f"weights moved by {moved:.1e} of their norm): the optimizer updates nothing (does "
+            "its factory use the parameters it is given? see optimizer-coverage, lr-range)",
+            {"weights_moved": moved, "true_loss": true.loss, "steps": len(batches)},
         )
-    model, shuffled_lowest = trained_copy(ctx, shuffled)
+    model, shuffled_lowest = trained_copy(ctx, _shuffled(batches))
     control = evaluate(ctx, model, val)
     floor = min(0.0, true_lowest, shuffled_lowest, true.loss)
     measured = f"held-out loss {fmt(true.loss)} with true labels, {fmt(control.loss)} with shuffled"
