@@ -17,8 +17,10 @@ with_heartbeat "installing dl-ci[dev]" pip_install -e ".[dev]"
 
 echo "==> the real parts of the end-to-end tests (the first time can take 10 to 20 minutes:"
 echo "    debootstrap, the wheels, the kit image; later runs take seconds)"
-bash scripts/e2e_setup.sh
-# the kit image was just built from this tree: the tests need not run the (cached) build again
+# every image the e2e tests use, torchbase included (`all` leaves it out): with
+# DLCI_E2E_SKIP_BUILD=1 below no fixture builds one, so what is not built here is missing
+bash scripts/e2e_setup.sh all torchbase
+# the images were just built from this tree: the tests need not run the (cached) builds again
 export DLCI_E2E_SKIP_BUILD=1
 
 export PATH="$PWD/$venv/bin:$PATH"

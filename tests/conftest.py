@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,3 +44,22 @@ def write_ladder(tmp_path: Path):
         return path
 
     return write
+
+
+@pytest.fixture
+def fake_docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Put a stand-in `docker` first on PATH that runs the given Python body.
+
+    The body runs with ``json``, ``sys`` and ``time`` imported; ``install(body)`` may be called
+    again to change what the stand-in does. Its folder is ``tmp_path / "bin"``.
+    """
+
+    def install(body: str) -> None:
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir(exist_ok=True)
+        script = bin_dir / "docker"
+        script.write_text(f"#!{sys.executable}\nimport json, sys, time\n{body}\n")
+        script.chmod(script.stat().st_mode | stat.S_IEXEC)
+        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+    return install

@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RUN_LABEL, SETUP, missing
+from conftest import RUN_LABEL, missing, run_setup
 from dlci.cli import main
 
 pytestmark = pytest.mark.e2e
@@ -57,17 +56,7 @@ def _size_mb(image: str) -> int:
 def torch_base(docker_engine: str) -> str:
     """The base with torch, brought up to date by the setup script (skipped when it is there)."""
     if os.environ.get("DLCI_E2E_SKIP_BUILD") != "1":
-        env = dict(os.environ)
-        if sys.prefix != sys.base_prefix:
-            env["VENV"] = sys.prefix
-        proc = subprocess.run(
-            ["bash", str(SETUP), "torchbase"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=3600,
-        )
+        proc = run_setup("torchbase")
         if proc.returncode != 0:
             missing(f"scripts/e2e_setup.sh torchbase failed:\n{proc.stdout}{proc.stderr}")
     for image in (TORCH_BASE, PLAIN_BASE):
