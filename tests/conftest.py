@@ -1,8 +1,10 @@
-"""Shared fixtures: small ladder files and a clean GitHub Actions environment."""
+"""Shared fixtures (small ladder files, a clean GitHub Actions environment, a stand-in docker)
+and a guard: a test file may not leave a process global changed (see ``_process_globals``)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import sys
 from pathlib import Path
@@ -63,3 +65,75 @@ def fake_docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
 
     return install
+
+
+# -------------------------------------------------------- process globals stay as they were
+
+# What a test can change for every test after it in the same process. Under pytest-xdist the
+# tests that run after a given one differ from run to run, so a change left behind is a
+# failure that comes and goes (one left Python's int digit limit at 0, and a later test of
+# huge TOML integers passed only in some orders). Each file's tests, taken together, must
+# leave these as they found them; the check runs after the file's last test's teardown, when
+# its module-scoped fixtures have put back what they changed for the whole file.
+_VOLATILE_ENV = {"PYTEST_CURRENT_TEST"}
+
+
+def _process_globals() -> dict[str, object]:
+    state: dict[str, object] = {
+        "sys.get_int_max_str_digits()": sys.get_int_max_str_digits(),
+        "os.getcwd()": os.getcwd(),
+        "sys.path": list(sys.path),
+        "SIGTERM handler": signal.getsignal(signal.SIGTERM),
+        "SIGINT handler": signal.getsignal(signal.SIGINT),
+    }
+    for name, value in os.environ.items():
+        if name not in _VOLATILE_ENV:
+            state[f"os.environ[{name!r}]"] = value
+    torch = sys.modules.get("torch")  # never imported for the check itself
+    if torch is not None and hasattr(torch, "get_num_threads"):
+        state["torch.get_num_threads()"] = torch.get_num_threads()
+        state["torch deterministic algorithms"] = (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+        )
+        state["torch.get_default_dtype()"] = torch.get_default_dtype()
+        state["torch.is_grad_enabled()"] = torch.is_grad_enabled()
+    return state
+
+
+_GLOBALS = pytest.StashKey[tuple[Path, dict[str, object]]]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    saved = item.session.stash.get(_GLOBALS, None)
+    if saved is None or saved[0] != item.path:  # the first of a run of one file's tests
+        item.session.stash[_GLOBALS] = (item.path, _process_globals())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    result = yield
+    if nextitem is not None and nextitem.path == item.path:
+        return result
+    saved = item.session.stash.get(_GLOBALS, None)
+    if saved is None or saved[0] != item.path:
+        return result
+    del item.session.stash[_GLOBALS]
+    before, after = saved[1], _process_globals()
+    missing = object()
+    changed = [
+        f"{key}: {before.get(key, missing)!r} -> {after.get(key, missing)!r}".replace(
+            repr(missing), "(unset)"
+        )
+        for key in sorted(set(before) | set(after))
+        if before.get(key, missing) != after.get(key, missing)
+        and not (key.startswith("torch") and (key not in before or key not in after))
+    ]
+    if changed:
+        pytest.fail(
+            f"the tests of {item.path.name} left process globals changed (put them back, "
+            "e.g. with monkeypatch or try/finally): " + "; ".join(changed),
+            pytrace=False,
+        )
+    return result
