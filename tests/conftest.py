@@ -3,6 +3,7 @@ and a guard: a test file may not leave a process global changed (see ``_process_
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import stat
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
 SMALL_LADDER = DATA / "ladders" / "small.yaml"
 
@@ -137,3 +139,51 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
             pytrace=False,
         )
     return result
+
+
+# ------------------------------------------------------------- pytest-xdist's work units
+
+# scripts/test.sh runs the suite on two workers (-n 2 --dist loadgroup --no-loadscope-reorder).
+# Each test file is one unit, run by one worker (a module-scoped fixture is then set up once),
+# except that every file whose tests run act or check the action's job containers is in one
+# unit, "e2e-act": those jobs share the cache volumes, act's own state and the engine's list of
+# job containers, so they never run side by side. The units go out largest first by the kept
+# table's seconds (benchmarks/test-times.json), so the long e2e units start at once and the
+# short files fill in around them.
+ACT_FIXTURES = {"act_bin", "no_job_containers"}
+KEPT_TIMES = ROOT / "benchmarks" / "test-times.json"
+
+
+def _file_name(item: pytest.Item) -> str:
+    try:
+        return item.path.relative_to(ROOT).as_posix()
+    except ValueError:
+        return str(item.path)
+
+
+def _work_units(items: list[pytest.Item]) -> dict[pytest.Item, str]:
+    """Each item's unit: its file's name, or "e2e-act"."""
+    act_files = {
+        item.path for item in items if ACT_FIXTURES & set(getattr(item, "fixturenames", ()))
+    }
+    return {item: "e2e-act" if item.path in act_files else _file_name(item) for item in items}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not hasattr(config, "workerinput"):  # not a pytest-xdist worker: order as collected
+        return
+    kept: dict[str, float] = {}
+    if KEPT_TIMES.is_file():
+        for name, entry in json.loads(KEPT_TIMES.read_text(encoding="utf-8"))["files"].items():
+            kept[name] = float(entry["seconds"])
+    units = _work_units(items)
+    files: dict[str, set[str]] = {}
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        item.add_marker(pytest.mark.xdist_group(units[item]))
+        files.setdefault(units[item], set()).add(_file_name(item))
+        first.setdefault(units[item], index)
+    seconds = {unit: sum(kept.get(name, 0.0) for name in names) for unit, names in files.items()}
+    # largest first; a unit's tests stay together and in their order (a stable sort)
+    items.sort(key=lambda item: (-seconds[units[item]], first[units[item]]))

@@ -10,6 +10,7 @@ tests/test_action_yml.py.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -107,22 +108,40 @@ def act(
     return run
 
 
+#: the job IDs action.yml gives its containers' dlci.job label: DLCI_JOB_ID, the run's id, its
+#: attempt and 8 random hex digits. The tests that run `dlci container run` themselves use
+#: names of another shape (e2e-run, f-oom, t-token-...), so the two cannot be confused.
+ACTION_JOB_ID = re.compile(r"^[^-\s]+-[0-9]+-[0-9a-f]{8}$")
+
+
 @pytest.fixture
 def no_job_containers(docker_engine: str):
-    """No container labelled by a dl-ci job may be left by the test (others may run)."""
+    """No container of a job the test ran may be left behind.
 
-    def listed() -> set[str]:
+    The test's jobs are the action's (its job IDs' shape) and the ones the test names by adding
+    them to the set this fixture gives. Containers of other jobs are not the test's: under
+    pytest-xdist another worker's tests start and remove theirs at the same time (the act
+    tests, which run the action, are one group: they never run side by side).
+    """
+    named: set[str] = set()
+
+    def listed() -> dict[str, str]:
+        shown = '{{.ID}} {{.Label "dlci.job"}}'
         done = subprocess.run(
-            [docker_engine, "ps", "-aq", "--filter", "label=dlci.job"],
+            [docker_engine, "ps", "-a", "--filter", "label=dlci.job", "--format", shown],
             capture_output=True,
             text=True,
         )
-        return set(done.stdout.split())
+        return dict(line.partition(" ")[::2] for line in done.stdout.splitlines() if line)
 
-    before = listed()
-    yield
-    left = listed() - before
-    assert left == set(), f"containers left behind: {left}"
+    before = set(listed())
+    yield named
+    left = {
+        cid: job
+        for cid, job in listed().items()
+        if cid not in before and (ACTION_JOB_ID.match(job) or job in named)
+    }
+    assert left == {}, f"containers left behind: {left}"
 
 
 def user_repo(tmp_path: Path, kit: Path, workflow: str) -> Path:
@@ -304,6 +323,7 @@ def test_a_non_root_runner_gets_no_foreign_files(
     inner += ["--pytest-args", "-k 'not memoriz and not doctor'"]
     argv = ["container", "run", "--image", kit_image, "--workspace", str(ws)]
     argv += ["--workdir", "project", "--job", "e2e-nonroot", "--", *inner]
+    no_job_containers.add("e2e-nonroot")
     assert main(argv) == 0
     names = {p.name for p in (ws / "dlci-artifacts").iterdir()}
     assert {"run.json", "junit.xml", "coverage.xml", "memorization.json"} <= names
