@@ -38,7 +38,7 @@ fi
 workers=${DLCI_TEST_WORKERS:-2}
 parallel=()
 if [ "$workers" != 0 ]; then
-  parallel=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
+  parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 fi
 echo "==> tests (doctests, unit, e2e) with coverage, on ${workers} pytest-xdist worker(s)"
 start=$SECONDS

@@ -143,14 +143,16 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
 
 # ------------------------------------------------------------- pytest-xdist's work units
 
-# scripts/test.sh runs the suite on two workers (-n 2 --dist loadgroup --no-loadscope-reorder).
-# Each test file is one unit, run by one worker (a module-scoped fixture is then set up once),
-# except that every file whose tests run act or check the action's job containers is in one
-# unit, "e2e-act": those jobs share the cache volumes, act's own state and the engine's list of
-# job containers, so they never run side by side. The units go out largest first by the kept
-# table's seconds (benchmarks/test-times.json), so the long e2e units start at once and the
-# short files fill in around them.
-ACT_FIXTURES = {"act_bin", "no_job_containers"}
+# scripts/test.sh runs the suite on two workers (-n 2 --dist loadfile --no-loadscope-reorder):
+# each test file is one unit, which one worker runs in order, so a module-scoped fixture (one
+# act run shared by the file's tests, one image build) is set up once. No two e2e files need
+# to be kept apart: each act run has its own XDG_CACHE_HOME and workspace, each image a test
+# builds has a tag only its file uses, and no_job_containers counts only the containers of
+# its own worker's jobs. (--dist loadgroup, which could join files, does not group under
+# pytest 9.2: pytest-xdist 3.8 renames the items' node IDs in a way pytest 9 no longer sees.)
+# The units go out in collection order, which is made largest first by the kept table's
+# seconds (benchmarks/test-times.json): the long e2e files start at once, and the short
+# files fill in around them.
 KEPT_TIMES = ROOT / "benchmarks" / "test-times.json"
 
 
@@ -161,29 +163,18 @@ def _file_name(item: pytest.Item) -> str:
         return str(item.path)
 
 
-def _work_units(items: list[pytest.Item]) -> dict[pytest.Item, str]:
-    """Each item's unit: its file's name, or "e2e-act"."""
-    act_files = {
-        item.path for item in items if ACT_FIXTURES & set(getattr(item, "fixturenames", ()))
-    }
-    return {item: "e2e-act" if item.path in act_files else _file_name(item) for item in items}
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not hasattr(config, "workerinput"):  # not a pytest-xdist worker: order as collected
-        return
-    kept: dict[str, float] = {}
-    if KEPT_TIMES.is_file():
-        for name, entry in json.loads(KEPT_TIMES.read_text(encoding="utf-8"))["files"].items():
-            kept[name] = float(entry["seconds"])
-    units = _work_units(items)
-    files: dict[str, set[str]] = {}
-    first: dict[str, int] = {}
-    for index, item in enumerate(items):
-        item.add_marker(pytest.mark.xdist_group(units[item]))
-        files.setdefault(units[item], set()).add(_file_name(item))
-        first.setdefault(units[item], index)
-    seconds = {unit: sum(kept.get(name, 0.0) for name in names) for unit, names in files.items()}
-    # largest first; a unit's tests stay together and in their order (a stable sort)
-    items.sort(key=lambda item: (-seconds[units[item]], first[units[item]]))
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]):
+    """On a pytest-xdist worker, the files largest first (in the same order on every worker);
+    a wrapper, so that the order is in place before any other plugin's hook sees the items."""
+    if hasattr(config, "workerinput"):
+        kept: dict[str, float] = {}
+        if KEPT_TIMES.is_file():
+            table = json.loads(KEPT_TIMES.read_text(encoding="utf-8"))["files"]
+            kept = {name: float(entry["seconds"]) for name, entry in table.items()}
+        first: dict[str, int] = {}
+        for index, item in enumerate(items):
+            first.setdefault(_file_name(item), index)
+        # a stable sort: a file's tests stay together and in their order
+        items.sort(key=lambda item: (-kept.get(_file_name(item), 0.0), first[_file_name(item)]))
+    return (yield)

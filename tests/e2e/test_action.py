@@ -10,7 +10,6 @@ tests/test_action_yml.py.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -108,40 +107,41 @@ def act(
     return run
 
 
-#: the job IDs action.yml gives its containers' dlci.job label: DLCI_JOB_ID, the run's id, its
-#: attempt and 8 random hex digits. The tests that run `dlci container run` themselves use
-#: names of another shape (e2e-run, f-oom, t-token-...), so the two cannot be confused.
-ACTION_JOB_ID = re.compile(r"^[^-\s]+-[0-9]+-[0-9a-f]{8}$")
-
-
 @pytest.fixture
-def no_job_containers(docker_engine: str):
+def no_job_containers(docker_engine: str, tmp_path_factory: pytest.TempPathFactory):
     """No container of a job the test ran may be left behind.
 
-    The test's jobs are the action's (its job IDs' shape) and the ones the test names by adding
-    them to the set this fixture gives. Containers of other jobs are not the test's: under
-    pytest-xdist another worker's tests start and remove theirs at the same time (the act
-    tests, which run the action, are one group: they never run side by side).
+    The test's jobs are those whose containers mount a folder of this pytest process (its
+    base temporary folder holds every tmp_path, and act's workspaces under them): under
+    pytest-xdist another worker's tests start and remove their own job containers meanwhile,
+    and those mount that worker's folders.
     """
-    named: set[str] = set()
+    bases = {str(tmp_path_factory.getbasetemp()), str(tmp_path_factory.getbasetemp().resolve())}
 
-    def listed() -> dict[str, str]:
-        shown = '{{.ID}} {{.Label "dlci.job"}}'
+    def ours() -> set[str]:
         done = subprocess.run(
-            [docker_engine, "ps", "-a", "--filter", "label=dlci.job", "--format", shown],
+            [docker_engine, "ps", "-aq", "--filter", "label=dlci.job"],
             capture_output=True,
             text=True,
         )
-        return dict(line.partition(" ")[::2] for line in done.stdout.splitlines() if line)
+        ids = done.stdout.split()
+        if not ids:
+            return set()
+        shown = "{{.Id}} {{range .Mounts}}{{.Source}} {{end}}"
+        inspected = subprocess.run(
+            [docker_engine, "inspect", "--format", shown, *ids], capture_output=True, text=True
+        )  # a container removed in between is left out (exit status 1, the others listed)
+        found = set()
+        for line in inspected.stdout.splitlines():
+            cid, *sources = line.split()
+            if any(s == b or s.startswith(b + "/") for s in sources for b in bases):
+                found.add(cid[:12])
+        return found
 
-    before = set(listed())
-    yield named
-    left = {
-        cid: job
-        for cid, job in listed().items()
-        if cid not in before and (ACTION_JOB_ID.match(job) or job in named)
-    }
-    assert left == {}, f"containers left behind: {left}"
+    before = ours()
+    yield
+    left = ours() - before
+    assert left == set(), f"containers left behind: {left}"
 
 
 def user_repo(tmp_path: Path, kit: Path, workflow: str) -> Path:
@@ -323,7 +323,6 @@ def test_a_non_root_runner_gets_no_foreign_files(
     inner += ["--pytest-args", "-k 'not memoriz and not doctor'"]
     argv = ["container", "run", "--image", kit_image, "--workspace", str(ws)]
     argv += ["--workdir", "project", "--job", "e2e-nonroot", "--", *inner]
-    no_job_containers.add("e2e-nonroot")
     assert main(argv) == 0
     names = {p.name for p in (ws / "dlci-artifacts").iterdir()}
     assert {"run.json", "junit.xml", "coverage.xml", "memorization.json"} <= names
