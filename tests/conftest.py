@@ -76,7 +76,9 @@ def fake_docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 # failure that comes and goes (one left Python's int digit limit at 0, and a later test of
 # huge TOML integers passed only in some orders). Each file's tests, taken together, must
 # leave these as they found them; the check runs after the file's last test's teardown, when
-# its module-scoped fixtures have put back what they changed for the whole file.
+# its module-scoped fixtures have put back what they changed for the whole file. sys.path is
+# put back there without a failure: dlci.memorization.target.load_target puts the current
+# folder on it by design (as `python -m` does), and tests load targets from tmp_path.
 _VOLATILE_ENV = {"PYTEST_CURRENT_TEST"}
 
 
@@ -84,7 +86,6 @@ def _process_globals() -> dict[str, object]:
     state: dict[str, object] = {
         "sys.get_int_max_str_digits()": sys.get_int_max_str_digits(),
         "os.getcwd()": os.getcwd(),
-        "sys.path": list(sys.path),
         "SIGTERM handler": signal.getsignal(signal.SIGTERM),
         "SIGINT handler": signal.getsignal(signal.SIGINT),
     }
@@ -104,6 +105,7 @@ def _process_globals() -> dict[str, object]:
 
 
 _GLOBALS = pytest.StashKey[tuple[Path, dict[str, object]]]()
+_SYS_PATH = pytest.StashKey[list[str]]()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -111,6 +113,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     saved = item.session.stash.get(_GLOBALS, None)
     if saved is None or saved[0] != item.path:  # the first of a run of one file's tests
         item.session.stash[_GLOBALS] = (item.path, _process_globals())
+        item.session.stash[_SYS_PATH] = list(sys.path)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -122,6 +125,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     if saved is None or saved[0] != item.path:
         return result
     del item.session.stash[_GLOBALS]
+    sys.path[:] = item.session.stash[_SYS_PATH]
     before, after = saved[1], _process_globals()
     missing = object()
     changed = [
