@@ -228,24 +228,6 @@ def test_a_missing_or_unknown_subcommand_is_a_malformed_command_line(capsys) -> 
     assert "usage: dlci container {build,run,cleanup}" in capsys.readouterr().err
 
 
-@pytest.fixture
-def fake_docker(tmp_path: Path, monkeypatch):
-    """A stand-in `docker` first on PATH that runs the given Python body."""
-    import os
-    import stat
-    import sys
-
-    def install(body: str) -> None:
-        bin_dir = tmp_path / "bin"
-        bin_dir.mkdir(exist_ok=True)
-        script = bin_dir / "docker"
-        script.write_text(f"#!{sys.executable}\nimport sys\n{body}\n")
-        script.chmod(script.stat().st_mode | stat.S_IEXEC)
-        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-
-    return install
-
-
 def test_the_run_shows_its_command_and_passes_the_exit_code(
     tmp_path: Path, fake_docker, capsys, monkeypatch
 ) -> None:

@@ -353,21 +353,6 @@ def test_importing_dlci_imports_no_framework() -> None:
     assert done.stdout.strip() == "[]"
 
 
-def test_the_examples_own_tests_pass() -> None:
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(EXAMPLE))
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--dlci-budget", "pr"],
-        cwd=EXAMPLE,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:]
-    assert "8 passed" in done.stdout
-
-
 def _ddp_rank(rank: int, world: int, port: int, out: str) -> None:
     """One gloo process: three adapter steps on this rank's own examples, through the
     DistributedDataParallel wrapper and (the control) without it; each way, every rank's

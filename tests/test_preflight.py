@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
-import sys
 from pathlib import Path
 
 import pytest
@@ -99,21 +97,6 @@ def test_preflight_never_takes_the_torch_probe(tmp_path: Path, capsys) -> None:
 
 
 # ---------------------------------------------------------------------------- docker
-
-
-@pytest.fixture
-def fake_docker(tmp_path: Path, monkeypatch):
-    """Put a stand-in `docker` first on PATH; it runs the given Python body."""
-
-    def install(body: str) -> None:
-        bin_dir = tmp_path / "bin"
-        bin_dir.mkdir(exist_ok=True)
-        script = bin_dir / "docker"
-        script.write_text(f"#!{sys.executable}\nimport sys, time, json\n{body}\n")
-        script.chmod(script.stat().st_mode | stat.S_IEXEC)
-        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-
-    return install
 
 
 def test_docker_engine_down(fake_docker) -> None:

@@ -9,12 +9,15 @@ setup script's (cached) build.
 
 from __future__ import annotations
 
+import fcntl
+import ipaddress
+import json
 import os
 import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -75,22 +78,38 @@ def docker_engine() -> str:
     return docker
 
 
-@pytest.fixture(scope="session")
-def kit_image(docker_engine: str) -> str:
-    """The kit image's tag, brought up to date by the setup script (a cached build)."""
-    image = os.environ.get("DLCI_E2E_IMAGE", "dl-ci:e2e")
-    if os.environ.get("DLCI_E2E_SKIP_BUILD") != "1":
-        env = dict(os.environ)
-        if sys.prefix != sys.base_prefix:  # the script's pip: this venv's, not a new .venv
-            env["VENV"] = sys.prefix
-        proc = subprocess.run(
-            ["bash", str(SETUP), "image"],
+def run_setup(*parts: str) -> subprocess.CompletedProcess[str]:
+    """``scripts/e2e_setup.sh PARTS``, one at a time across pytest-xdist's workers.
+
+    Each worker's session fixtures call it; a file lock makes the second wait for the first,
+    whose (cached) work it then finds done, instead of both building the same tags at once.
+    """
+    env = dict(os.environ)
+    if sys.prefix != sys.base_prefix:  # the script's pip: this venv's, not a new .venv
+        env["VENV"] = sys.prefix
+    cache = Path(
+        os.environ.get("DLCI_E2E_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dlci-e2e"
+    )
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / "setup.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return subprocess.run(
+            ["bash", str(SETUP), *parts],
             cwd=ROOT,
             env=env,
             capture_output=True,
             text=True,
             timeout=3600,
         )
+
+
+@pytest.fixture(scope="session")
+def kit_image(docker_engine: str) -> str:
+    """The kit image's tag, brought up to date by the setup script (a cached build)."""
+    image = os.environ.get("DLCI_E2E_IMAGE", "dl-ci:e2e")
+    if os.environ.get("DLCI_E2E_SKIP_BUILD") != "1":
+        proc = run_setup("image")
         if proc.returncode != 0:
             missing(
                 f"scripts/e2e_setup.sh could not build {image}:\n{_tail(proc.stdout + proc.stderr)}"
@@ -172,3 +191,67 @@ def kit(docker_engine: str, kit_image: str) -> Iterator[Kit]:
     if left:
         subprocess.run([docker_engine, "rm", "--force", *left], capture_output=True, timeout=120)
         pytest.fail(f"containers left behind by the e2e tests: {left}", pytrace=False)
+
+
+# ---------------------------------------------------------------- the default bridge
+
+
+def _interface_address(name: str) -> str | None:
+    """The first IPv4 address of a host interface, from `ip -4 -json addr show NAME`."""
+    ip = shutil.which("ip")
+    if ip is None:
+        return None
+    proc = subprocess.run(
+        [ip, "-4", "-json", "addr", "show", "dev", name],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return None
+    for link in json.loads(proc.stdout):
+        for info in link.get("addr_info", []):
+            if info.get("family") == "inet" and info.get("local"):
+                return str(info["local"])
+    return None
+
+
+def bridge_gateway(network: Mapping, interface_address=_interface_address) -> str:
+    """The host's address on a Docker bridge network, from `docker network inspect`'s entry.
+
+    Engines differ in what they report: Docker Desktop and packaged engines give
+    ``IPAM.Config[0].Gateway``, but a dockerd started by hand (scripts/e2e_setup.sh) can report
+    only the subnet. In that order: the Gateway key; the bridge interface's own address
+    (``Options["com.docker.network.bridge.name"]``, docker0 for the default network); the
+    subnet's first host, which is where dockerd puts the gateway when it picks one itself.
+    """
+    configs = [c for c in (network.get("IPAM") or {}).get("Config") or [] if isinstance(c, dict)]
+    v4 = [c for c in configs if ":" not in str(c.get("Subnet", ""))]
+    for config in v4:
+        if config.get("Gateway"):
+            return str(config["Gateway"]).split("/")[0]
+    bridge = (network.get("Options") or {}).get("com.docker.network.bridge.name")
+    if not bridge and network.get("Name") == "bridge":
+        bridge = "docker0"
+    if bridge:
+        address = interface_address(str(bridge))
+        if address:
+            return address
+    for config in v4:
+        if config.get("Subnet"):
+            return str(next(ipaddress.ip_network(config["Subnet"], strict=False).hosts()))
+    missing(f"no IPv4 gateway in the network's description: {json.dumps(dict(network))[:500]}")
+
+
+@pytest.fixture(scope="session")
+def default_bridge_gateway(docker_engine: str) -> str:
+    """The host's address on Docker's default bridge network (what a container reaches it at)."""
+    proc = subprocess.run(
+        [docker_engine, "network", "inspect", "bridge"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if proc.returncode != 0:
+        missing(f"`docker network inspect bridge` failed: {_tail(proc.stderr, 3)}")
+    return bridge_gateway(json.loads(proc.stdout)[0])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -108,20 +109,43 @@ def act(
 
 
 @pytest.fixture
-def no_job_containers(docker_engine: str):
-    """No container labelled by a dl-ci job may be left by the test (others may run)."""
+def no_job_containers(docker_engine: str, tmp_path_factory: pytest.TempPathFactory):
+    """No container of a job the test ran may be left behind.
 
-    def listed() -> set[str]:
+    The test's jobs are those whose containers mount a folder of this pytest process (its
+    base temporary folder holds every tmp_path, and act's workspaces under them): under
+    pytest-xdist another worker's tests start and remove their own job containers meanwhile,
+    and those mount that worker's folders.
+    """
+    bases = {str(tmp_path_factory.getbasetemp()), str(tmp_path_factory.getbasetemp().resolve())}
+
+    def ours() -> set[str]:
         done = subprocess.run(
             [docker_engine, "ps", "-aq", "--filter", "label=dlci.job"],
             capture_output=True,
             text=True,
         )
-        return set(done.stdout.split())
+        ids = done.stdout.split()
+        if not ids:
+            return set()
+        shown = "{{.Id}} {{range .Mounts}}{{.Source}} {{end}}"
+        inspected = subprocess.run(
+            [docker_engine, "inspect", "--format", shown, *ids], capture_output=True, text=True
+        )  # a container removed in between is left out (exit status 1, the others listed)
+        found = set()
+        for line in inspected.stdout.splitlines():
+            cid, *sources = line.split()
+            if any(s == b or s.startswith(b + "/") for s in sources for b in bases):
+                found.add(cid[:12])
+        return found
 
-    before = listed()
+    before = ours()
     yield
-    left = listed() - before
+    # `docker run --rm` removes an exited container a moment after the job saw it exit: one
+    # still there is waited for (30 s), a container left behind stays
+    deadline = time.monotonic() + 30
+    while (left := ours() - before) and time.monotonic() < deadline:
+        time.sleep(1)
     assert left == set(), f"containers left behind: {left}"
 
 

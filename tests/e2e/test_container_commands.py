@@ -333,18 +333,49 @@ print(json.dumps({"interfaces": names, "host_port": reached}))
 """
 
 
+def test_the_bridge_gateway_is_read_whatever_the_engine_reports() -> None:
+    """Engines describe the default bridge differently; the host's address is found in each."""
+    from conftest import bridge_gateway
+
+    def no_interface(name: str) -> None:
+        return None
+
+    packaged = {
+        "Name": "bridge",
+        "IPAM": {"Config": [{"Subnet": "172.17.0.0/16", "Gateway": "172.17.0.1"}]},
+    }
+    assert bridge_gateway(packaged, no_interface) == "172.17.0.1"
+    # a dockerd started by hand (scripts/e2e_setup.sh): the subnet only, no Gateway key
+    by_hand = {
+        "Name": "bridge",
+        "IPAM": {"Config": [{"Subnet": "172.18.0.0/16"}]},
+        "Options": {"com.docker.network.bridge.name": "docker0"},
+    }
+    seen = []
+    assert bridge_gateway(by_hand, lambda name: seen.append(name) or "172.18.5.1") == "172.18.5.1"
+    assert seen == ["docker0"]  # the bridge interface's own address comes first
+    assert bridge_gateway(by_hand, no_interface) == "172.18.0.1"  # else the subnet's first host
+    # an IPv6 entry first is passed over; a gateway given with a prefix length loses it
+    dual = {
+        "IPAM": {
+            "Config": [
+                {"Subnet": "fd00::/64"},
+                {"Subnet": "10.9.0.0/24", "Gateway": "10.9.0.254/24"},
+            ]
+        }
+    }
+    assert bridge_gateway(dual, no_interface) == "10.9.0.254"
+
+
 @pytest.fixture
-def host_port(docker_engine: str, kit_image: str):
+def host_port(default_bridge_gateway: str):
     """(the default bridge's gateway, a port the host listens on there)."""
     import socket
 
-    from test_trust_container import bridge_gateway
-
-    address = bridge_gateway(docker_engine, kit_image)
     with socket.socket() as server:
-        server.bind((address, 0))  # the host's side of the bridge only
+        server.bind((default_bridge_gateway, 0))  # the host's side of the bridge only
         server.listen(8)
-        yield address, server.getsockname()[1]
+        yield default_bridge_gateway, server.getsockname()[1]
 
 
 @pytest.mark.parametrize("network", ["none", "default"])

@@ -18,14 +18,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from test_act import ROOT, make_repo
 from test_action import act, job, kit_copy, no_job_containers  # noqa: F401 (a fixture)
 
-from conftest import SETUP, missing
+from conftest import missing, run_setup
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("no_job_containers")]
 
@@ -53,17 +52,7 @@ def _has_lightning(image: str) -> bool:
 def lightning_image(kit_image: str) -> str:
     """The kit image with the lightning extra, brought up to date by the setup script."""
     if os.environ.get("DLCI_E2E_SKIP_BUILD") != "1":
-        env = dict(os.environ)
-        if sys.prefix != sys.base_prefix:  # the script's pip: this venv's, not a new .venv
-            env["VENV"] = sys.prefix
-        proc = subprocess.run(
-            ["bash", str(SETUP), "lightning"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=3600,
-        )
+        proc = run_setup("lightning")
         if proc.returncode != 0:
             missing(f"scripts/e2e_setup.sh lightning failed:\n{proc.stdout[-3000:]}{proc.stderr}")
     if _docker("image", "inspect", LIGHTNING_IMAGE, timeout=60).returncode != 0:

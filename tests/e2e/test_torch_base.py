@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RUN_LABEL, SETUP, missing
+from conftest import RUN_LABEL, missing, run_setup
 from dlci.cli import main
 
 pytestmark = pytest.mark.e2e
@@ -59,17 +58,7 @@ def _size_mb(image: str) -> int:
 def _setup(part: str, *images: str) -> None:
     """``scripts/e2e_setup.sh PART`` (quick when its image is there), then the images."""
     if os.environ.get("DLCI_E2E_SKIP_BUILD") != "1":
-        env = dict(os.environ)
-        if sys.prefix != sys.base_prefix:
-            env["VENV"] = sys.prefix
-        proc = subprocess.run(
-            ["bash", str(SETUP), part],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=3600,
-        )
+        proc = run_setup(part)
         if proc.returncode != 0:
             missing(f"scripts/e2e_setup.sh {part} failed:\n{proc.stdout}{proc.stderr}")
     for image in images:
