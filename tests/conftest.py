@@ -78,7 +78,10 @@ def fake_docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 # leave these as they found them; the check runs after the file's last test's teardown, when
 # its module-scoped fixtures have put back what they changed for the whole file. sys.path is
 # put back there without a failure: dlci.memorization.target.load_target puts the current
-# folder on it by design (as `python -m` does), and tests load targets from tmp_path.
+# folder on it by design (as `python -m` does), and tests load targets from tmp_path; so is
+# os.environ: dl-ci's memorization sets CUBLAS_WORKSPACE_CONFIG and the KMP_* variables in
+# its own process (found by the first run of this guard, in test_calibrate.py and
+# test_memorize_command.py), which would otherwise reach every later file.
 _VOLATILE_ENV = {"PYTEST_CURRENT_TEST"}
 
 
@@ -89,9 +92,6 @@ def _process_globals() -> dict[str, object]:
         "SIGTERM handler": signal.getsignal(signal.SIGTERM),
         "SIGINT handler": signal.getsignal(signal.SIGINT),
     }
-    for name, value in os.environ.items():
-        if name not in _VOLATILE_ENV:
-            state[f"os.environ[{name!r}]"] = value
     torch = sys.modules.get("torch")  # never imported for the check itself
     if torch is not None and hasattr(torch, "get_num_threads"):
         state["torch.get_num_threads()"] = torch.get_num_threads()
@@ -106,6 +106,7 @@ def _process_globals() -> dict[str, object]:
 
 _GLOBALS = pytest.StashKey[tuple[Path, dict[str, object]]]()
 _SYS_PATH = pytest.StashKey[list[str]]()
+_ENVIRON = pytest.StashKey[dict[str, str]]()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -114,6 +115,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if saved is None or saved[0] != item.path:  # the first of a run of one file's tests
         item.session.stash[_GLOBALS] = (item.path, _process_globals())
         item.session.stash[_SYS_PATH] = list(sys.path)
+        item.session.stash[_ENVIRON] = dict(os.environ)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -126,6 +128,10 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
         return result
     del item.session.stash[_GLOBALS]
     sys.path[:] = item.session.stash[_SYS_PATH]
+    environ = {k: v for k, v in item.session.stash[_ENVIRON].items() if k not in _VOLATILE_ENV}
+    for name in set(os.environ) - set(environ) - _VOLATILE_ENV:
+        del os.environ[name]
+    os.environ.update(environ)
     before, after = saved[1], _process_globals()
     missing = object()
     changed = [

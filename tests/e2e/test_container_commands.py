@@ -333,9 +333,19 @@ print(json.dumps({"interfaces": names, "host_port": reached}))
 """
 
 
-def test_the_bridge_gateway_is_read_whatever_the_engine_reports() -> None:
+def test_the_bridge_gateway_is_read_whatever_the_engine_reports(monkeypatch) -> None:
     """Engines describe the default bridge differently; the host's address is found in each."""
-    from conftest import bridge_gateway
+    import importlib.util
+
+    # by path: under pytest-xdist "conftest" in sys.modules can be another folder's
+    spec = importlib.util.spec_from_file_location(
+        "e2e_conftest", Path(__file__).with_name("conftest.py")
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(__import__("sys").modules, "e2e_conftest", module)  # for its dataclass
+    spec.loader.exec_module(module)
+    bridge_gateway = module.bridge_gateway
 
     def no_interface(name: str) -> None:
         return None
