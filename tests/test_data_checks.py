@@ -420,9 +420,7 @@ def test_label_alignment_cannot_judge_copies_that_never_trained() -> None:
 def test_label_alignment_after_a_failed_memorize_says_the_loop_comes_first() -> None:
     """The cascade: a loop that cannot overfit one batch fails memorize; label-alignment then
     does not blame the labels (its control: the same check alone still judges)."""
-    results = run_checks(
-        zoo.lr_far_too_low(), checks=select("memorize,label-alignment"), tier=TIER
-    )
+    results = run_checks(zoo.lr_far_too_low(), checks=select("memorize,label-alignment"), tier=TIER)
     assert [r.status for r in results] == ["fail", "skip"], results
     assert results[1].cause.startswith("could not judge: memorize failed")
     alone = run_checks(zoo.lr_far_too_low(), checks=select("label-alignment"), tier=TIER)[0]
