@@ -233,7 +233,8 @@ def test_a_forged_tier_and_a_planted_report_do_not_pass_the_gate(attacked) -> No
     out = run.outputs("dlci")
     assert out["memorization-passed"] == "false", run.explain()
     assert out["verdict"] == "fail"
-    assert json.loads(out["tier"])["max_loss"] == 1.0  # the host's tier, not the forged 100
+    host = json.loads(out["tier"])  # the host's tier (the default: relative), not the forged 100
+    assert (host["max_loss"], host["max_relative_loss"], host["max_epochs"]) == (None, 0.3, 100)
     assert run.job_result() == "failure"
 
 

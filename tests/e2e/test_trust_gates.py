@@ -152,7 +152,7 @@ def test_a_test_that_forges_the_tier_and_the_report_cannot_pass_the_gate(
     assert json.loads(preflight.read_text())["tier"]["max_loss"] == 100.0
     # the gate used the host's tier, in its own container, and its report replaced the fake
     report = json.loads((ws / "dlci-artifacts" / "memorization.json").read_text())
-    assert report["verdict"] == "fail" and report["threshold"] == 1.0
+    assert report["verdict"] == "fail" and report["threshold"] != 100.0
     assert report["tier"]["max_epochs"] != 1000
     assert not (ws / "shadowed").exists()  # the planted dlci/ package was never imported
     steps = {
