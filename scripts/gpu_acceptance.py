@@ -61,6 +61,7 @@ def _figures(kind: str, report: dict[str, Any] | None, out: Path) -> dict[str, A
         }
     if kind == "memorize":
         keys = ("verdict", "stopped_by", "steps", "best_loss", "final_loss", "threshold")
+        keys += ("start_loss", "relative_loss", "relative_threshold", "criterion")
         return {k: report.get(k) for k in (*keys, "wall_time_s", "device", "reason")}
     if kind == "doctor":
         return {"verdict": report.get("verdict"), "counts": report.get("counts")}

@@ -185,10 +185,11 @@ def test_control_the_same_attack_passes_the_gate_in_one_shared_container(
         gpus="none", shm_size="", env_names=(), environ={}, inner=inner,
         uid=os.getuid(), gid=os.getgid(),
     )  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:]
+    subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     report = json.loads((ws / "dlci-artifacts" / "memorization.json").read_text())
-    assert report["verdict"] == "pass" and report["threshold"] == 100.0  # the forged tier
+    # the forged tier reached the gate (since issue 28 its loose max_loss alone cannot pass a
+    # loss that never fell: the built-in half-way rule holds under any tier)
+    assert report["threshold"] == 100.0 and report["tier"]["max_epochs"] == 1000
     # and `python -m dlci` from the workspace runs the planted package
     probe = [*cmd[: cmd.index(kit_image) + 1], "python", "-m", "dlci", "--version"]
     subprocess.run(probe, capture_output=True, timeout=120)

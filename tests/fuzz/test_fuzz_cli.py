@@ -295,7 +295,7 @@ def _make(work: Path, kind: str) -> tuple[str, int | None]:
             os.mkfifo(path)  # without root, a FIFO stands for the device
             return str(path), stat.S_IFIFO
         node = work / "null"
-        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 5))  # /dev/zero: /dev/null is allowed
         if kind == "chardev":
             return str(node), stat.S_IFCHR
         path.symlink_to(node)

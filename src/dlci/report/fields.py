@@ -11,7 +11,7 @@ A path is dotted keys; ``[]`` stands for every item of a list, ``*`` for every v
 object.
 
 >>> problems("memorization", {"threshold": "1.0", "tier": {"max_epochs": 3}})
-['memorization.json: threshold is text, expected a number']
+['memorization.json: threshold is text, expected a number or null']
 >>> problems("doctor", {"checks": [{"id": "lr", "status": {"x": 1}}]})
 ['doctor.json: checks[0].status is an object, expected text']
 """
