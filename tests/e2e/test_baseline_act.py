@@ -92,6 +92,19 @@ def job_containers() -> set[str]:
     return set(done.stdout.split())
 
 
+def left_after(before: set[str], wait_s: float = 60.0) -> set[str]:
+    """Job containers not there before; another xdist worker's test may be running one right
+    now, which ends and is removed (--rm) within the wait: a leaked one of ours stays."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    left = job_containers() - before
+    while left and time.monotonic() < deadline:
+        time.sleep(2)
+        left = job_containers() - before
+    return left
+
+
 def _event(path: Path, data: dict) -> Path:
     path.write_text(json.dumps(data))
     return path
@@ -179,7 +192,7 @@ def jobs(tmp_path_factory: pytest.TempPathFactory, kit_image: str, act_bin: Path
         runs["planted"] = act(
             act_bin, folder, repo, *api, *target, kit=kit, event="pull_request", payload=pull
         )
-        runs["left"] = job_containers() - before  # the three jobs' containers: none left
+        runs["left"] = left_after(before)  # the three jobs' containers: none left
         yield runs, standin, base
     finally:
         standin.stop()
