@@ -287,6 +287,12 @@ build_kit() {
     tail -n 30 "$log" >&2
     die "docker build of $tag failed (log: $log)"
   fi
+  # The test kit image runs torch on one thread (a setting of these tests' image, not of the
+  # kit's: docker/Dockerfile leaves torch's default). Two pytest-xdist workers run act jobs side
+  # by side on a 2-core machine, and a thread per core in each container stalls them both.
+  printf 'FROM %s\nENV OMP_NUM_THREADS=1 MKL_NUM_THREADS=1\n' "$tag" |
+    docker build --network none --label dlci.e2e=kit --tag "$tag" - >>"$log" 2>&1 ||
+    die "docker build of the one-thread layer of $tag failed (log: $log)"
   say "image: $tag built after $(seconds_since "$start")" \
     "($(grep -c 'Using cache' "$log" || true) cached steps)"
   # earlier builds of the kit images, untagged by this one (their shared layers stay)
@@ -307,25 +313,38 @@ ensure_lightning_image() {
   build_kit "$lightning_image" lightning
 }
 
+# A base with torch from the wheelhouse, built on the offline base with no network from the
+# Dockerfile on stdin: build_torch_base NAME TAG WHERE. Rebuilt when TORCH_SPEC changes (a label
+# records it); NAME is the setup part, its label and its log's name.
+build_torch_base() {
+  local name=$1 tag=$2 where=$3 start=$SECONDS log=$cache/$1-build.log have
+  have=$(docker image inspect --format '{{index .Config.Labels "dlci.e2e.torch"}}' "$tag" \
+    2>/dev/null || true)
+  if [ "$have" = "$torch_spec" ]; then
+    say "$name: $tag is there ($torch_spec)"
+    cat >/dev/null # the Dockerfile on stdin, not needed
+    return 0
+  fi
+  say "$name: building $tag = $base_image + $torch_spec $where, with no network" \
+    "(log: $log; about a minute)"
+  if ! with_heartbeat "building $tag" docker build --network none --force-rm \
+    --build-arg "BASE=$base_image" --build-arg "TORCH_SPEC=$torch_spec" \
+    --label "dlci.e2e=$name" --label "dlci.e2e.torch=$torch_spec" \
+    --tag "$tag" --file - "$wheelhouse" >"$log" 2>&1; then
+    tail -n 30 "$log" >&2
+    die "docker build of $tag failed (log: $log)"
+  fi
+  say "$name: $tag built after $(seconds_since "$start")"
+  docker image prune --force --filter "label=dlci.e2e=$name" >/dev/null || true
+}
+
 # The offline base with torch in its system python, as pytorch/pytorch and NVIDIA's images ship
 # it: two stages, so that only what pip installed (/usr/local) reaches the image, not the
-# wheelhouse. Rebuilt when TORCH_SPEC changes (a label records it).
+# wheelhouse.
 ensure_torchbase() {
   ensure_base
   ensure_wheels
-  local start=$SECONDS log=$cache/torchbase-build.log have
-  have=$(docker image inspect --format '{{index .Config.Labels "dlci.e2e.torch"}}' "$torch_base" \
-    2>/dev/null || true)
-  if [ "$have" = "$torch_spec" ]; then
-    say "torchbase: $torch_base is there ($torch_spec)"
-    return 0
-  fi
-  say "torchbase: building $torch_base = $base_image + $torch_spec in its system python," \
-    "with no network (log: $log; about a minute)"
-  if ! with_heartbeat "building $torch_base" docker build --network none --force-rm \
-    --build-arg "BASE=$base_image" --build-arg "TORCH_SPEC=$torch_spec" \
-    --label dlci.e2e=torchbase --label "dlci.e2e.torch=$torch_spec" \
-    --tag "$torch_base" --file - "$wheelhouse" >"$log" 2>&1 <<'EOF'; then
+  build_torch_base torchbase "$torch_base" "in its system python" <<'EOF'
 ARG BASE
 FROM ${BASE} AS install
 ARG TORCH_SPEC
@@ -335,11 +354,6 @@ FROM ${BASE}
 COPY --from=install /usr/local/ /usr/local/
 RUN python3 -c "import torch; print('torch', torch.__version__, torch.__file__)"
 EOF
-    tail -n 30 "$log" >&2
-    die "docker build of $torch_base failed (log: $log)"
-  fi
-  say "torchbase: $torch_base built after $(seconds_since "$start")"
-  docker image prune --force --filter label=dlci.e2e=torchbase >/dev/null || true
 }
 
 # The base with torch in a virtual environment first on PATH, as many PyTorch bases are made:
@@ -347,19 +361,7 @@ EOF
 ensure_venvbase() {
   ensure_base
   ensure_wheels
-  local start=$SECONDS log=$cache/venvbase-build.log have
-  have=$(docker image inspect --format '{{index .Config.Labels "dlci.e2e.torch"}}' "$venv_base" \
-    2>/dev/null || true)
-  if [ "$have" = "$torch_spec" ]; then
-    say "venvbase: $venv_base is there ($torch_spec)"
-    return 0
-  fi
-  say "venvbase: building $venv_base = $base_image + $torch_spec in /opt/venv, with no network" \
-    "(log: $log; about a minute)"
-  if ! with_heartbeat "building $venv_base" docker build --network none --force-rm \
-    --build-arg "BASE=$base_image" --build-arg "TORCH_SPEC=$torch_spec" \
-    --label dlci.e2e=venvbase --label "dlci.e2e.torch=$torch_spec" \
-    --tag "$venv_base" --file - "$wheelhouse" >"$log" 2>&1 <<'EOF'; then
+  build_torch_base venvbase "$venv_base" "in /opt/venv" <<'EOF'
 ARG BASE
 FROM ${BASE} AS install
 ARG TORCH_SPEC
@@ -371,11 +373,6 @@ COPY --from=install /opt/venv/ /opt/venv/
 ENV PATH=/opt/venv/bin:$PATH
 RUN python3 -c "import sys, torch; print('torch', torch.__version__, torch.__file__, sys.prefix)"
 EOF
-    tail -n 30 "$log" >&2
-    die "docker build of $venv_base failed (log: $log)"
-  fi
-  say "venvbase: $venv_base built after $(seconds_since "$start")"
-  docker image prune --force --filter label=dlci.e2e=venvbase >/dev/null || true
 }
 
 [ "$#" -gt 0 ] || set -- all

@@ -12,6 +12,16 @@ from pathlib import Path
 
 import pytest
 
+# Under pytest-xdist every worker runs torch: with torch's default of one thread per core, two
+# workers on two cores run four busy threads whose OpenMP spin-waits stall each other (the
+# doctor's and the memorization tests took 1.45x the wall time measured with one thread each).
+# One thread per worker, unless the caller chose a number; subprocesses inherit it.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
+    if "torch" in sys.modules:  # imported before this file (a plugin): set it there too
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
 SMALL_LADDER = DATA / "ladders" / "small.yaml"

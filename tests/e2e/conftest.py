@@ -78,6 +78,16 @@ def docker_engine() -> str:
     return docker
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _shared_tool_cache(tmp_path_factory: pytest.TempPathFactory):
+    """One runner tool cache for this worker's act jobs (test_act.share_tool_cache)."""
+    import test_act
+
+    test_act.TOOL_CACHE[:] = [tmp_path_factory.mktemp("tool-cache")]
+    yield
+    test_act.TOOL_CACHE.clear()
+
+
 def run_setup(*parts: str) -> subprocess.CompletedProcess[str]:
     """``scripts/e2e_setup.sh PARTS``, one at a time across pytest-xdist's workers.
 

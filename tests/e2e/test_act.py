@@ -117,6 +117,23 @@ def make_repo(path: Path, files: dict[str, str]) -> Path:
     return path
 
 
+# One runner tool cache for every act job of this pytest process, as a self-hosted runner keeps
+# one across its jobs: the action installs its host-side venv there once per version of the
+# kit's source (action.yml, "dl-ci on the runner host"), so only the first job of a worker pays
+# for it (about 10 s). Set by the session fixture `_shared_tool_cache` (tests/e2e/conftest.py);
+# a worker's own folder, so two workers never build the same venv at once.
+TOOL_CACHE: list[Path] = []
+
+
+def share_tool_cache(cache: Path) -> None:
+    """act keeps the runner's tool cache in ``XDG_CACHE_HOME/act/tool_cache``: a link to the
+    shared one when there is one (each job's other files stay in its own cache)."""
+    link = cache / "act" / "tool_cache"
+    if TOOL_CACHE and not link.exists() and not link.is_symlink():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(TOOL_CACHE[0], target_is_directory=True)
+
+
 def run_act(
     act_bin: Path,
     repo: Path,
@@ -128,6 +145,7 @@ def run_act(
     payload: Path | None = None,
 ) -> ActRun:
     env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    share_tool_cache(cache)
     for name in ("GITHUB_TOKEN", "GH_TOKEN", "ACTIONS_RUNTIME_TOKEN", "NO_PROXY", "no_proxy"):
         env.pop(name, None)
     if offline:

@@ -108,44 +108,55 @@ def act(
     return run
 
 
+def worker_job_containers(docker: str, bases: set[str]) -> set[str]:
+    """The job containers (label ``dlci.job``) that mount a folder under one of ``bases``.
+
+    Under pytest-xdist another worker's tests start and remove their own job containers at
+    any moment, and those mount that worker's folders: only these are a test's own.
+    """
+    done = subprocess.run(
+        [docker, "ps", "-aq", "--filter", "label=dlci.job"], capture_output=True, text=True
+    )
+    ids = done.stdout.split()
+    if not ids:
+        return set()
+    shown = "{{.Id}} {{range .Mounts}}{{.Source}} {{end}}"
+    inspected = subprocess.run(
+        [docker, "inspect", "--format", shown, *ids], capture_output=True, text=True
+    )  # a container removed in between is left out (exit status 1, the others listed)
+    found = set()
+    for line in inspected.stdout.splitlines():
+        cid, *sources = line.split()
+        if any(s == b or s.startswith(b + "/") for s in sources for b in bases):
+            found.add(cid[:12])
+    return found
+
+
+def worker_bases(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
+    """This pytest process's base temporary folder, as given and resolved."""
+    base = tmp_path_factory.getbasetemp()
+    return {str(base), str(base.resolve())}
+
+
+def left_behind(docker: str, bases: set[str], before: set[str], wait_s: float = 30) -> set[str]:
+    """This worker's job containers not there before. ``docker run --rm`` removes an exited
+    container a moment after the job saw it exit: one still there is waited for (``wait_s``),
+    a container left behind stays."""
+    deadline = time.monotonic() + wait_s
+    while (left := worker_job_containers(docker, bases) - before) and time.monotonic() < deadline:
+        time.sleep(1)
+    return left
+
+
 @pytest.fixture
 def no_job_containers(docker_engine: str, tmp_path_factory: pytest.TempPathFactory):
-    """No container of a job the test ran may be left behind.
-
-    The test's jobs are those whose containers mount a folder of this pytest process (its
-    base temporary folder holds every tmp_path, and act's workspaces under them): under
-    pytest-xdist another worker's tests start and remove their own job containers meanwhile,
-    and those mount that worker's folders.
-    """
-    bases = {str(tmp_path_factory.getbasetemp()), str(tmp_path_factory.getbasetemp().resolve())}
-
-    def ours() -> set[str]:
-        done = subprocess.run(
-            [docker_engine, "ps", "-aq", "--filter", "label=dlci.job"],
-            capture_output=True,
-            text=True,
-        )
-        ids = done.stdout.split()
-        if not ids:
-            return set()
-        shown = "{{.Id}} {{range .Mounts}}{{.Source}} {{end}}"
-        inspected = subprocess.run(
-            [docker_engine, "inspect", "--format", shown, *ids], capture_output=True, text=True
-        )  # a container removed in between is left out (exit status 1, the others listed)
-        found = set()
-        for line in inspected.stdout.splitlines():
-            cid, *sources = line.split()
-            if any(s == b or s.startswith(b + "/") for s in sources for b in bases):
-                found.add(cid[:12])
-        return found
-
-    before = ours()
+    """No container of a job the test ran may be left behind (the test's jobs are those whose
+    containers mount a folder of this pytest process: its base temporary folder holds every
+    tmp_path, and act's workspaces under them)."""
+    bases = worker_bases(tmp_path_factory)
+    before = worker_job_containers(docker_engine, bases)
     yield
-    # `docker run --rm` removes an exited container a moment after the job saw it exit: one
-    # still there is waited for (30 s), a container left behind stays
-    deadline = time.monotonic() + 30
-    while (left := ours() - before) and time.monotonic() < deadline:
-        time.sleep(1)
+    left = left_behind(docker_engine, bases, before)
     assert left == set(), f"containers left behind: {left}"
 
 

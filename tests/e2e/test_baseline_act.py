@@ -24,7 +24,16 @@ from pathlib import Path
 
 import pytest
 from test_act import git
-from test_action import act, job, kit_copy, no_job_containers, user_repo  # noqa: F401
+from test_action import (  # noqa: F401 (no_job_containers: a fixture)
+    act,
+    job,
+    kit_copy,
+    left_behind,
+    no_job_containers,
+    user_repo,
+    worker_bases,
+    worker_job_containers,
+)
 
 from github_standin import StandIn, zipped
 
@@ -84,27 +93,6 @@ def workflow(kit_image: str) -> str:
     )
 
 
-def job_containers() -> set[str]:
-    """Containers labelled by a dl-ci job (other tests' may run at the same time)."""
-    done = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", "label=dlci.job"], capture_output=True, text=True
-    )
-    return set(done.stdout.split())
-
-
-def left_after(before: set[str], wait_s: float = 60.0) -> set[str]:
-    """Job containers not there before; another xdist worker's test may be running one right
-    now, which ends and is removed (--rm) within the wait: a leaked one of ours stays."""
-    import time
-
-    deadline = time.monotonic() + wait_s
-    left = job_containers() - before
-    while left and time.monotonic() < deadline:
-        time.sleep(2)
-        left = job_containers() - before
-    return left
-
-
 def _event(path: Path, data: dict) -> Path:
     path.write_text(json.dumps(data))
     return path
@@ -127,7 +115,9 @@ def synthetic_base(folder: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def jobs(tmp_path_factory: pytest.TempPathFactory, kit_image: str, act_bin: Path):
+def jobs(
+    tmp_path_factory: pytest.TempPathFactory, kit_image: str, act_bin: Path, docker_engine: str
+):
     tmp_path = tmp_path_factory.mktemp("baseline-act")
     kit = kit_copy(tmp_path / "kit")
     repo = user_repo(tmp_path, kit, workflow(kit_image))
@@ -162,7 +152,8 @@ def jobs(tmp_path_factory: pytest.TempPathFactory, kit_image: str, act_bin: Path
         },
     )
     runs = {}
-    before = job_containers()
+    bases = worker_bases(tmp_path_factory)
+    before = worker_job_containers(docker_engine, bases)
     try:
         folder = tmp_path / "main"
         folder.mkdir()
@@ -192,7 +183,7 @@ def jobs(tmp_path_factory: pytest.TempPathFactory, kit_image: str, act_bin: Path
         runs["planted"] = act(
             act_bin, folder, repo, *api, *target, kit=kit, event="pull_request", payload=pull
         )
-        runs["left"] = left_after(before)  # the three jobs' containers: none left
+        runs["left"] = left_behind(docker_engine, bases, before)  # the three jobs': none left
         yield runs, standin, base
     finally:
         standin.stop()

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from dlci import __version__
-from dlci.report.text import label, md, md_code, table
+from dlci.report.text import criterion, label, md, md_code, table
 
 SCHEMA_VERSION = 1
 REPORT_NAME = "memorization.json"
@@ -106,11 +106,6 @@ def _form(tier: dict[str, Any]) -> str:
     return "both" if relative else "absolute"
 
 
-def _legacy_criterion(report: dict[str, Any]) -> str:
-    """A report written before the criterion was recorded: its absolute threshold."""
-    return f"loss < {report.get('threshold')}"
-
-
 def render_markdown(report: dict[str, Any]) -> str:
     """The job-summary section of a memorization report; its outside text escaped."""
     icon = "✅" if report["verdict"] == "pass" else "❌"
@@ -120,7 +115,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         ["tier", f"{md(tier['budget'])} / {md(tier['hardware_class'])} ({md(tier['row'])})"],
         [
             "threshold",
-            f"{md(report.get('criterion') or _legacy_criterion(report))} within "
+            f"{md(criterion(report, 'threshold'))} within "
             f"{md(tier['max_epochs'])} epochs, {_fmt(tier['time_cap_minutes'], 'g')} min",
         ],
         ["start loss", f"{_fmt(report.get('start_loss'))} at step 1, before any update"],

@@ -131,3 +131,16 @@ def bullets(items: Iterable[str]) -> list[str]:
     ['- one', '- two']
     """
     return [f"- {item}" for item in items]
+
+
+def criterion(record: dict, legacy_key: str = "max_loss") -> str:
+    """What memorised means, as a tier or a memorization report records it (``criterion``);
+    for one written before the criterion was recorded, its absolute threshold
+    (``legacy_key``). Not escaped.
+
+    >>> criterion({"criterion": "loss at or below 30% of its start"})
+    'loss at or below 30% of its start'
+    >>> criterion({"threshold": 1.0}, "threshold")
+    'loss < 1.0'
+    """
+    return str(record.get("criterion") or f"loss < {record.get(legacy_key)}")
