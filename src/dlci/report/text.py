@@ -133,7 +133,7 @@ def bullets(items: Iterable[str]) -> list[str]:
     return [f"- {item}" for item in items]
 
 
-def criterion(record: dict, legacy_key: str = "max_loss") -> str:
+def criterion(record: dict[str, object], legacy_key: str = "max_loss") -> str:
     """What memorised means, as a tier or a memorization report records it (``criterion``);
     for one written before the criterion was recorded, its absolute threshold
     (``legacy_key``). Not escaped.
