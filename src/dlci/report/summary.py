@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dlci.report.text import bullets, criterion, md, md_code, table
+from dlci.report.text import bullets, md, md_code, table
 
 ICON = {
     "passed": "✅",
@@ -108,9 +108,17 @@ def _tier_text(tier: dict[str, Any]) -> str:
     return (
         f"{md(tier.get('budget'))} on {md(tier.get('hardware_class'))}: up to "
         f"{md(tier.get('max_epochs'))} "
-        f"epochs to {md(criterion(tier))}, {md(tier.get('time_cap_minutes'))} min, "
+        f"epochs to {_criterion(tier)}, {md(tier.get('time_cap_minutes'))} min, "
         f"{md(tier.get('profile_steps'))} profiled steps"
     )
+
+
+def _criterion(tier: dict[str, Any]) -> str:
+    """What memorised means at ``tier`` (as ``dlci tier`` wrote it), escaped; or its absolute
+    threshold for a tier written before the criterion was recorded."""
+    if tier.get("criterion"):
+        return md(tier["criterion"])
+    return f"loss < {md(tier.get('max_loss'))}"
 
 
 def _number(value: object, spec: str) -> str:
