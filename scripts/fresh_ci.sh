@@ -61,9 +61,18 @@ e2e_cache=${DLCI_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dlci-e2e}
 
 # the Docker side: what dl-ci's action, its setup script and its tests leave on the engine
 remove_docker_parts() {
-  if ! command -v docker >/dev/null || ! docker info >/dev/null 2>&1; then
-    say "no Docker engine answers: nothing to remove there (the setup script will start one)"
+  if ! command -v docker >/dev/null; then
+    say "no Docker client: nothing to remove there (the setup script installs the engine)"
     return 0
+  fi
+  if ! docker info >/dev/null 2>&1; then
+    # a stopped engine still keeps its images on disk: start it, or they would survive
+    if [ "$dry_run" = 1 ]; then
+      say "no Docker engine answers: a real run starts it (scripts/e2e_setup.sh engine) first"
+      return 0
+    fi
+    say "no Docker engine answers: starting it to remove what it keeps on disk"
+    bash scripts/e2e_setup.sh engine
   fi
   local containers=() images=() volumes=()
   mapfile -t containers < <(
