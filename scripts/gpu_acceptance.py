@@ -239,8 +239,8 @@ def check_batch(report_path: Path, out: Path) -> dict[str, Any]:
     import torch
 
     from digits_example.target import make_target
-    from dlci.profiling.capture import _Trainer
-    from dlci.profiling.memcapture import PeakMeter
+    from dlci.profiling.meter import PeakMeter
+    from dlci.profiling.session import Trainer as _Trainer
 
     report = _report(report_path.parent, report_path.name) or {}
     estimate = (report.get("memory") or {}).get("batch_estimate") or {}

@@ -280,8 +280,8 @@ def test_an_older_preflight_without_config_reads_as_the_defaults(tmp_path) -> No
 def test_dlci_run_takes_its_gates_from_the_tier_file_and_tests_from_the_project(
     tmp_path, monkeypatch
 ) -> None:
-    from dlci.action.job import JobOptions, _dlci_steps
-    from dlci.action.jobconfig import configured
+    from dlci.action.job import _dlci_steps
+    from dlci.action.jobconfig import JobOptions, configured
 
     project = tmp_path / "project"
     project.mkdir()

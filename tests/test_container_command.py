@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from dlci.action.archive import context_hash as input_hash
 from dlci.action.cache import cache_mount, decide_trust
 from dlci.action.container import RunRequest, run, run_command
-from dlci.action.context import input_hash
 from dlci.action.gitview import git_view, sanitise, scan
 from dlci.action.inputs import ENV_ALLOWLIST, inputs_to_argv
 from dlci.cli import main

@@ -10,7 +10,7 @@ import pytest
 
 from dlci import jsonio
 from dlci.cli import main
-from dlci.report import diff
+from dlci.compare import diff
 
 # a Markdown table row or rule: what must never reach the terminal
 MARKDOWN_ROW = re.compile(r"^\s*\|.*\|\s*$|\|\s*:?-{3}", re.MULTILINE)

@@ -21,8 +21,9 @@ import dlci
 from dlci.cli import main
 from dlci.errors import DlciError
 from dlci.profiling import batchfit, memcapture
-from dlci.profiling.capture import _Trainer
-from dlci.profiling.memgate import combined_gate, memory_gate
+from dlci.profiling import meter as meters
+from dlci.profiling.gate import combined_gate, memory_gate
+from dlci.profiling.session import Trainer
 from tracegen import training_trace
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits"
@@ -125,7 +126,7 @@ def test_the_advice_needs_low_utilization_and_room() -> None:
 # --------------------------------------------------------------------------- peak measurement
 
 
-def _peak_with(meter: memcapture.PeakMeter, nbytes: int) -> int:
+def _peak_with(meter: meters.PeakMeter, nbytes: int) -> int:
     meter.start()
     if nbytes:
         block = torch.ones(nbytes // 4)  # written, so its pages are resident
@@ -137,8 +138,8 @@ def _peak_with(meter: memcapture.PeakMeter, nbytes: int) -> int:
 
 
 def test_the_cpu_peak_sees_a_step_that_allocates_and_frees(tmp_path: Path) -> None:
-    meter = memcapture.PeakMeter(torch.device("cpu"))
-    assert meter.method == memcapture.METHOD_HWM  # this kernel lets the peak be reset
+    meter = meters.PeakMeter(torch.device("cpu"))
+    assert meter.method == meters.METHOD_HWM  # this kernel lets the peak be reset
     quiet = _peak_with(meter, 0)
     loud = _peak_with(meter, 64 * MIB)
     assert loud - quiet >= 60 * MIB  # freed before stop(): only a peak can show it
@@ -146,9 +147,9 @@ def test_the_cpu_peak_sees_a_step_that_allocates_and_frees(tmp_path: Path) -> No
 
 
 def test_the_cpu_peak_falls_back_to_sampling(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(memcapture, "_CLEAR_REFS", Path("/nonexistent/clear_refs"))
-    meter = memcapture.PeakMeter(torch.device("cpu"))
-    assert meter.method == memcapture.METHOD_SAMPLED
+    monkeypatch.setattr(meters, "_CLEAR_REFS", Path("/nonexistent/clear_refs"))
+    meter = meters.PeakMeter(torch.device("cpu"))
+    assert meter.method == meters.METHOD_SAMPLED
     assert _peak_with(meter, 64 * MIB) - _peak_with(meter, 0) >= 60 * MIB
 
 
@@ -158,17 +159,17 @@ def test_the_cpu_total_is_the_memory_the_process_may_use(
     meminfo = Path("/proc/meminfo").read_text().split()
     machine = int(meminfo[meminfo.index("MemTotal:") + 1]) * 1024
     limit = tmp_path / "memory.max"
-    monkeypatch.setattr(memcapture, "_CGROUP_LIMITS", (limit,))
+    monkeypatch.setattr(meters, "_CGROUP_LIMITS", (limit,))
     limit.write_text("max\n")  # cgroup v2 without a limit
-    assert memcapture.device_total(torch.device("cpu")) == (
+    assert meters.device_total(torch.device("cpu")) == (
         machine,
         "the machine's memory (MemTotal of /proc/meminfo; no lower cgroup limit)",
     )
     limit.write_text(f"{2**30}\n")
-    total, source = memcapture.device_total(torch.device("cpu"))
+    total, source = meters.device_total(torch.device("cpu"))
     assert (total, source.startswith("the control group's")) == (2**30, True)
     limit.write_text(f"{machine * 4}\n")  # a limit above the machine's memory is no limit
-    assert memcapture.device_total(torch.device("cpu"))[0] == machine
+    assert meters.device_total(torch.device("cpu"))[0] == machine
 
 
 # -------------------------------------------------------------------- resizing the batches
@@ -354,11 +355,11 @@ def test_the_estimate_holds_for_a_larger_batch_on_the_cpu(digits: Any) -> None:
     exercised by test_profile_records_memory_and_a_batch_estimate."""
     from digits_example.target import make_target
 
-    trainer = _Trainer(make_target(), "cpu", 0)
-    meter = memcapture.PeakMeter(trainer.device)
+    trainer = Trainer(make_target(), "cpu", 0)
+    meter = meters.PeakMeter(trainer.device)
     loader = trainer.target.train_loader
     points = [batchfit._point(n, batchfit.measure(trainer, loader, n, meter)) for n in (64, 512)]
-    total, _ = memcapture.device_total(trainer.device)
+    total, _ = meters.device_total(trainer.device)
     line = batchfit.fit(points[0], points[1], total, resolution=batchfit.CPU_RESOLUTION)
     assert line["largest_batch"] is not None and line["largest_batch"] > 1024, line
     size = 1024

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from dlci.report import diff, doctor, runs, utilization
+from dlci.compare import diff
+from dlci.report import diff_render, doctor, runs, utilization
 from dlci.report.github import annotation
 from dlci.report.text import bullets, clean, label, md, md_code, table
 
@@ -189,13 +190,13 @@ def _diff_result() -> dict[str, Any]:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_diff_markdown(name: str) -> None:
-    text = diff.render_markdown(_diff_result(), base=name, head=name)
+    text = diff_render.render_markdown(_diff_result(), base=name, head=name)
     assert_safe_markdown(text)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_diff_console(name: str, capsys) -> None:
-    diff.print_table(_diff_result(), base=name, head=name)
+    diff_render.print_table(_diff_result(), base=name, head=name)
     out = capsys.readouterr().out
     assert_safe_console(out, columns=5)
     assert sum(line.startswith("│") for line in out.splitlines()) == 2  # one line a row

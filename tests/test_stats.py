@@ -1,4 +1,4 @@
-"""The noise-aware comparison (dlci.report.stats) on samples whose answer is known.
+"""The noise-aware comparison (dlci.compare.stats) on samples whose answer is known.
 
 Synthetic step times are log-normal around 100 ms: identical distributions must never give a
 regression beyond the bound, a real 10% change must be found with enough steps, and the
@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from dlci.report import stats
+from dlci.compare import stats
 
 SEEDS = 1000
 

@@ -27,7 +27,7 @@ import pytest
 from dlci.checks import CHECK_IDS
 from dlci.cli import main
 from dlci.memorization.guard import EXIT_HINT
-from dlci.memorization.run import NO_VERDICT
+from dlci.memorization.request import NO_VERDICT
 from dlci.memorization.stepping import optimizer_hparams
 from dlci.memorization.watchdog import Watchdog
 

@@ -49,3 +49,20 @@ def write(path: str | os.PathLike[str], data: Any) -> Path:
     from dlci.fsutil import atomic_write_bytes
 
     return atomic_write_bytes(path, encode(data))
+
+
+def describe(value: Any) -> str:
+    """A value from a file, briefly, for a message: never huge, never a deep repr.
+
+    >>> describe("x"), describe([1, 2]), describe(10**400), describe(True), describe(2.5)
+    ("'x'", 'a list', 'an integer beyond 64 bits', 'true', '2.5')
+    """
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    if isinstance(value, int) and abs(value) >= 2**63:
+        return "an integer beyond 64 bits"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return repr(value[:40]) + ("..." if len(value) > 40 else "")
+    return "an object" if isinstance(value, dict) else f"a {type(value).__name__}"

@@ -47,7 +47,7 @@ REPORTS = ("utilization.json", "memorization.json", "preflight.json", "coverage.
 PLANTED = '''"""A planted profile for dl-ci's e2e test: what torch.profiler exports is replaced by a
 synthetic GPU trace at 48.9 % utilization (tracegen.py, copied beside this file)."""
 
-from dlci.profiling import capture
+from dlci.profiling import session
 
 from digits_example.target import make_target  # noqa: F401 (the target itself is unchanged)
 from digits_example.tracegen import training_trace
@@ -58,7 +58,7 @@ def _planted(self, prof):
     self.written = True
 
 
-capture._TraceWriter.__call__ = _planted
+session.TraceWriter.__call__ = _planted
 '''
 
 

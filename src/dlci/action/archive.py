@@ -23,13 +23,15 @@ import contextlib
 import hashlib
 import io
 import os
+import re
 import stat
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from dlci.action.context import _args_blob, build_entries
+from dlci import jsonio
+from dlci.action.context import build_entries
 from dlci.errors import DlciError
 
 DOCKERFILE = ".dlci-dockerfile"
@@ -48,7 +50,7 @@ class _Tee:
     """Hashes what passes on to ``out`` (None: hash only)."""
 
     def __init__(self, out: Callable[[bytes], object] | None, build_args: dict[str, str]) -> None:
-        self.digest = hashlib.sha256(HASH_VERSION + _args_blob(build_args))
+        self.digest = hashlib.sha256(HASH_VERSION + args_blob(build_args))
         self.out = out
 
     def write(self, data: bytes) -> int:
@@ -122,3 +124,28 @@ def send_context(
     tee = _Tee(out, build_args)
     write_context(dockerfile, context, tee)
     return tee.digest.hexdigest()[:16]
+
+
+_NON_ASCII = re.compile("[^\x00-\x7e]")  # what json.dumps escaped (ensure_ascii)
+
+
+def args_blob(build_args: dict[str, str]) -> bytes:
+    """The build arguments as ``json.dumps(sort_keys=True)`` spelled them, so tags stay stable.
+
+    >>> args_blob({"B": "2", "A": "é"})
+    b'{"A": "\\\\u00e9", "B": "2"}'
+    """
+
+    def text(value: str) -> str:
+        return _NON_ASCII.sub(_ascii_escape, jsonio.encode(value, indent=False).decode())
+
+    pairs = (f"{text(name)}: {text(value)}" for name, value in sorted(build_args.items()))
+    return ("{" + ", ".join(pairs) + "}").encode()
+
+
+def _ascii_escape(match: re.Match[str]) -> str:
+    code = ord(match.group(0))
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # a surrogate pair, as json.dumps writes one
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"

@@ -4,7 +4,7 @@ Host-side (no torch). HEAD is this job's reports as the summary step verified th
 host's copy, checked again against the host's record: a report the record does not vouch
 for is left out); BASE is another run's reports (:mod:`dlci.action.baseline`, or a folder).
 Both are outside input, read under caps and checked field by field. Utilization is judged
-with statistics (:mod:`dlci.report.diff`): a bound fails the job only when it is exceeded
+with statistics (:mod:`dlci.compare.diff`): a bound fails the job only when it is exceeded
 with confidence; memorization and coverage are shown, not gated.
 """
 
@@ -18,6 +18,7 @@ from typing import Any
 from dlci import jsonio
 from dlci.errors import DlciError
 from dlci.fsutil import read_input
+from dlci.jsonio import describe
 
 MAX_LOSSES = 100_000  # points of a memorization curve read from a report
 
@@ -49,8 +50,8 @@ def _json(path: Path) -> Any:
 
 def _checked(path: Path, kind: str, side: Side) -> dict[str, Any] | None:
     """A report of ``kind`` from ``path`` whose fields the comparison reads are sound."""
-    from dlci.report.diff import check_report
-    from dlci.report.runs import check_run
+    from dlci.compare.diff import check_report
+    from dlci.compare.runs import check_run
 
     if not path.is_file():
         return None
@@ -72,8 +73,6 @@ def _checked(path: Path, kind: str, side: Side) -> dict[str, Any] | None:
 
 def _check_memorization(report: dict[str, Any]) -> str | None:
     """The fields the comparison reads beyond :func:`check_run`'s: threshold, tier, losses."""
-    from dlci.report.diff import describe
-
     threshold, tier = report.get("threshold"), report.get("tier")
     if threshold is not None and _number(threshold) is None:
         return f"threshold: expected a number, got {describe(threshold)}"
@@ -212,7 +211,7 @@ def compare_sides(
     base: Side, head: Side, *, max_utilization_drop: float | None, max_step_time: float | None
 ) -> dict[str, Any]:
     """The side-by-side result: rows by section, the utilization diff, the verdict."""
-    from dlci.report import diff
+    from dlci.compare import diff
 
     utilization = None
     if base.utilization is not None and head.utilization is not None:

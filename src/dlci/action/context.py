@@ -33,12 +33,10 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlci import jsonio
 from dlci.action.automaton import Automaton, Work, WorkLimit
 from dlci.errors import DlciError
 from dlci.fsutil import read_input
 
-_NON_ASCII = re.compile("[^\x00-\x7e]")  # what json.dumps escaped (ensure_ascii)
 ALWAYS_IGNORED = frozenset(
     {".git", ".venv", "dlci-artifacts", "__pycache__", ".pytest_cache", ".mypy_cache"}
 )
@@ -287,36 +285,3 @@ def _kind(entry: os.DirEntry[str]) -> str:
     if entry.is_dir(follow_symlinks=False):
         return "dir"
     return "file" if entry.is_file(follow_symlinks=False) else "other"
-
-
-# ---------------------------------------------------------------------------- the hash
-
-
-def input_hash(dockerfile: Path, context: Path, build_args: dict[str, str]) -> str:
-    """A hash of what the image is built from: the build arguments and the context's stream
-    exactly as the build receives it (dlci.action.archive); same inputs, same hash."""
-    from dlci.action.archive import context_hash
-
-    return context_hash(dockerfile, context, build_args)
-
-
-def _args_blob(build_args: dict[str, str]) -> bytes:
-    """The build arguments as ``json.dumps(sort_keys=True)`` spelled them, so tags stay stable.
-
-    >>> _args_blob({"B": "2", "A": "é"})
-    b'{"A": "\\\\u00e9", "B": "2"}'
-    """
-
-    def text(value: str) -> str:
-        return _NON_ASCII.sub(_ascii_escape, jsonio.encode(value, indent=False).decode())
-
-    pairs = (f"{text(name)}: {text(value)}" for name, value in sorted(build_args.items()))
-    return ("{" + ", ".join(pairs) + "}").encode()
-
-
-def _ascii_escape(match: re.Match[str]) -> str:
-    code = ord(match.group(0))
-    if code < 0x10000:
-        return f"\\u{code:04x}"
-    code -= 0x10000  # a surrogate pair, as json.dumps writes one
-    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"

@@ -39,7 +39,7 @@ class Updated:
 def entry(folder: Path, environ: dict[str, str] | os._Environ[str]) -> dict[str, Any] | None:
     """Tonight's figures from the reports in ``folder``; None when it holds none."""
     from dlci.action.comparison import base_side
-    from dlci.report.diff import median_step_us
+    from dlci.compare.diff import median_step_us
 
     side = base_side(folder)
     if side.utilization is None and side.memorization is None:

@@ -21,11 +21,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dlci import jsonio
+from dlci.action.jobconfig import JobOptions, configured
 from dlci.action.jobfiles import image_torch, relative_coverage
 from dlci.report.text import clean
 
@@ -37,30 +37,6 @@ LOG_TAIL = 40
 BAD = ("failed", "error", "interrupted")
 
 
-@dataclass(frozen=True)
-class JobOptions:
-    """What ``dlci run`` was asked to do."""
-
-    out: Path
-    budget: str = "auto"
-    hardware: str = "auto"
-    ladder: str | None = None
-    target: str | None = None
-    install: str = "auto"
-    tests: str = ""
-    pytest_args: str = ""
-    doctest: bool = True
-    coverage: bool = True
-    memorize: bool = True
-    doctor: bool = True
-    profile: bool = True
-    min_gpu_util: float | None = None
-    max_gpu_memory: float | None = None  # percent of the device's memory
-    tier_json: str | None = None
-    phase: str = "all"  # all, tests, or one gate
-    allow_no_tests: bool = False  # pytest's exit code 5 (no tests collected) passes
-
-
 def run_job(options: JobOptions) -> int:
     """Run every step, record each in OUT/run.json; 1 when a step failed, else 0."""
     options.out.mkdir(parents=True, exist_ok=True)
@@ -68,8 +44,6 @@ def run_job(options: JobOptions) -> int:
         from dlci.ladder.tiers import tier_from_file
 
         tier_from_file(options.tier_json)  # a bad file is one clear error, before any step
-    from dlci.action.jobconfig import configured
-
     options = configured(options)
     runner = Runner(options.out)
     if os.environ.get("DLCI_IN_CONTAINER"):  # bytecode of its own: never a planted __pycache__

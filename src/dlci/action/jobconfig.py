@@ -1,4 +1,6 @@
-"""``dlci run``'s options completed from the configuration (dlci.config), in the container.
+"""``dlci run``'s options (JobOptions), completed from the configuration (dlci.config).
+
+Runs in the container.
 
 The trusted keys come from the host's snapshot in the tier file, never from the pull
 request's working tree when there is one; the untrusted ones (test paths, pytest arguments)
@@ -9,13 +11,35 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dlci import jsonio
 
-if TYPE_CHECKING:
-    from dlci.action.job import JobOptions
+
+@dataclass(frozen=True)
+class JobOptions:
+    """What ``dlci run`` was asked to do."""
+
+    out: Path
+    budget: str = "auto"
+    hardware: str = "auto"
+    ladder: str | None = None
+    target: str | None = None
+    install: str = "auto"
+    tests: str = ""
+    pytest_args: str = ""
+    doctest: bool = True
+    coverage: bool = True
+    memorize: bool = True
+    doctor: bool = True
+    profile: bool = True
+    min_gpu_util: float | None = None
+    max_gpu_memory: float | None = None  # percent of the device's memory
+    tier_json: str | None = None
+    phase: str = "all"  # all, tests, or one gate
+    allow_no_tests: bool = False  # pytest's exit code 5 (no tests collected) passes
 
 
 def configured(options: JobOptions) -> JobOptions:

@@ -80,7 +80,7 @@ def run_calibration(request: CalibrationRequest, say: Say) -> CalibrationOutcome
     """Calibrate the chosen budgets' rows for this machine's hardware class."""
     from dlci.calibration import write
     from dlci.ladder.load import load_ladder
-    from dlci.memorization.run import check_out
+    from dlci.memorization.request import check_out
     from dlci.memorization.target import resolve_spec
 
     check_request(request)

@@ -59,7 +59,7 @@ def main(argv: Sequence[str]) -> int:
                 f"a bound must be 0 or more, got {value:g}", hint="for 5% write --max-regression 5"
             )
 
-    from dlci.report import diff
+    from dlci.compare import diff
 
     result = diff.compare(
         load_report(args.base),
@@ -85,7 +85,7 @@ def main(argv: Sequence[str]) -> int:
 def _write(result: dict[str, Any], args: argparse.Namespace) -> None:
     """The table on the terminal, and each file asked for, named once written."""
     from dlci.fsutil import atomic_write_text
-    from dlci.report import diff
+    from dlci.report import diff_render
     from dlci.report.text import clean
 
     names = {"base": args.base, "head": args.head}
@@ -93,18 +93,18 @@ def _write(result: dict[str, Any], args: argparse.Namespace) -> None:
         _common.emit_json(result, args.json)
     if args.json != "-":  # JSON on standard output stays parseable: nothing else goes there
         with _common.stdout_guard():
-            diff.print_table(result, **names)
+            diff_render.print_table(result, **names)
     log = sys.stderr if args.json == "-" else sys.stdout
     if args.json and args.json != "-":
         print(f"wrote {clean(args.json)}", file=log)
     if args.markdown:
-        atomic_write_text(args.markdown, diff.render_markdown(result, **names))
+        atomic_write_text(args.markdown, diff_render.render_markdown(result, **names))
         print(f"wrote {clean(args.markdown)}", file=log)
 
 
 def load_report(location: str) -> dict[str, Any]:
     """Read a utilization report, or the one inside a directory."""
-    from dlci.report.diff import check_report
+    from dlci.compare.diff import check_report
     from dlci.report.utilization import REPORT_NAME
 
     return _common.load_report(

@@ -26,14 +26,15 @@ def main(argv: Sequence[str]) -> int:
     _common.add_json(p, "the comparison")
     args = p.parse_args(list(argv))
 
-    from dlci.report import runs
+    from dlci.compare import runs
+    from dlci.report.runs import print_table
 
     result = runs.compare(load_run(args.run_a), load_run(args.run_b))
     if args.json:
         _common.emit_json(result, args.json)
     else:
         with _common.stdout_guard():
-            runs.print_table(result, args.run_a, args.run_b)
+            print_table(result, args.run_a, args.run_b)
     from dlci.report.console import print_warning
 
     for warning in result["warnings"]:
@@ -43,8 +44,8 @@ def main(argv: Sequence[str]) -> int:
 
 def load_run(location: str) -> dict[str, Any]:
     """Read a memorization report, or the one inside a directory."""
+    from dlci.compare.runs import check_run
     from dlci.report.memorization import REPORT_NAME
-    from dlci.report.runs import check_run
 
     return _common.load_report(
         location, kind="memorization", name=REPORT_NAME, writer="dlci memorize", check=check_run

@@ -7,7 +7,8 @@ import sys
 from collections.abc import Sequence
 
 from dlci.commands import _common
-from dlci.memorization.run import MemorizeOutcome, MemorizeRequest, run_memorize, worker_argv
+from dlci.memorization.request import MemorizeOutcome, MemorizeRequest, worker_argv
+from dlci.memorization.run import run_memorize
 from dlci.report.text import clean
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from dlci.commands import _common, analyze
 
 if TYPE_CHECKING:
-    from dlci.profiling.capture import Schedule
+    from dlci.profiling.session import Schedule
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -57,8 +57,9 @@ def main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(list(argv))
 
     from dlci.memorization.target import load_target, resolve_spec
-    from dlci.profiling.analysis import Destinations, analyze_trace, check_gate
+    from dlci.profiling.analysis import Destinations, analyze_trace
     from dlci.profiling.capture import profile_target
+    from dlci.profiling.gate import check_gate
     from dlci.profiling.memcapture import measure_memory
 
     _common.gates_need_analysis(args)
@@ -102,7 +103,7 @@ def main(argv: Sequence[str]) -> int:
 def _schedule(args: argparse.Namespace) -> tuple[Schedule, str]:
     """The wait/warmup/active schedule (active steps from the tier unless --steps), and
     the tier it came from."""
-    from dlci.profiling.capture import Schedule
+    from dlci.profiling.session import Schedule
 
     if args.steps is not None:
         return Schedule(wait=args.wait, warmup=args.warmup, active=args.steps), ""

@@ -92,7 +92,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(list(argv))
 
-    from dlci.action.job import JobOptions, run_job
+    from dlci.action.job import run_job
+    from dlci.action.jobconfig import JobOptions
 
     return run_job(
         JobOptions(

@@ -59,7 +59,7 @@ def is_library(filename: str) -> bool:
     )
 
 
-def _shown(filename: str) -> str:
+def shown_path(filename: str) -> str:
     """A path relative to the current directory when it lies below it."""
     path = os.path.abspath(filename)
     cwd = os.getcwd()
@@ -80,7 +80,7 @@ def user_frame(summaries: list[traceback.FrameSummary]) -> traceback.FrameSummar
 
 def where(frame: traceback.FrameSummary | None) -> str:
     """``file:line`` of a frame, or ``an unknown place``."""
-    return f"{_shown(frame.filename)}:{frame.lineno}" if frame else "an unknown place"
+    return f"{shown_path(frame.filename)}:{frame.lineno}" if frame else "an unknown place"
 
 
 def raised_by_dlci(exc: BaseException) -> bool:
@@ -94,7 +94,7 @@ def frames_text(summaries: list[traceback.FrameSummary], limit: int = 4) -> str:
 
     def lines(chosen: list[traceback.FrameSummary]) -> list[str]:
         return [
-            f"    {_shown(f.filename)}:{f.lineno} in {f.name}"
+            f"    {shown_path(f.filename)}:{f.lineno} in {f.name}"
             + (f": {f.line.strip()}" if f.line else "")
             for f in chosen
         ]
@@ -126,7 +126,7 @@ def user_error(
     lead = f"{hint}\n" if hint else ""
     return UserCodeError(
         f"{prefix}{what} raised {type(exc).__name__}: {exc}",
-        file=_shown(frame.filename) if frame else None,
+        file=shown_path(frame.filename) if frame else None,
         line=frame.lineno if frame else None,
         hint=lead + "the error is in your code; " + frames_text(summaries),
     )

@@ -10,7 +10,7 @@ from typing import Any
 
 from dlci import jsonio
 from dlci.errors import DlciError
-from dlci.memorization.run import ARGV_VARIABLE, DISTRIBUTED_FLAG, VERDICT_VARIABLE
+from dlci.memorization.request import ARGV_VARIABLE, DISTRIBUTED_FLAG, VERDICT_VARIABLE
 
 
 def launch(argv: Sequence[str], nproc: int, say: Callable[[str], None], *, quiet: bool) -> int:

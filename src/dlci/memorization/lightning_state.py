@@ -197,13 +197,13 @@ def _refused(exc: ValueError, step: int) -> Exception:
     (raised inside dl-ci, it would otherwise read as dl-ci's own failure)."""
     import traceback
 
-    from dlci.memorization.guard import UserCodeError, _shown, frames_text, user_frame
+    from dlci.memorization.guard import UserCodeError, frames_text, shown_path, user_frame
 
     summaries = traceback.extract_stack()[:-2]  # up to the user's call of self.log
     frame = user_frame(summaries)
     return UserCodeError(
         f"step {step}: train_step raised ValueError: {exc}",
-        file=_shown(frame.filename) if frame else None,
+        file=shown_path(frame.filename) if frame else None,
         line=frame.lineno if frame else None,
         hint="the error is in your code (Lightning's Trainer refuses it too); "
         + frames_text(summaries),

@@ -28,7 +28,6 @@ from dlci.memorization.lightning_state import (
     stand_in_logger,
     trainer_state,
 )
-from dlci.memorization.target import Target
 
 # the package of a LightningModule's base class -> the package of the Fabric that matches it
 FABRIC_OF = {"lightning.pytorch": "lightning.fabric", "pytorch_lightning": "lightning_fabric"}
@@ -54,9 +53,10 @@ def from_lightning(
     val_dataloaders: Any = None,
     num_classes: int | None = None,
     loss_fn: Any = None,
-) -> Target:
-    """The Target of a LightningModule: its ``training_step``, ``configure_optimizers`` and
-    batch hooks; its data from ``train_dataloaders``, else the datamodule, else the module.
+) -> dict[str, Any]:
+    """The Target of a LightningModule, as dlci.Target's keyword arguments: its
+    ``training_step``, ``configure_optimizers`` and batch hooks; its data from
+    ``train_dataloaders``, else the datamodule, else the module.
 
     ``loss_fn`` (outputs of the module's forward, targets) -> loss is optional: training runs
     ``training_step`` either way; the checks that score the model's outputs (initial-loss,
@@ -75,10 +75,10 @@ def from_lightning(
     val = _loader(module, datamodule, val_dataloaders, "val")
     train_view = PairLoader(train, "the training DataLoader")
     steps = LightningSteps(module, base, FABRIC_OF[flavour], train_view)
-    return Target(
-        module,
-        steps.optimizer,
-        train_view,
+    return dict(  # the keyword arguments of dlci.Target
+        model=module,
+        optimizer=steps.optimizer,
+        train_loader=train_view,
         val_loader=None if val is None else PairLoader(val, "the validation DataLoader"),
         loss_fn=loss_fn,
         num_classes=num_classes or module_num_classes(module, datamodule, train_view),

@@ -10,14 +10,15 @@ the quorum, and its ``seeds`` section lists every run.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 from dlci.errors import DlciError
 from dlci.memorization.engine import Distributed
+from dlci.memorization.request import MemorizeOutcome, MemorizeRequest, Say
+from dlci.memorization.single import train_one, write_run_outputs
+from dlci.memorization.tracking import NullTracker, make_tracker
 from dlci.memorization.verdict import MemorizeResult
-
-if TYPE_CHECKING:  # run.py imports this module when it runs seeds
-    from dlci.memorization.run import MemorizeOutcome, MemorizeRequest, Say
 
 MAX_SEEDS = 1000
 
@@ -62,11 +63,6 @@ def run_seeds(
     request: MemorizeRequest, spec: str, tier: Any, say: Say, report: Any
 ) -> MemorizeOutcome:
     """Run ``request.seeds`` seeds in turn and write one report (see the module docstring)."""
-    from pathlib import Path
-
-    from dlci.memorization.run import train_one, write_run_outputs
-    from dlci.memorization.tracking import NullTracker, make_tracker
-
     quorum = request.seeds if request.quorum is None else request.quorum
     runs: list[tuple[int, MemorizeResult]] = []
     for seed in range(request.seed, request.seed + request.seeds):

@@ -103,13 +103,15 @@ class Target:
         run without a Trainer (memorization/lightning_target.py; docs/target.md)."""
         from dlci.memorization.lightning_target import from_lightning
 
-        return from_lightning(
-            module,
-            datamodule,
-            train_dataloaders=train_dataloaders,
-            val_dataloaders=val_dataloaders,
-            num_classes=num_classes,
-            loss_fn=loss_fn,
+        return cls(
+            **from_lightning(
+                module,
+                datamodule,
+                train_dataloaders=train_dataloaders,
+                val_dataloaders=val_dataloaders,
+                num_classes=num_classes,
+                loss_fn=loss_fn,
+            )
         )
 
     @classmethod
@@ -128,14 +130,16 @@ class Target:
         with its optimizer, collator and data sets (memorization/transformers_target.py)."""
         from dlci.memorization.transformers_target import from_transformers
 
-        return from_transformers(
-            model,
-            train_dataset,
-            eval_dataset=eval_dataset,
-            data_collator=data_collator,
-            batch_size=batch_size,
-            optimizer=optimizer,
-            num_classes=num_classes,
+        return cls(
+            **from_transformers(
+                model,
+                train_dataset,
+                eval_dataset=eval_dataset,
+                data_collator=data_collator,
+                batch_size=batch_size,
+                optimizer=optimizer,
+                num_classes=num_classes,
+            )
         )
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dlci import jsonio
+from dlci.compare.runs import flatten
 from dlci.errors import DlciError
-from dlci.report.runs import flatten
 
 TRACKERS = ("tensorboard", "wandb", "none")
 

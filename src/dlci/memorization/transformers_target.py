@@ -14,7 +14,6 @@ from typing import Any
 
 from dlci.errors import DlciError
 from dlci.memorization.adapters import PairLoader, parameters_swapped, require
-from dlci.memorization.target import Target
 from dlci.memorization.text_batches import GroupedBatches, pad_settings
 
 DEFAULT_BATCH_SIZE = 8
@@ -38,8 +37,9 @@ def from_transformers(
     batch_size: int | None = None,
     optimizer: Any = None,
     num_classes: int | None = None,
-) -> Target:
-    """The Target of a ``PreTrainedModel`` and a data set, or of a ``Trainer`` instance."""
+) -> dict[str, Any]:
+    """The Target of a ``PreTrainedModel`` and a data set, or of a ``Trainer`` instance, as
+    dlci.Target's keyword arguments (the adapter never imports the Target it feeds)."""
     transformers = require("transformers", "transformers", "Target.from_transformers")
     if _is_trainer(model):
         return _from_trainer(
@@ -76,7 +76,7 @@ def _from_trainer(
     batch_size: int | None,
     optimizer: Any,
     num_classes: int | None,
-) -> Target:
+) -> dict[str, Any]:
     """A Trainer's model, data loaders (its collator, sampler and column removal), optimizer
     and ``compute_loss``."""
     given = {
@@ -124,19 +124,19 @@ def _target(
     loaders: tuple[Any, Any, Any],
     factory: Any,
     classes: int | None,
-) -> Target:
-    """The Target: the loaders (train, eval, their collator) as (inputs, labels) pairs of
-    batches grouped to one length each, the steps and the optimizer factory."""
+) -> dict[str, Any]:
+    """The Target's keyword arguments: the loaders (train, eval, their collator) as (inputs,
+    labels) pairs of batches grouped to one length each, the steps and the optimizer factory."""
     train, val, collator = loaders
     pad_id, side = pad_settings(model, collator)
     train_view = PairLoader(GroupedBatches(train, pad_id, side), "the training data", LABELS)
     val_view = None
     if val is not None:
         val_view = PairLoader(GroupedBatches(val, pad_id, side), "the evaluation data", LABELS)
-    return Target(
-        model,
-        factory,
-        train_view,
+    return dict(  # the keyword arguments of dlci.Target
+        model=model,
+        optimizer=factory,
+        train_loader=train_view,
         loss_fn=steps.loss_fn,
         val_loader=val_view,
         num_classes=classes or classifier_classes(model),

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dlci.errors import DlciError
+from dlci.profiling.gate import MemoryFigures, add_memory, check_gate, combined_gate, evaluate_gate
 
 REPORT_NAME = "utilization.json"
 MARKDOWN_NAME = "utilization.md"
@@ -70,26 +71,6 @@ class Analysis:
         return self.gate is None or bool(self.gate["passed"])
 
 
-def check_gate(minimum: float | None, maximum_memory: float | None = None) -> None:
-    """Refuse a ``--min-gpu-util`` or ``--max-gpu-memory`` that is not a percentage."""
-    for name, value in (("min-gpu-util", minimum), ("max-gpu-memory", maximum_memory)):
-        if value is not None and not 0 <= value <= 100:  # NaN too
-            raise DlciError(
-                f"--{name} must be a percentage from 0 to 100, got {value:g}",
-                hint=f"for 40% write --{name} 40",
-            )
-
-
-@dataclass(frozen=True)
-class MemoryFigures:
-    """What ``dlci profile`` measured beside the timed trace: the memory pass's trace, its
-    per-step figures (report["memory"]["capture"]) and the batch size estimate."""
-
-    trace: Path | None = None
-    capture: dict[str, Any] | None = None
-    batch_estimate: dict[str, Any] | None = None
-
-
 def analyze_trace(
     trace: str | os.PathLike[str],
     destinations: Destinations,
@@ -101,7 +82,6 @@ def analyze_trace(
     on_written: Callable[[Path], None] | None = None,
 ) -> Analysis:
     """Read ``trace``, build its report with the gates' verdict, and write its files."""
-    from dlci.profiling.memgate import add_memory, combined_gate
     from dlci.profiling.metrics import analyze
     from dlci.profiling.reader import DEFAULT_MAX_SIZE, read_trace
 
@@ -122,33 +102,6 @@ def analyze_trace(
 
     write_reports(report, destinations, on_written=wrote)
     return analysis
-
-
-def evaluate_gate(report: dict[str, Any], minimum: float | None) -> dict[str, Any] | None:
-    """The --min-gpu-util verdict, with the reasons when it fails."""
-    if minimum is None:
-        return None
-    value = report["gpu_utilization_pct"]
-    if value is None:
-        return {
-            "minimum": minimum,
-            "value": None,
-            "passed": False,
-            "message": "the GPU utilization gate cannot be evaluated: the trace has no GPU work",
-            "hint": "profile on a GPU runner, or leave out --min-gpu-util on the CPU path",
-        }
-    passed = value >= minimum
-    reasons = [r["finding"] for r in report["recommendations"]]
-    message = f"GPU utilization {value:.1f}% is below the minimum of {minimum:g}%"
-    if reasons:
-        message += ": " + "; ".join(reasons)
-    return {
-        "minimum": minimum,
-        "value": value,
-        "passed": passed,
-        "message": message if not passed else f"GPU utilization {value:.1f}% >= {minimum:g}%",
-        "hint": "see the recommendations in utilization.md" if reasons else None,
-    }
 
 
 def write_reports(

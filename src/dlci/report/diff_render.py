@@ -1,4 +1,4 @@
-"""Two utilization reports compared (:mod:`dlci.report.diff`): the console table and Markdown.
+"""Two utilization reports compared (:mod:`dlci.compare.diff`): the console table and Markdown.
 
 Every change carries its unit (``pt``: percentage points, ``%``: percent of BASE's) and, for
 the gated figures, its 95% interval in brackets.
@@ -59,7 +59,7 @@ def cells(row: dict[str, Any]) -> list[str]:
     ...        "low": 1.2, "high": 4.9, "unit": "percent", "verdict": "ok"})
     ['step time (median)', '53.58 ms', '55.24 ms', '+3.1 % [+1.2, +4.9]', 'ok']
     """
-    from dlci.report.diff import BY_KEY
+    from dlci.compare.diff import BY_KEY
 
     metric = BY_KEY.get(row["metric"])
     if metric is None:  # a metric this dl-ci does not know: show it as it is

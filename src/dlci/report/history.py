@@ -2,7 +2,7 @@
 
 ``history.json`` (schema_version 1, kind ``history``) holds at most MAX_ENTRIES entries,
 oldest first. Drift is judged per hardware class with the same statistics as a diff
-(:mod:`dlci.report.stats`): the last RECENT nights against the REFERENCE nights before them,
+(:mod:`dlci.compare.stats`): the last RECENT nights against the REFERENCE nights before them,
 each night one sample; a figure drifts when the whole 95% interval of the change is beyond
 its bound. The trend plot is an SVG drawn here (no matplotlib on the runner host).
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dlci.report import stats
+from dlci.compare import stats
 from dlci.report.text import bullets, md, table
 
 SCHEMA_VERSION = 1

@@ -1,18 +1,43 @@
-"""The report's memory figures from ``dlci profile``'s own passes, and the combined gate.
+"""The profile's gate, in one place: the gates' arguments checked, the --min-gpu-util and
+--max-gpu-memory verdicts, and the report's memory figures from ``dlci profile``'s own passes.
 
-:func:`add_memory` puts the memory pass (its trace's memory section, its per-step figures) and
-the batch estimate into report["memory"]; :func:`combined_gate` joins the verdicts of
-``--min-gpu-util`` and ``--max-gpu-memory`` into report["gate"]: passed only when every gate
-asked for passes, each one listed under "checks". No torch here: ``dlci analyze`` runs on the
-runner host.
+:func:`check_gate` refuses a bound that is not a percentage; :func:`evaluate_gate` judges the
+utilization, :func:`memory_gate` the memory; :func:`add_memory` puts the memory pass (its
+trace's memory section, its per-step figures) and the batch estimate into report["memory"];
+:func:`combined_gate` joins the verdicts of ``--min-gpu-util`` and ``--max-gpu-memory`` into
+report["gate"]: passed only when every gate asked for passes, each one listed
+under "checks". No torch here: ``dlci analyze`` runs on the runner host.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-if TYPE_CHECKING:
-    from dlci.profiling.analysis import MemoryFigures
+from dlci.errors import DlciError
+from dlci.profiling.batchfit import advice
+
+
+def check_gate(minimum: float | None, maximum_memory: float | None = None) -> None:
+    """Refuse a ``--min-gpu-util`` or ``--max-gpu-memory`` that is not a percentage."""
+    for name, value in (("min-gpu-util", minimum), ("max-gpu-memory", maximum_memory)):
+        if value is not None and not 0 <= value <= 100:  # NaN too
+            raise DlciError(
+                f"--{name} must be a percentage from 0 to 100, got {value:g}",
+                hint=f"for 40% write --{name} 40",
+            )
+
+
+@dataclass(frozen=True)
+class MemoryFigures:
+    """What ``dlci profile`` measured beside the timed trace: the memory pass's trace, its
+    per-step figures (report["memory"]["capture"]) and the batch size estimate."""
+
+    trace: Path | None = None
+    capture: dict[str, Any] | None = None
+    batch_estimate: dict[str, Any] | None = None
+
 
 GATE_HINT = (
     "profile on a GPU runner with dlci profile (it records memory unless --no-memory), or "
@@ -48,8 +73,6 @@ def _trace_memory(path: Any, max_size: int) -> dict[str, Any]:
 
 def add_memory(report: dict[str, Any], figures: MemoryFigures, *, max_size: int) -> None:
     """report["memory"] with the memory pass's trace and figures, and the batch advice."""
-    from dlci.profiling.batchfit import advice
-
     section = report.get("memory")
     if figures.trace is not None:
         section = _trace_memory(figures.trace, max_size)
@@ -133,3 +156,30 @@ def combined_gate(
         gate["gpu_memory_pct"] = memory["value"]
     gate["checks"] = checks
     return gate
+
+
+def evaluate_gate(report: dict[str, Any], minimum: float | None) -> dict[str, Any] | None:
+    """The --min-gpu-util verdict, with the reasons when it fails."""
+    if minimum is None:
+        return None
+    value = report["gpu_utilization_pct"]
+    if value is None:
+        return {
+            "minimum": minimum,
+            "value": None,
+            "passed": False,
+            "message": "the GPU utilization gate cannot be evaluated: the trace has no GPU work",
+            "hint": "profile on a GPU runner, or leave out --min-gpu-util on the CPU path",
+        }
+    passed = value >= minimum
+    reasons = [r["finding"] for r in report["recommendations"]]
+    message = f"GPU utilization {value:.1f}% is below the minimum of {minimum:g}%"
+    if reasons:
+        message += ": " + "; ".join(reasons)
+    return {
+        "minimum": minimum,
+        "value": value,
+        "passed": passed,
+        "message": message if not passed else f"GPU utilization {value:.1f}% >= {minimum:g}%",
+        "hint": "see the recommendations in utilization.md" if reasons else None,
+    }

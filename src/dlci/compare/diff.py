@@ -2,7 +2,7 @@
 
 GPU utilization and step time are judged on every profiled step of both runs (the profiler's
 warm-up steps are never recorded): the change is the Hodges-Lehmann shift with its 95%
-interval (:mod:`dlci.report.stats`), in percentage points for utilization and in percent of
+interval (:mod:`dlci.compare.stats`), in percentage points for utilization and in percent of
 BASE's for step time. A figure regresses only when its whole interval is beyond the bound;
 too few steps, too much spread or unequally scattered runs say ``inconclusive``. Runs on
 different GPUs, hardware classes or torch versions are ``not comparable``, and so is the
@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dlci.report import stats
+from dlci.compare import stats
+from dlci.jsonio import describe
 
 SCHEMA_VERSION = 2
 KIND = "utilization-diff"
@@ -108,23 +109,6 @@ FIELDS = (
     (("syncs", "per_step"), 0.0, 1e18),
 )
 STEP_FIELDS = (("duration_us", 0.0, 1e18), ("gpu_utilization_pct", 0.0, 100.0))
-
-
-def describe(value: Any) -> str:
-    """A value from a file, briefly, for a message: never huge, never a deep repr.
-
-    >>> describe("x"), describe([1, 2]), describe(10**400), describe(True), describe(2.5)
-    ("'x'", 'a list', 'an integer beyond 64 bits', 'true', '2.5')
-    """
-    if isinstance(value, bool) or value is None:
-        return {True: "true", False: "false", None: "null"}[value]
-    if isinstance(value, int) and abs(value) >= 2**63:
-        return "an integer beyond 64 bits"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return repr(value[:40]) + ("..." if len(value) > 40 else "")
-    return "an object" if isinstance(value, dict) else f"a {type(value).__name__}"
 
 
 def _check_number(value: Any, where: str, low: float, high: float) -> str | None:
@@ -336,17 +320,3 @@ def _result(
         "regressions": regressions,
         "inconclusive": inconclusive,
     }
-
-
-def render_markdown(result: dict[str, Any], *, base: str = "", head: str = "") -> str:
-    """The comparison as Markdown (:func:`dlci.report.diff_render.render_markdown`)."""
-    from dlci.report import diff_render
-
-    return diff_render.render_markdown(result, base=base, head=head)
-
-
-def print_table(result: dict[str, Any], *, base: str = "", head: str = "") -> None:
-    """The comparison on the terminal (:func:`dlci.report.diff_render.print_table`)."""
-    from dlci.report import diff_render
-
-    diff_render.print_table(result, base=base, head=head)
