@@ -49,4 +49,6 @@ echo "==> pytest: exit $rc after $(elapsed $((SECONDS - start)))"
 echo "==> time per test file (benchmarks/test_times.py: junit.xml against the kept table)"
 python benchmarks/test_times.py junit.xml --budget-s "${DLCI_TEST_BUDGET_S:-1200}" \
   --elapsed-s "$SECONDS" || true
+echo "==> the shape of the house (benchmarks/code_shape.py: a report, not a rule)"
+python benchmarks/code_shape.py || true
 exit "$rc"
