@@ -298,6 +298,11 @@ def test_dlci_run_takes_its_gates_from_the_tier_file_and_tests_from_the_project(
     profile = _dlci_steps(options)["profile"]
     assert profile is not None
     assert profile[-4:] == ["--min-gpu-util", "40", "--max-gpu-memory", "85"]
+    # every gate gets the host's tier by argument, and nothing to select another one from
+    for command in _dlci_steps(options).values():
+        assert command is not None
+        assert command[command.index("--tier-file") + 1] == str(tier.resolve())
+        assert "--budget" not in command and "--ladder" not in command
     # the command line (the action's inputs) outranks both
     given = JobOptions(out=tmp_path / "o", tier_json=str(tier), min_gpu_util=55.0, tests="t.py")
     options = configured(given)

@@ -13,7 +13,7 @@ from dlci.checks import CHECK_IDS, run_checks, select
 from dlci.checks.base import CheckResult
 from dlci.checks.doctor import DoctorRequest, run_doctor
 from dlci.cli import main
-from dlci.ladder.tiers import choose_tier
+from dlci.ladder.tiers import TierRequest, choose_tier
 from dlci.policy import THRESHOLDS, Policy, Waiver
 from dlci.report.doctor import render_markdown
 
@@ -33,8 +33,7 @@ def doctor(tmp_path: Path, target: str, only: str, policy: Policy | None) -> dic
     markdown = tmp_path / "doctor.md"
     request = DoctorRequest(
         target=f"zoo:{target}",
-        budget="pr",
-        hardware="cpu",
+        tier=TierRequest(budget="pr", hardware="cpu"),
         only=only,
         device="cpu",
         out=str(tmp_path),

@@ -399,10 +399,18 @@ def test_the_container_uses_the_tier_the_host_selected(tmp_path: Path, monkeypat
     }
     path = tmp_path / "preflight.json"
     path.write_text(json.dumps({"kind": "preflight", "tier": tier}))
-    monkeypatch.setenv(TIER_JSON_VARIABLE, str(path))
-    chosen = choose_tier(budget="nightly", hardware="a100")  # ignored: the recorded tier wins
+    chosen = choose_tier(budget="nightly", hardware="a100", tier_file=str(path))
     assert (chosen.max_epochs, chosen.max_loss, chosen.batch_size) == (7, 4.5, 8)
     assert chosen.reasons[-1] == f"tier from {path}"
+    # the options given beside the file are not used, and the tier says so (never silently)
+    assert chosen.warnings[-1] == (
+        f"--budget nightly, --hardware a100 not used: the tier is the one recorded in {path} "
+        "(pr on cpu)"
+    )
+    assert choose_tier(budget="pr", hardware="cpu", tier_file=str(path)).warnings == ()
+    # the environment no longer overrides the arguments: only an explicit tier file does
+    monkeypatch.setenv(TIER_JSON_VARIABLE, str(path))
+    assert choose_tier(budget="pr", hardware="cpu").max_epochs != 7
     path.write_text(json.dumps({"tier": {"budget": "pr"}}))
     with pytest.raises(DlciError, match="the tier lacks"):
         tier_from_file(str(path))

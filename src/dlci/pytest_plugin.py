@@ -123,15 +123,20 @@ def dlci_hardware(pytestconfig: pytest.Config) -> tuple[HardwareInfo, ClassMatch
 
 @pytest.fixture(scope="session")
 def dlci_tier(pytestconfig: pytest.Config) -> Tier:
-    """The memorization tier selected for this run, exactly as ``dlci tier`` selects it."""
+    """The memorization tier selected for this run, exactly as ``dlci tier`` selects it; under
+    ``dlci run``, the host's (the tier file that $DLCI_TIER_JSON names), used as it is."""
+    import os
+
     from dlci.errors import DlciError
-    from dlci.ladder.tiers import choose_tier
+    from dlci.ladder.tiers import TIER_JSON_VARIABLE, choose_tier
 
     try:
+        recorded = os.environ.get(TIER_JSON_VARIABLE) or None
         return choose_tier(
             budget=setting(pytestconfig, "budget") or "auto",
             hardware=setting(pytestconfig, "hardware") or "auto",
-            ladder=configured(pytestconfig, "ladder"),
+            ladder=None if recorded else configured(pytestconfig, "ladder"),
+            tier_file=recorded,
         )
     except DlciError as exc:
         pytest.fail(f"dl-ci: {exc}", pytrace=False)

@@ -90,8 +90,11 @@ def _tests_step(runner: Runner, options: JobOptions, blocked: str | None) -> Non
 def _dlci_steps(options: JobOptions) -> dict[str, list[str] | None]:
     """The memorize, doctor and profile steps' commands; None for a step switched off."""
     out = str(options.out)
-    tier = ["--budget", options.budget, "--hardware", options.hardware]
-    tier += ["--ladder", options.ladder] if options.ladder else []
+    if options.tier_json:  # the host's tier, handed on by argument: each gate uses it as it is
+        tier = ["--tier-file", str(Path(options.tier_json).resolve())]
+    else:
+        tier = ["--budget", options.budget, "--hardware", options.hardware]
+        tier += ["--ladder", options.ladder] if options.ladder else []
     tail = [*tier, *(["--target", options.target] if options.target else [])]
     dlci = [dlci_script()]
     doctor = ["--json", str(options.out / "doctor.json")]

@@ -22,6 +22,7 @@ from dlci.checks.base import (
     preserved,
 )
 from dlci.errors import DlciError
+from dlci.ladder.model import Tier
 from dlci.memorization.guard import (
     TargetExited,
     UserCodeError,
@@ -117,7 +118,7 @@ def run_checks(
     target: Target,
     *,
     checks: list[Check] | None = None,
-    tier: Any = None,
+    tier: Tier | None = None,
     device: str | None = None,
     stop_on_fail: bool = False,
     on_result: Callable[[CheckResult], None] | None = None,

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlci.errors import DlciError
+from dlci.ladder.model import Tier
 from dlci.memorization.batching import as_pair, call_model, take_batch, to_device, tree_map
 from dlci.memorization.guard import user_code
 from dlci.memorization.target import Target
@@ -48,7 +49,7 @@ class Context:
     target: Target
     batch: tuple[Any, Any]
     device: Any
-    tier: Any = None
+    tier: Tier | None = None
     factory: Callable[[], Target] | None = None  # rebuilds the target, for reproducibility
     shared: dict[str, Any] = field(default_factory=dict)  # work one check leaves for another
     policy: Policy = field(default_factory=Policy)  # the project's thresholds (and waivers)
@@ -60,7 +61,7 @@ class Context:
         *,
         batch_size: int = 16,
         device: Any = None,
-        tier: Any = None,
+        tier: Tier | None = None,
         factory: Callable[[], Target] | None = None,
         policy: Policy | None = None,
     ) -> Context:

@@ -14,6 +14,7 @@ from dlci import jsonio
 from dlci.checks import run_checks, select
 from dlci.checks.base import CheckResult
 from dlci.errors import DlciError
+from dlci.ladder.tiers import TierRequest
 from dlci.policy import Policy, threshold_table
 
 NO_VERDICT = (
@@ -27,10 +28,7 @@ class DoctorRequest:
     """What ``dlci doctor`` was asked for, its options as parsed."""
 
     target: str | None = None
-    budget: str = "auto"
-    hardware: str = "auto"
-    ladder: str | None = None
-    detection: dict[str, Any] = field(default_factory=dict)  # hardware.detect's options
+    tier: TierRequest = field(default_factory=TierRequest)
     only: str | None = None  # comma-separated check IDs
     stop_on_fail: bool = False
     seed: int = 0
@@ -60,16 +58,13 @@ def run_doctor(
     the report is written, its exception is raised again, so the command exits 3 with the
     traceback in the error log, as for any other error of dl-ci's.
     """
-    from dlci.ladder.tiers import choose_tier
     from dlci.memorization.engine import seed_everything
     from dlci.memorization.target import load_target, resolve_spec
     from dlci.report import doctor as report
 
     selected = select(request.only)  # a typo in --only fails before anything is loaded
     spec = resolve_spec(request.target)
-    tier = choose_tier(
-        budget=request.budget, hardware=request.hardware, ladder=request.ladder, **request.detection
-    )
+    tier = request.tier.choose()
     json_path = request.json or str(Path(request.out) / report.REPORT_NAME)
     policy = request.policy or Policy()
 

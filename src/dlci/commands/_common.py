@@ -44,10 +44,10 @@ def from_config(args: argparse.Namespace, keys: dict[str, str]) -> None:
     """Fill the options not given from the configuration, with its one precedence rule
     (command line > action input > environment > the file > default; docs/configuration.md).
 
-    The file is read only when an option is missing. Under ``dlci run`` (a tier file named
-    by $DLCI_TIER_JSON) the ladder is not taken: the tier is fixed by the host.
+    The file is read only when an option is missing. With ``--tier-file`` (as ``dlci run``
+    passes the host's) the ladder is not taken: the tier is fixed by the host.
     """
-    if os.environ.get("DLCI_TIER_JSON"):
+    if getattr(args, "tier_file", None):
         keys = {dest: key for dest, key in keys.items() if key != "ladder"}
     missing = {dest: key for dest, key in keys.items() if getattr(args, dest, None) is None}
     if not missing:
@@ -138,6 +138,27 @@ def add_tier_options(p: argparse.ArgumentParser, *, config: bool = True) -> None
         "'NVIDIA A100-SXM4-80GB' (default: $DLCI_HARDWARE, else auto)",
     )
     add_ladder(p, config=config)
+    p.add_argument(
+        "--tier-file",
+        metavar="FILE",
+        help="use the tier recorded in FILE as it is (preflight.json, or dlci tier --json "
+        "output): dlci run passes the host's, so every gate runs the tier the trusted host "
+        "selected; --budget, --hardware and --ladder are then not used (a warning says so)",
+    )
+
+
+def tier_request(args: argparse.Namespace) -> Any:
+    """The verb's TierRequest (dlci.ladder.tiers) from --budget, --hardware, --ladder,
+    --tier-file and the detection options."""
+    from dlci.ladder.tiers import TierRequest
+
+    return TierRequest(
+        budget=args.budget,
+        hardware=args.hardware,
+        ladder=args.ladder,
+        tier_file=args.tier_file,
+        **detection_options(args),
+    )
 
 
 def add_gates(p: argparse.ArgumentParser) -> None:

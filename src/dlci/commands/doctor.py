@@ -47,10 +47,7 @@ def main(argv: Sequence[str]) -> int:
     policy = resolve(cli={"target": args.target, "ladder": args.ladder}).policy
     request = DoctorRequest(
         target=args.target,
-        budget=args.budget,
-        hardware=args.hardware,
-        ladder=args.ladder,
-        detection=_common.detection_options(args),
+        tier=_common.tier_request(args),
         only=args.only,
         stop_on_fail=args.stop_on_fail,
         seed=args.seed,

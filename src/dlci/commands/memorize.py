@@ -48,10 +48,7 @@ def main(argv: Sequence[str]) -> int:
 
     request = MemorizeRequest(
         target=args.target,
-        budget=args.budget,
-        hardware=args.hardware,
-        ladder=args.ladder,
-        detection=_common.detection_options(args),
+        tier=_common.tier_request(args),
         out=args.out,
         json=args.json,
         seed=args.seed,

@@ -107,14 +107,7 @@ def _schedule(args: argparse.Namespace) -> tuple[Schedule, str]:
 
     if args.steps is not None:
         return Schedule(wait=args.wait, warmup=args.warmup, active=args.steps), ""
-    from dlci.ladder.tiers import choose_tier
-
-    tier = choose_tier(
-        budget=args.budget,
-        hardware=args.hardware,
-        ladder=args.ladder,
-        **_common.detection_options(args),
-    )
+    tier = _common.tier_request(args).choose()
     active = tier.profile_steps
     info = f" ({tier.budget} tier on {tier.hardware_class})"
     return Schedule(wait=args.wait, warmup=args.warmup, active=active), info

@@ -29,18 +29,10 @@ def main(argv: Sequence[str]) -> int:
     args = p.parse_args(list(argv))
     if args.validate:
         return _validate(args.validate)
-    options = _common.detection_options(args)
-
-    from dlci.ladder.tiers import choose_tier
     from dlci.report.console import print_warning
     from dlci.report.github import write_outputs
 
-    tier = choose_tier(
-        budget=args.budget,
-        hardware=args.hardware,
-        ladder=args.ladder,
-        **options,
-    )
+    tier = _common.tier_request(args).choose()
     for warning in tier.warnings:
         print_warning(warning)
     data = tier.to_dict()

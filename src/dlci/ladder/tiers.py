@@ -1,9 +1,18 @@
-"""From what the user asked (budget, hardware, ladder) to a Tier: one path for CLI and plugin."""
+"""From what the user asked (budget, hardware, ladder) to a Tier: one path for CLI and plugin.
+
+The tier travels as a value. On the runner host ``dlci preflight`` selects it (the ladder from
+the base commit on a pull request) and writes it into preflight.json; ``dlci run`` in the
+container hands that file to each gate as ``--tier-file``, a :class:`TierRequest` field, and
+the gate uses the recorded tier as it is. Nothing here reads the environment to change what
+the arguments say: a budget or hardware given beside a tier file is not used, and the tier's
+warnings say so.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from pathlib import Path
+from dataclasses import dataclass
 
 from dlci import hardware as _hardware
 from dlci.errors import DlciError
@@ -47,7 +56,36 @@ def resolve_class(
     )
 
 
+# The host's tier file in the container's environment, set by ``dlci run`` for its steps: the
+# configuration reads its trusted snapshot from there (dlci.config.resolve), and the pytest
+# plugin and assert_memorizes take it as their tier file's default. choose_tier never reads it.
 TIER_JSON_VARIABLE = "DLCI_TIER_JSON"
+
+
+@dataclass(frozen=True)
+class TierRequest:
+    """What a verb was asked about its tier: a budget, hardware and ladder to select from, or
+    the tier the host already selected (``tier_file``: preflight.json or ``dlci tier --json``),
+    used as it is. One type for every verb that takes them (memorize, doctor, profile, tier)."""
+
+    budget: str = "auto"
+    hardware: str = "auto"
+    ladder: str | Ladder | None = None
+    tier_file: str | None = None
+    timeout: float = DEFAULT_TIMEOUT_S
+    probes: tuple[str, ...] = PROBES
+
+    def choose(self, event_name: str | None = None) -> Tier:
+        """The tier, as :func:`choose_tier` selects it from these fields."""
+        return choose_tier(
+            budget=self.budget,
+            hardware=self.hardware,
+            ladder=self.ladder,
+            tier_file=self.tier_file,
+            event_name=event_name,
+            timeout=self.timeout,
+            probes=self.probes,
+        )
 
 
 def tier_from_file(path: str) -> Tier:
@@ -60,11 +98,11 @@ def tier_from_file(path: str) -> Tier:
     from dataclasses import MISSING, fields
 
     from dlci import jsonio
+    from dlci.fsutil import read_input
 
+    raw = read_input(path, what="tier file", hint="give dlci tier --json output or preflight.json")
     try:
-        data = jsonio.decode(Path(path).read_bytes())
-    except OSError as exc:
-        raise DlciError(f"{path}: cannot read the tier ({exc.strerror})") from None
+        data = jsonio.decode(raw)
     except jsonio.DecodeError as exc:
         raise DlciError(f"{path}: not valid JSON ({exc})") from None
     if isinstance(data, dict) and isinstance(data.get("tier"), dict):
@@ -89,6 +127,7 @@ def choose_tier(
     budget: str = "auto",
     hardware: str = "auto",
     ladder: str | Ladder | None = None,
+    tier_file: str | None = None,
     event_name: str | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
     probes: tuple[str, ...] = PROBES,
@@ -96,13 +135,13 @@ def choose_tier(
     """Load the ladder, resolve budget and hardware, and select the tier.
 
     ``ladder`` is a file, ``None`` (the default), or a ladder already loaded (the action's
-    preflight reads a pull request's from its base commit). With DLCI_TIER_JSON set (by
-    ``dlci run``), the tier recorded there is used as it is. A budget the ladder lacks is
-    refused before the GPUs are probed.
+    preflight reads a pull request's from its base commit). With ``tier_file`` (the host's
+    preflight.json, handed on by ``dlci run``), the tier recorded there is used as it is, and
+    a budget, hardware or ladder given beside it is named in its warnings as not used. A
+    budget the ladder lacks is refused before the GPUs are probed.
     """
-    recorded = os.environ.get(TIER_JSON_VARIABLE)
-    if recorded:
-        return tier_from_file(recorded)
+    if tier_file:
+        return _recorded(tier_file, budget, hardware, ladder)
     loaded = ladder if isinstance(ladder, Ladder) else load_ladder(ladder)
     if event_name is None:
         event_name = os.environ.get("GITHUB_EVENT_NAME")
@@ -116,3 +155,22 @@ def choose_tier(
         reasons=(budget_reason, match.reason, *(f"probe {note}" for note in match.probes)),
         warnings=match.warnings,
     )
+
+
+def _recorded(path: str, budget: str, hardware: str, ladder: str | Ladder | None) -> Tier:
+    """The tier of ``path``, with a warning for each option given beside it that it overrides."""
+    tier = tier_from_file(path)
+    unused = []
+    if budget not in ("auto", tier.budget):
+        unused.append(f"--budget {budget}")
+    if hardware not in ("auto", tier.hardware_class):
+        unused.append(f"--hardware {hardware}")
+    if ladder is not None:
+        unused.append(f"--ladder {ladder.source if isinstance(ladder, Ladder) else ladder}")
+    if not unused:
+        return tier
+    note = (
+        f"{', '.join(unused)} not used: the tier is the one recorded in {path} "
+        f"({tier.budget} on {tier.hardware_class})"
+    )
+    return dataclasses.replace(tier, warnings=(*tier.warnings, note))

@@ -19,6 +19,7 @@ from typing import Any
 
 from dlci.errors import DlciError
 from dlci.ladder.goal import Goal
+from dlci.ladder.model import Tier
 from dlci.memorization.batching import shard, take_batch, to_device
 from dlci.memorization.guard import user_code
 from dlci.memorization.stepping import (
@@ -57,8 +58,8 @@ class MemorizeConfig:
     device: str | None = None  # None: the local GPU when there is one, else the CPU
 
     @classmethod
-    def from_tier(cls, tier: Any, **overrides: Any) -> MemorizeConfig:
-        values = {
+    def from_tier(cls, tier: Tier, **overrides: Any) -> MemorizeConfig:
+        values: dict[str, Any] = {
             "max_epochs": tier.max_epochs,
             "max_loss": tier.max_loss,
             "time_cap_s": tier.time_cap_minutes * 60,

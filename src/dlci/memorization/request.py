@@ -11,6 +11,7 @@ from typing import Any
 
 from dlci import jsonio
 from dlci.errors import DlciError
+from dlci.ladder.tiers import TierRequest
 
 DISTRIBUTED_FLAG = "DLCI_MEMORIZE_WORKER"  # set in torchrun's workers, so they do not relaunch
 # The workers' arguments travel in the environment: torchrun's own parser would otherwise
@@ -31,10 +32,7 @@ class MemorizeRequest:
     """What ``dlci memorize`` was asked for, its options as parsed."""
 
     target: str | None = None
-    budget: str = "auto"
-    hardware: str = "auto"
-    ladder: str | None = None
-    detection: dict[str, Any] = field(default_factory=dict)  # hardware.detect's options
+    tier: TierRequest = field(default_factory=TierRequest)
     out: str = "dlci-artifacts"
     json: str | None = None  # None: OUT/memorization.json; "-": standard output
     seed: int = 0

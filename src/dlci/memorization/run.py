@@ -6,9 +6,9 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Any
 
 from dlci.errors import DlciError
+from dlci.ladder.model import Tier
 from dlci.memorization.engine import Distributed
 from dlci.memorization.launch import init_process_group, launch
 from dlci.memorization.request import (
@@ -26,17 +26,11 @@ from dlci.memorization.single import RunReport, train_one, write_run_outputs
 
 def run_memorize(request: MemorizeRequest, say: Say) -> MemorizeOutcome:
     """Run the memorization test as ``request`` asks; a failed test is an outcome, not an error."""
-    from dlci.ladder.tiers import choose_tier
     from dlci.memorization.target import resolve_spec
 
     check_out(request.out)
     spec = resolve_spec(request.target)
-    tier = choose_tier(
-        budget=request.budget,
-        hardware=request.hardware,
-        ladder=request.ladder,
-        **request.detection,
-    )
+    tier = request.tier.choose()
     nproc = request.nproc if request.nproc is not None else tier.nproc
     if nproc < 1:
         raise DlciError(f"--nproc must be at least 1, got {nproc}", hint="use --nproc 2")
@@ -47,7 +41,7 @@ def run_memorize(request: MemorizeRequest, say: Say) -> MemorizeOutcome:
     return _run(request, spec, tier, say)
 
 
-def _run(request: MemorizeRequest, spec: str, tier: Any, say: Say) -> MemorizeOutcome:
+def _run(request: MemorizeRequest, spec: str, tier: Tier, say: Say) -> MemorizeOutcome:
     dist = Distributed.from_env()
     if dist.active:
         init_process_group(dist)
@@ -73,7 +67,7 @@ def _run(request: MemorizeRequest, spec: str, tier: Any, say: Say) -> MemorizeOu
 def _memorize(
     request: MemorizeRequest,
     spec: str,
-    tier: Any,
+    tier: Tier,
     dist: Distributed,
     say: Say,
     report: RunReport | None,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dlci.errors import DlciError
+from dlci.ladder.model import Tier
 from dlci.memorization.engine import Distributed
 from dlci.memorization.request import MemorizeOutcome, MemorizeRequest, Say
 from dlci.memorization.single import train_one, write_run_outputs
@@ -60,7 +61,7 @@ def combine(runs: list[tuple[int, MemorizeResult]], quorum: int) -> tuple[int, M
 
 
 def run_seeds(
-    request: MemorizeRequest, spec: str, tier: Any, say: Say, report: Any
+    request: MemorizeRequest, spec: str, tier: Tier, say: Say, report: Any
 ) -> MemorizeOutcome:
     """Run ``request.seeds`` seeds in turn and write one report (see the module docstring)."""
     quorum = request.seeds if request.quorum is None else request.quorum

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from dlci import jsonio
+from dlci.ladder.model import Tier
 from dlci.memorization.engine import Distributed, MemorizeResult
 from dlci.memorization.request import WATCHDOG_VARIABLE, MemorizeOutcome, MemorizeRequest, Say
 from dlci.report.text import clean
@@ -18,7 +19,7 @@ from dlci.report.text import clean
 class RunReport:
     """memorization.json of rank 0: a partial one (failing) until the verdict replaces it."""
 
-    def __init__(self, request: MemorizeRequest, spec: str, tier: Any) -> None:
+    def __init__(self, request: MemorizeRequest, spec: str, tier: Tier) -> None:
         from dlci.report import memorization
 
         self.request, self.spec, self.tier = request, spec, tier
@@ -49,7 +50,7 @@ class RunReport:
 def train_one(
     request: MemorizeRequest,
     spec: str,
-    tier: Any,
+    tier: Tier,
     dist: Distributed,
     say: Say,
     report: RunReport | None,
@@ -110,7 +111,7 @@ def _on_stuck(report: RunReport | None, say: Say) -> Callable[[MemorizeResult], 
 def write_run_outputs(
     request: MemorizeRequest,
     spec: str,
-    tier: Any,
+    tier: Tier,
     result: MemorizeResult,
     tracker: Any,
     extra: dict[str, Any] | None = None,

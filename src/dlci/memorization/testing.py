@@ -10,8 +10,6 @@ def test_the_model_can_memorize_one_batch(dlci_tier):
 
 from __future__ import annotations
 
-from typing import Any
-
 from dlci.ladder.load import Tier
 from dlci.memorization.engine import MemorizeConfig, MemorizeResult, memorize
 from dlci.memorization.target import Target
@@ -22,13 +20,16 @@ def assert_memorizes(
 ) -> MemorizeResult:
     """Fail the test unless ``target`` memorizes one batch within ``tier``.
 
-    ``tier`` defaults to the one ``dlci tier`` selects here (budget and hardware auto).
+    ``tier`` defaults to the one ``dlci tier`` selects here (budget and hardware auto), or
+    under ``dlci run`` to the host's (the tier file $DLCI_TIER_JSON names).
     Returns the result, so a test can check more (``result.steps``, ``result.best_loss``).
     """
     if tier is None:
-        from dlci.ladder.tiers import choose_tier
+        import os
 
-        tier = choose_tier()
+        from dlci.ladder.tiers import TIER_JSON_VARIABLE, choose_tier
+
+        tier = choose_tier(tier_file=os.environ.get(TIER_JSON_VARIABLE) or None)
     # a mistake, or an exit in the target (TargetExited), is a DlciError: it fails this test with
     # its message and pytest goes on (a SystemExit of the target's would have ended the session)
     result = memorize(target, MemorizeConfig.from_tier(tier, seed=seed, device=device))
@@ -37,7 +38,7 @@ def assert_memorizes(
     return result
 
 
-def _message(result: MemorizeResult, tier: Any) -> str:
+def _message(result: MemorizeResult, tier: Tier) -> str:
     tail = result.losses[-5:]
     lines = [
         f"memorization failed at tier {tier.budget}/{tier.hardware_class}: {result.reason}",
