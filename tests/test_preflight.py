@@ -351,7 +351,8 @@ def test_a_ladder_new_in_the_pull_request_is_capped_in_every_value_and_class(
 def test_the_base_chain_follows_symlinks_and_stays_in_the_repository(
     tmp_path: Path, monkeypatch
 ) -> None:
-    from dlci.ladder.trust import Unverifiable, ladder_at_commit
+    from dlci.ladder.trust import ladder_at_commit
+    from dlci.trust.basecommit import Unverifiable
 
     small = SMALL.read_text()
     base = {"ladders/base.yaml": small, "ci/ladder.yaml": CHILD}
@@ -378,6 +379,12 @@ def test_the_base_chain_follows_symlinks_and_stays_in_the_repository(
         ladder_at_commit("ci", sha)
     with pytest.raises(Unverifiable, match="not a commit id"):
         ladder_at_commit("ci/ladder.yaml", "--output=/dev/null")
+    # the project's folder reached through a link inside the checkout would let the pull
+    # request choose which base-commit ladder judges it: refused, as for the configuration
+    os.symlink("ci", "linked")
+    with pytest.raises(DlciError, match="passes through a symbolic link"):
+        ladder_at_commit("ladder.yaml", sha, cwd=Path("linked"))
+    assert ladder_at_commit("ladder.yaml", sha, cwd=Path("ci"))[0]  # control: the real folder
 
 
 def test_the_container_uses_the_tier_the_host_selected(tmp_path: Path, monkeypatch) -> None:

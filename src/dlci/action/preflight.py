@@ -173,7 +173,8 @@ def trusted_ladder(
     env = dict(os.environ if env is None else env)
     if not ladder or ladder == "default" or env.get("GITHUB_EVENT_NAME") not in PR_EVENTS:
         return ladder, None, True
-    from dlci.ladder.trust import Unverifiable, ladder_at_commit
+    from dlci.ladder.trust import ladder_at_commit
+    from dlci.trust.basecommit import Unverifiable
 
     base = base_commit(env)
     unverified = "the pull request's ladder is used, under the ceiling"

@@ -14,18 +14,17 @@ from __future__ import annotations
 
 import os
 import posixpath
-import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from dlci.config.keys import KEYS, TRUSTED
 from dlci.config.resolve import DEFAULT, Config, combine, read_project, resolve
-from dlci.config.source import DLCI_TOML, PYPROJECT, TomlSource, from_text
+from dlci.config.source import CONFIG_LIMIT, DLCI_TOML, PYPROJECT, TomlSource, from_text
 from dlci.config.validate import Values, read_table
 from dlci.errors import DlciError
-from dlci.ladder.trust import CommitFiles, Unverifiable, inside
 from dlci.policy import Policy
+from dlci.trust.basecommit import Unverifiable, open_commit
 
 MERGED = "it takes effect once merged"
 NOW = "applied now (removing a waiver only makes the doctor stricter)"
@@ -85,20 +84,7 @@ def base_table(commit: str, cwd: Path | None) -> tuple[Values, Policy]:
 def base_source(commit: str, cwd: Path | None) -> TomlSource | None:
     """The base commit's configuration file for the project in ``cwd``, or None when the
     commit has none; Unverifiable when the commit cannot be read or its file does not load."""
-    if not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", commit):
-        raise Unverifiable(f"the base commit {commit[:80]!r} is not a commit id")
-    here = Path(os.path.realpath(cwd or Path.cwd()))
-    refuse_bare_layout(here)
-    top = CommitFiles(commit, here).git("rev-parse", "--show-toplevel").decode().strip()
-    refuse_links(Path(os.path.abspath(cwd or Path.cwd())), Path(os.path.realpath(top)))
-    files = CommitFiles(commit, Path(top))
-    try:
-        files.git("cat-file", "-e", f"{commit}^{{commit}}")
-    except Unverifiable:
-        raise Unverifiable(
-            f"the base commit {commit[:12]} is not in this checkout (a shallow clone?)"
-        ) from None
-    folder = inside("", Path(os.path.relpath(here, os.path.realpath(top))).as_posix())
+    files, folder = open_commit(commit, cwd, CONFIG_LIMIT)
     found: list[TomlSource] = []
     for name in (DLCI_TOML, PYPROJECT):
         rel = posixpath.normpath(posixpath.join(folder, name))
@@ -117,51 +103,6 @@ def base_source(commit: str, cwd: Path | None) -> TomlSource | None:
     if len(found) == 2:
         raise Unverifiable(f"both {found[0].display} and {found[1].display} configure dl-ci")
     return found[0] if found else None
-
-
-def refuse_bare_layout(here: Path) -> None:
-    """A DlciError when a folder from ``here`` up to its checkout's top is laid out as a bare
-    git repository (HEAD, objects/, refs/): git would take it for the repository, the base
-    commit would not be found in it, and its gates would give way to the pull request's own. A pull
-    request can commit such files; a project does not need them."""
-    for folder in (here, *here.parents):
-        if (folder / ".git").exists():
-            return
-        if all(p.exists() for p in (folder / "HEAD", folder / "objects", folder / "refs")):
-            raise DlciError(
-                f"{folder}: laid out as a git repository (HEAD, objects/, refs/) inside the "
-                "checkout; git would read it instead of the repository",
-                hint="remove HEAD, objects/ and refs/ from the project's folders: dl-ci reads "
-                "the base commit's configuration with git (docs/security.md)",
-            )
-
-
-def refuse_links(path: Path, top: Path) -> None:
-    """A DlciError when the project's folder is, or lies under, a symbolic link inside the
-    checkout (or one leading out of it): the base commit's configuration is read at the
-    folder's path, and a pull request that replaced the folder by a link (to a new folder, to
-    the top) would choose the configuration that judges it, or one without any (no gates).
-    Links above the checkout (the runner's own paths) are fine."""
-    leaving = None
-    for folder in (path, *path.parents):
-        if folder.is_symlink():
-            parent = Path(os.path.realpath(folder.parent))
-            if parent == top or top in parent.parents:
-                _link_error(path, folder)
-            leaving = leaving or folder
-        if Path(os.path.realpath(folder)) == top:
-            return
-    if leaving is not None:
-        _link_error(path, leaving)
-
-
-def _link_error(path: Path, link: Path) -> NoReturn:
-    raise DlciError(
-        f"the project's folder {str(path)[:200]} passes through a symbolic link "
-        f"({link.name} -> {os.readlink(link)[:200]})",
-        hint="set working-directory to the real folder: on a pull request the base commit's "
-        "configuration is read at that path (docs/security.md)",
-    )
 
 
 def stricter(policy: Policy, base: Policy) -> Policy:

@@ -14,10 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import posixpath
-import re
-import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,75 +24,11 @@ from dlci.ladder.load import build_ladder, extend, load_ladder
 from dlci.ladder.model import Ladder, Tier, TierRow
 from dlci.ladder.versions import check_version
 from dlci.ladder.yamlsource import LADDER_LIMIT, YamlSource, parse_yaml
+from dlci.trust.basecommit import CommitFiles, Unverifiable, inside, open_commit
 
-GIT_TIMEOUT_S = 30.0
-SYMLINK_HOPS = 8
 CAPPED = ("max_epochs", "time_cap_minutes", "profile_steps", "nproc", "batch_size")
 CEILING_BUDGET = "nightly"
 Rows = Mapping[str, TierRow | None]
-
-
-class Unverifiable(Exception):
-    """The ladder cannot be read whole from the base commit; the message says why."""
-
-
-@dataclass
-class CommitFiles:
-    """Regular files of one commit, by path from the repository's top; symlinks followed."""
-
-    commit: str
-    top: Path
-    texts: dict[str, str] = field(default_factory=dict)  # every file read, by path
-
-    def git(self, *args: str) -> bytes:
-        # core.fsmonitor off: no program named by the repository's config runs here
-        command = ["git", "-c", "core.fsmonitor=false", "--literal-pathspecs", *args]
-        try:
-            done = subprocess.run(
-                command, cwd=self.top, capture_output=True, timeout=GIT_TIMEOUT_S, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise Unverifiable(f"git could not be run ({exc})") from None
-        if done.returncode != 0:
-            why = done.stderr.decode(errors="replace").strip().splitlines() or ["no message"]
-            raise Unverifiable(f"git {args[0]} failed: {why[-1]}")
-        return done.stdout
-
-    def read(self, path: str) -> tuple[str, str]:
-        """(the path read after symlinks, its text); Unverifiable when the commit lacks it."""
-        for _ in range(SYMLINK_HOPS):
-            listing = self.git("ls-tree", "-z", "--full-tree", self.commit, "--", path)
-            entry = listing.split(b"\0")[0].decode(errors="replace")
-            info, _, listed = entry.partition("\t")
-            if not entry or listed != path:
-                raise Unverifiable(f"{path} is not in the base commit {self.commit[:12]}")
-            mode, kind, blob = info.split(" ")
-            if kind != "blob":
-                raise Unverifiable(f"{path} is not a file in the base commit")
-            size = self.git("cat-file", "-s", blob).strip()
-            if not size.isdigit() or int(size) > LADDER_LIMIT:  # never read a huge blob whole
-                raise Unverifiable(f"{path} in the base commit is larger than a ladder may be")
-            content = self.git("cat-file", "blob", blob)
-            if mode != "120000":
-                try:
-                    self.texts[path] = content.decode("utf-8")
-                    return path, self.texts[path]
-                except UnicodeDecodeError:
-                    raise Unverifiable(f"{path} is not UTF-8 text in the base commit") from None
-            path = inside(posixpath.dirname(path), content.decode(errors="replace"))
-        raise Unverifiable(f"{path}: more than {SYMLINK_HOPS} symbolic links")
-
-
-def inside(folder: str, reference: str) -> str:
-    """``reference`` from ``folder``, as a path from the repository's top, or Unverifiable.
-
-    >>> inside("ci/ladders", "../base.yaml")
-    'ci/base.yaml'
-    """
-    joined = posixpath.normpath(posixpath.join(folder, reference))
-    if posixpath.isabs(reference) or joined == ".." or joined.startswith("../"):
-        raise Unverifiable(f"{reference!r} (from {folder or '.'}/) leaves the repository")
-    return joined
 
 
 def ladder_at_commit(path: str, commit: str, cwd: Path | None = None) -> tuple[Ladder, list[str]]:
@@ -104,19 +37,10 @@ def ladder_at_commit(path: str, commit: str, cwd: Path | None = None) -> tuple[L
     Returns the ladder and the files of its chain that the working tree has changed (for a
     note). Raises Unverifiable when any file of the chain cannot be read from the commit.
     """
-    if not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", commit):
-        raise Unverifiable(f"the base commit {commit[:80]!r} is not a commit id")
-    cwd = Path(os.path.realpath(cwd or Path.cwd()))
-    top = CommitFiles(commit, cwd).git("rev-parse", "--show-toplevel").decode().strip()
-    target = os.path.normpath(os.path.join(cwd, path))
-    rel = inside("", Path(os.path.relpath(target, os.path.realpath(top))).as_posix())
-    files = CommitFiles(commit, Path(top))
-    try:
-        files.git("cat-file", "-e", f"{commit}^{{commit}}")
-    except Unverifiable:
-        raise Unverifiable(
-            f"the base commit {commit[:12]} is not in this checkout (a shallow clone?)"
-        ) from None
+    files, _ = open_commit(commit, cwd, LADDER_LIMIT)
+    top = os.path.realpath(files.top)
+    target = os.path.normpath(os.path.join(os.path.realpath(cwd or Path.cwd()), path))
+    rel = inside("", Path(os.path.relpath(target, top)).as_posix())
     try:
         ladder = build_ladder(_chain(files, rel, ()), f"{commit[:12]}:{rel}")
     except DlciError as exc:
