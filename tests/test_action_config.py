@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dlci.action.preflight import trusted_configuration
+from dlci.action.host.preflight import trusted_configuration
 from dlci.errors import DlciError
 
 WAIVER = """
@@ -94,7 +94,7 @@ def test_preflight_writes_the_configuration_into_its_report(tmp_path, monkeypatc
     assert "working-directory 'nowhere'" in failed["error"]["message"]
 
 
-# The host's own checks, from its preflight.json (dlci.action.trusted)
+# The host's own checks, from its preflight.json (dlci.trust.host)
 
 
 def preflight_with(tmp_path: Path, values: dict, waivers: list[dict] = ()) -> Path:
@@ -120,7 +120,7 @@ def activations(mode: str = "warn-only", until: str | None = None) -> dict:
 
 
 def job_parts(tmp_path: Path, monkeypatch, preflight: Path, *inner: str):
-    from dlci.action.gates import Parts
+    from dlci.action.host.gates import Parts
 
     monkeypatch.setenv("RUNNER_TEMP", str(tmp_path))
     (tmp_path / "ws" / "dlci-artifacts").mkdir(parents=True, exist_ok=True)
@@ -240,7 +240,7 @@ def test_a_working_directory_through_a_link_fails_the_preflight(tmp_path) -> Non
 
 
 def test_the_summary_lists_the_waivers_and_fails_on_an_expired_one(tmp_path) -> None:
-    from dlci.action.summary import summarize
+    from dlci.action.host.summary import summarize
 
     art = tmp_path / "art"
     art.mkdir()
@@ -266,7 +266,7 @@ def test_the_summary_lists_the_waivers_and_fails_on_an_expired_one(tmp_path) -> 
 
 
 def test_an_older_preflight_without_config_reads_as_the_defaults(tmp_path) -> None:
-    from dlci.action import trusted
+    from dlci.trust import host as trusted
 
     older = {"passed": True, "tier": {"budget": "pr"}}
     assert trusted.gpu_gate(older) is False and trusted.policy(older).waivers == ()
@@ -280,8 +280,8 @@ def test_an_older_preflight_without_config_reads_as_the_defaults(tmp_path) -> No
 def test_dlci_run_takes_its_gates_from_the_tier_file_and_tests_from_the_project(
     tmp_path, monkeypatch
 ) -> None:
-    from dlci.action.job import _dlci_steps
-    from dlci.action.jobconfig import JobOptions, configured
+    from dlci.action.job.options import JobOptions, configured
+    from dlci.action.job.run import _dlci_steps
 
     project = tmp_path / "project"
     project.mkdir()
@@ -312,7 +312,7 @@ def test_dlci_run_takes_its_gates_from_the_tier_file_and_tests_from_the_project(
 
 
 def test_the_max_gpu_memory_input_reaches_dlci_run() -> None:
-    from dlci.action.inputs import inputs_to_argv
+    from dlci.action.host.inputs import inputs_to_argv
 
     argv = inputs_to_argv({"DLCI_INPUT_MAX_GPU_MEMORY": "90", "DLCI_INPUT_MIN_GPU_UTIL": ""})
     assert argv == ["--max-gpu-memory", "90"]

@@ -1,5 +1,5 @@
-"""The host side of the gates' isolation (dlci.action.gates) and of the workflow-command stop
-around the container's output (dlci.action.container._watch), without Docker: the container
+"""The host side of the gates' isolation (dlci.action.host.gates) and of the workflow-command stop
+around the container's output (dlci.action.host.container._watch), without Docker: the container
 is stood in for by a local process. tests/e2e/test_trust_gates.py attacks the real thing."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from dlci.action import container
-from dlci.action.gates import HOST_MOUNT, OUT_MOUNT, Parts
+from dlci.action.host import container
+from dlci.action.host.gates import HOST_MOUNT, OUT_MOUNT, Parts
 from dlci.errors import DlciError
 
 PRINTS = "print('::error::pwned'); print('::add-mask::x', flush=True)"
@@ -140,7 +140,7 @@ def test_a_gate_whose_install_failed_is_an_error(tmp_path, monkeypatch) -> None:
 
 
 # The step rule: a step passes only on the report it wrote itself, whatever its exit code
-# (dlci.action.gates.judge, used by dlci run in the container and by the host on the copies).
+# (dlci.action.host.gates.judge, used by dlci run in the container and by the host on the copies).
 
 REPORTS = {
     "memorize": {"memorization.json": {"verdict": "pass", "stopped_by": "threshold"}},
@@ -162,8 +162,8 @@ def write_reports(folder: Path, gate: str, **changes: dict) -> Path:
 
 
 def status_of(gate: str, code: int, folder: Path, **rules: bool) -> tuple[str, str]:
-    from dlci.action.gates import judge
-    from dlci.action.job import classify
+    from dlci.action.host.gates import judge
+    from dlci.action.job.run import classify
 
     record = classify(gate, code, False, "")
     record.update(judge(gate, code, record["status"], folder, **rules))
@@ -189,7 +189,7 @@ def test_exit_0_with_a_passing_report_passes(tmp_path: Path, gate: str) -> None:
 def test_control_the_exit_code_alone_would_pass_a_step_without_its_report(
     tmp_path: Path, gate: str
 ) -> None:
-    from dlci.action.job import classify
+    from dlci.action.job.run import classify
 
     assert classify(gate, 0, False, "") == {"status": "passed"}  # the rule is what fails it
 
@@ -294,7 +294,7 @@ STAND_IN = (
 
 
 def step_record(out: Path, gate: str, code: int, writes: dict) -> dict:
-    from dlci.action.job import Runner
+    from dlci.action.job.run import Runner
 
     runner = Runner(out)
     try:
@@ -316,7 +316,7 @@ def test_dlci_run_deletes_a_stale_report_before_the_step(tmp_path: Path) -> None
 
 
 def test_control_a_stale_report_left_in_place_would_count(tmp_path: Path) -> None:
-    from dlci.action.gates import judge
+    from dlci.action.host.gates import judge
 
     out = write_reports(tmp_path / "out", "memorize")
     assert judge("memorize", 0, "passed", out) == {}  # hence the deletion before the step
@@ -393,7 +393,7 @@ def test_the_host_reads_allow_no_tests(tmp_path, monkeypatch, args: list, allow:
 
 
 def test_junit_is_read_as_a_stream_with_the_failed_cases_capped(tmp_path: Path) -> None:
-    from dlci.action.testfiles import MAX_FAILED_CASES, junit_counts
+    from dlci.action.host.testfiles import MAX_FAILED_CASES, junit_counts
 
     cases = "".join(
         f'<testcase classname="t" name="c{i}"><failure message="m{i}"/></testcase>'
@@ -536,7 +536,7 @@ def test_the_host_never_writes_through_a_swapped_artifacts_folder(tmp_path, monk
     assert any("is a symbolic link" in p for p in record["problems"])
     assert (job.reports / "memorization.json").is_file()  # the host's own folder has them
     # the summary fails the job, and its upload folder is the host's, not the link
-    from dlci.action.summary import summarize
+    from dlci.action.host.summary import summarize
 
     summary = summarize(ws / "dlci-artifacts", host_record=tmp_path / "record.json")
     assert summary.verdict == "fail"
@@ -567,7 +567,7 @@ def test_the_upload_folder_holds_only_regular_files_the_host_wrote(tmp_path, mon
     the action uploads the summary's own folder instead."""
     import os
 
-    from dlci.action.summary import summarize
+    from dlci.action.host.summary import summarize
 
     secret = secret_file(tmp_path)
     ws = tmp_path / "ws"
@@ -597,7 +597,7 @@ def test_a_fifo_at_a_file_the_host_reads_does_not_hang_it(tmp_path, monkeypatch,
     import os
     import threading
 
-    from dlci.action.summary import summarize
+    from dlci.action.host.summary import summarize
 
     job = parts(tmp_path, ["--no-memorize", "--no-doctor", "--no-profile"], monkeypatch)
     art = tmp_path / "ws" / "dlci-artifacts"

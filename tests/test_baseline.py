@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from dlci.action import baseline as fetching
-from dlci.action.github_api import GitHub
+from dlci.action.github import artifacts as fetching
+from dlci.action.github.api import GitHub
 from dlci.cli import main
 from dlci.profiling.metrics import analyze
 from dlci.profiling.reader import read_trace
@@ -256,7 +256,7 @@ def test_an_api_problem_is_a_warning_and_no_baseline(
 
 
 def test_answers_are_bounded_in_size_and_time(standin, tmp_path, monkeypatch) -> None:
-    from dlci.action import github_api
+    from dlci.action.github import api as github_api
 
     base_run(standin, {"utilization.json": utilization(10)})
     api = GitHub.from_environment(TOKEN)
@@ -829,7 +829,7 @@ def test_another_bots_comment_quoting_the_marker_is_never_edited(
     assert ours["user"]["login"] == "github-actions[bot]" and "48.9 %" in ours["body"]
     # control: without the job token's own comment, a bot's comment that starts with the
     # marker is dl-ci's (an app token posts as its app), never the quote
-    from dlci.action.comment import find_comment
+    from dlci.action.github.comment import find_comment
 
     api = GitHub.from_environment(TOKEN)
     standin.comments[7].remove(ours)

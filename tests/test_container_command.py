@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from dlci.action.archive import context_hash as input_hash
-from dlci.action.cache import cache_mount, decide_trust
-from dlci.action.container import RunRequest, run, run_command
-from dlci.action.gitview import git_view, sanitise, scan
-from dlci.action.inputs import ENV_ALLOWLIST, inputs_to_argv
+from dlci.action.host.archive import context_hash as input_hash
+from dlci.action.host.cache import cache_mount, decide_trust
+from dlci.action.host.container import RunRequest, run, run_command
+from dlci.action.host.gitview import git_view, sanitise, scan
+from dlci.action.host.inputs import ENV_ALLOWLIST, inputs_to_argv
 from dlci.cli import main
 from dlci.errors import DlciError
 
@@ -484,7 +484,7 @@ def _calls(tmp_path: Path) -> list[list[str]]:
 
 
 def test_pip_options_become_build_arguments_only_when_set(tmp_path: Path) -> None:
-    from dlci.action.image import build_arguments
+    from dlci.action.host.image import build_arguments
 
     assert build_arguments("", [], EXTRA_PIP="", PIP_INDEX_URL="") == {}
     both = build_arguments("b:1", ["EXTRA_PIP=x"], EXTRA_PIP="a b", PIP_INDEX_URL="https://m/s")
@@ -565,7 +565,7 @@ def test_a_failed_build_points_to_the_offline_route(
     ],
 )
 def test_the_torch_record_is_read_only_when_it_is_sound(archive: bytes, expected: bool) -> None:
-    from dlci.action.image import parse_torch_record
+    from dlci.action.host.image import parse_torch_record
 
     record = parse_torch_record(archive)
     assert (record is not None) is expected

@@ -18,10 +18,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlci.action import automaton as automaton_module
-from dlci.action import context as context_module
-from dlci.action.automaton import ASSERT, CHAR, JMP, MATCH, SPLIT, Automaton
-from dlci.action.context import ALWAYS_IGNORED, compile_pattern, context_entries, input_hash
+from dlci.action.host.archive import context_hash as input_hash
+from dlci.action.ignore import automaton as automaton_module
+from dlci.action.ignore import rules as context_module
+from dlci.action.ignore.automaton import ASSERT, CHAR, JMP, MATCH, SPLIT, Automaton
+from dlci.action.ignore.rules import ALWAYS_IGNORED, compile_pattern, context_entries
 from dlci.errors import DlciError
 
 TREE = (
@@ -191,7 +192,7 @@ def test_a_dockerfile_s_own_ignore_file_adds_what_buildkit_would_send(tmp_path: 
 def test_a_fifo_in_the_context_is_named_never_read(tmp_path: Path) -> None:
     make_tree(tmp_path, ignore=[])
     os.mkfifo(tmp_path / "pipe")
-    code = f"from dlci.action.context import input_hash as h; from pathlib import Path as P; p = P({str(tmp_path)!r}); print(h(p / 'Dockerfile', p, {{}}))"
+    code = f"from dlci.action.host.archive import context_hash as h; from pathlib import Path as P; p = P({str(tmp_path)!r}); print(h(p / 'Dockerfile', p, {{}}))"
     # a reader of the FIFO would wait for a writer forever: in a child, with a bound
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True

@@ -203,7 +203,7 @@ def test_a_night_without_its_history_artifact_does_not_wipe_the_history(
     nightly, tmp_path, monkeypatch, capsys
 ) -> None:
     """The newest night was cancelled before `dlci history`: the night before carries on."""
-    from dlci.action import baseline
+    from dlci.action.github import artifacts as baseline
 
     kept = _kept(nightly, [night(i) for i in range(28)])
     nightly.add_run("nightly.yml", event="schedule", conclusion="cancelled")

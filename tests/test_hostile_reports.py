@@ -158,8 +158,8 @@ def rendered(
     tmp_path_factory: pytest.TempPathFactory, utilization: dict[str, Any]
 ) -> dict[str, str]:
     """The job summary, the comparison comment and the history, from hostile reports."""
-    from dlci.action.comparison import against_baseline
-    from dlci.action.history import update
+    from dlci.action.github.baseline import against_baseline
+    from dlci.action.github.history import update
     from dlci.report import comparison
 
     root = tmp_path_factory.mktemp("hostile")
@@ -221,7 +221,7 @@ def test_control_without_md_every_hole_is_open(rendered, monkeypatch) -> None:
     for name, module in list(sys.modules.items()):
         if name.startswith("dlci.report.") and getattr(module, "md", None) is not None:
             monkeypatch.setattr(module, "md", raw)
-    from dlci.action.summary import collect
+    from dlci.action.host.summary import collect
     from dlci.report.summary import render
 
     found = holes(render(collect(Path(rendered["head"]))))
@@ -254,7 +254,7 @@ def _swapped(report: Any, path: tuple[Any, ...], value: Any) -> Any:
 def test_a_wrong_type_in_any_field_is_a_problem_never_a_crash(
     utilization: dict[str, Any], tmp_path: Path
 ) -> None:
-    from dlci.action.summary import collect, type_problems
+    from dlci.action.host.summary import collect, type_problems
     from dlci.report.summary import render
 
     reports = {"memorization": memorization(), "doctor": doctor(), "utilization": utilization}
@@ -287,7 +287,7 @@ def test_a_string_threshold_is_named_in_the_summary(tmp_path: Path, monkeypatch,
 def test_control_without_the_type_check_a_report_of_the_wrong_shape_crashes_the_summary(
     tmp_path: Path, monkeypatch, capsys
 ) -> None:
-    import dlci.action.summary as summary
+    import dlci.action.host.summary as summary
 
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "summary.md"))
     folder = write_job(tmp_path / "art", {"doctor": {**doctor(), "checks": "x"}}, dict(TIER))

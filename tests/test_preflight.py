@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dlci.action.preflight import check_docker, explain_docker_run_failure, fork_guard
+from dlci.action.host.preflight import check_docker, explain_docker_run_failure, fork_guard
 from dlci.cli import main
 from dlci.errors import DlciError
 

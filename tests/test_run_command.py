@@ -126,7 +126,7 @@ def test_a_failed_install_blocks_the_steps_that_need_it(project: Path) -> None:
 
 
 def test_the_auto_install_command(project: Path) -> None:
-    from dlci.action.job import install_command
+    from dlci.action.job.run import install_command
 
     cmd = install_command("auto")
     assert cmd[-2:] == ["-e", "."] and "--no-build-isolation" in cmd
@@ -258,7 +258,7 @@ def test_a_target_that_exits_0_fails_the_memorize_step(project: Path) -> None:
 
 
 def test_the_run_records_where_the_images_torch_came_from(tmp_path: Path) -> None:
-    from dlci.action.job import image_torch
+    from dlci.action.job.run import image_torch
 
     record = tmp_path / "torch.json"
     record.write_text('{"torch": "2.13.0+cpu", "cuda": null, "source": "base", "file": "/x"}')

@@ -230,7 +230,7 @@ def test_hostile_names_cannot_break_the_summary(tmp_path: Path, github) -> None:
 def test_the_hostile_names_check_catches_a_raw_render(tmp_path: Path, monkeypatch) -> None:
     """The control case: the same artifacts rendered without escaping fail every check."""
     import dlci.report.summary as renderer
-    from dlci.action.summary import collect
+    from dlci.action.host.summary import collect
 
     art = tmp_path / "art"
     hostile_artifacts(art)

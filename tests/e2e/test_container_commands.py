@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dlci.action.cleanup import foreign_files
+from dlci.action.host.cleanup import foreign_files
 from dlci.cli import main
 
 pytestmark = pytest.mark.e2e
@@ -392,7 +392,7 @@ def host_port(default_bridge_gateway: str):
 def test_the_job_s_docker_run_gives_the_network_the_input_asks_for(
     kit_image: str, tmp_path: Path, host_port: tuple[str, int], network: str
 ) -> None:
-    from dlci.action.container import run_command
+    from dlci.action.host.container import run_command
 
     cmd = run_command(
         image=kit_image,
@@ -420,7 +420,7 @@ def test_the_job_s_docker_run_gives_the_network_the_input_asks_for(
 def test_a_whole_job_with_network_none_runs_its_tests_with_no_network(
     kit_image: str, tmp_path: Path, host_port: tuple[str, int]
 ) -> None:
-    from dlci.action.container import RunRequest, run
+    from dlci.action.host.container import RunRequest, run
 
     ws = tmp_path / "ws"
     (ws / "tests").mkdir(parents=True)

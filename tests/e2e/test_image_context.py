@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dlci.action import context as context_module
-from dlci.action.context import context_entries, read_dockerignore
+from dlci.action.ignore import rules as context_module
+from dlci.action.ignore.rules import context_entries, read_dockerignore
 from dlci.cli import main
 from dlci.errors import DlciError
 
@@ -243,7 +243,7 @@ def test_control_without_negations_the_edit_keeps_the_tag_and_the_image_is_stale
 ) -> None:
     """The old pipeline: the hash read the rules one way, and Docker, given the folder raw,
     read them its own way."""
-    import dlci.action.image as image_module
+    import dlci.action.host.image as image_module
 
     def raw_build(dockerfile: Path, context: Path, tag: str, *_: object, **__: object) -> None:
         argv = [docker_engine, "build", "-q", "-f", str(dockerfile), "-t", tag, str(context)]

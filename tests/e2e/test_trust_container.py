@@ -305,7 +305,7 @@ def test_moving_git_away_does_not_uncover_the_token(
 
     # the control: the flags before .git had a mount of its own (the workspace and the cover
     # only): the move succeeds, and the next container reads the token at .gitx/config
-    from dlci.action.container import _identity, check_hidden
+    from dlci.action.host.container import _identity, check_hidden
     from dlci.errors import DlciError
 
     pins = {".git/config": _identity(ws / ".git" / "config")}

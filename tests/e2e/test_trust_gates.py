@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from dlci.action.container import run_command
+from dlci.action.host.container import run_command
 from dlci.cli import main
 
 pytestmark = pytest.mark.e2e
@@ -277,7 +277,7 @@ def _text_under(*folders: Path) -> str:
 def test_a_gate_cannot_make_the_host_copy_or_write_through_links(
     kit_image: str, tmp_path: Path, monkeypatch
 ) -> None:
-    import dlci.action.gates as gates
+    import dlci.action.host.gates as gates
 
     ws = digits(tmp_path, {"test_zz_ok.py": OK_TEST})
     preflight = host_preflight(ws)

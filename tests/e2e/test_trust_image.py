@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from dlci.action.archive import context_hash
-from dlci.action.context import context_entries
+from dlci.action.host.archive import context_hash
+from dlci.action.ignore.rules import context_entries
 from dlci.cli import main
 
 pytestmark = pytest.mark.e2e

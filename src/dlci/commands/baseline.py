@@ -78,7 +78,7 @@ def main(argv: Sequence[str]) -> int:
                 f"{flag} {folder[:200]}: not a folder", hint="a folder of dl-ci reports"
             )
 
-    from dlci.action.comparison import against_baseline
+    from dlci.action.github.baseline import against_baseline
     from dlci.report.console import print_warning
     from dlci.report.github import annotation, in_github_actions, write_outputs
     from dlci.report.text import clean

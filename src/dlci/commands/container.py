@@ -1,8 +1,9 @@
 """``dlci container``: build or pull the job's image, run ``dlci run`` in it, clean up.
 
 Host-side (the runner), never imports torch. Three subcommands, each over one function of
-the action room: ``build`` (dlci.action.image.provide), ``run`` (dlci.action.container.run)
-and ``cleanup`` (dlci.action.cleanup.cleanup, which writes OUT/cleanup.json).
+the action room: ``build`` (dlci.action.host.image.provide), ``run``
+(dlci.action.host.container.run) and ``cleanup`` (dlci.action.host.cleanup.cleanup, which
+writes OUT/cleanup.json).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def _build(argv: list[str]) -> int:
     p.add_argument("--network", default=os.environ.get("DLCI_NETWORK") or "auto", help=NET)
     args = p.parse_args(argv)
 
-    from dlci.action.image import ImageRequest, provide
+    from dlci.action.host.image import ImageRequest, provide
     from dlci.report.github import write_outputs
 
     image = provide(ImageRequest(**vars(args)))  # the options are the request's fields
@@ -91,7 +92,7 @@ def _run(argv: list[str]) -> int:
     p.add_argument("--gpu-found", default="", help="true/false from preflight (for --gpus auto)")
     p.add_argument("inner", nargs="*", metavar="-- ARGS", help="arguments of dlci run")
     args = p.parse_args(argv)
-    from dlci.action.container import RunRequest, run
+    from dlci.action.host.container import RunRequest, run
 
     return 0 if run(RunRequest(**vars(args))) == 0 else 1
 
@@ -103,7 +104,7 @@ def _cleanup(argv: list[str]) -> int:
     p.add_argument("--image", default="", help="unused (compatibility): no job image runs as root")
     p.add_argument("--out", default="dlci-artifacts", metavar="DIR")
     args = p.parse_args(argv)
-    from dlci.action.cleanup import IMAGE_IGNORED, cleanup, describe
+    from dlci.action.host.cleanup import IMAGE_IGNORED, cleanup, describe
     from dlci.fsutil import refuse_link
     from dlci.report.console import print_warning
 

@@ -65,7 +65,7 @@ def main(argv: Sequence[str]) -> int:
     if any(not value >= 0 for value in bounds.values()):
         raise DlciError("a drift bound must be 0 or more", hint="for 5% write 5")
 
-    from dlci.action.history import update
+    from dlci.action.github.history import update
     from dlci.report.console import print_warning
     from dlci.report.text import clean
 

@@ -71,7 +71,7 @@ def main(argv: Sequence[str]) -> int:
         )
     detection = _common.detection_options(args)
 
-    from dlci.action.preflight import PreflightRequest, preflight
+    from dlci.action.host.preflight import PreflightRequest, preflight
     from dlci.report.console import print_warning
     from dlci.report.github import write_outputs
 

@@ -1,6 +1,6 @@
 """``dlci run``: the whole job inside the container, one step after another.
 
-The steps and their record (OUT/run.json) are dlci.action.job; this verb parses the options.
+The steps and their record (OUT/run.json) are dlci.action.job.run; this verb parses the options.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def _flag(p: argparse.ArgumentParser, name: str, help_on: str) -> None:
 
 
 def _boolean(value: str) -> bool:
-    from dlci.action.verdicts import as_bool
+    from dlci.action.host.verdicts import as_bool
 
     try:
         return as_bool(value)
@@ -92,8 +92,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(list(argv))
 
-    from dlci.action.job import run_job
-    from dlci.action.jobconfig import JobOptions
+    from dlci.action.job.options import JobOptions
+    from dlci.action.job.run import run_job
 
     return run_job(
         JobOptions(

@@ -1,6 +1,6 @@
 """``dlci summary``: the job summary, step outputs and annotations, from dlci-artifacts/.
 
-Host-side (no torch). What the job left is read by dlci.action.summary and rendered by
+Host-side (no torch). What the job left is read by dlci.action.host.summary and rendered by
 dlci.report.summary; a job that failed early still gets a summary of what ran. Exit 1 when
 the job failed, so the summary step can carry the verdict.
 """
@@ -47,7 +47,7 @@ def main(argv: Sequence[str]) -> int:
     )
     args = p.parse_args(list(argv))
 
-    from dlci.action.summary import summarize
+    from dlci.action.host.summary import summarize
     from dlci.report.github import annotation, in_github_actions, write_outputs
     from dlci.report.text import clean
 

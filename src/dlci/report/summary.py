@@ -1,4 +1,4 @@
-"""The job summary in Markdown (GITHUB_STEP_SUMMARY), from what dlci.action.summary collected.
+"""The job summary in Markdown (GITHUB_STEP_SUMMARY), from what dlci.action.host.summary collected.
 
 Every name and message in it came from a file the job wrote, that is from the pull request's
 code: each goes through ``dlci.report.text`` (``md``, ``md_code``) and every table through

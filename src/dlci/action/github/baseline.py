@@ -2,7 +2,7 @@
 
 Host-side (no torch). HEAD is this job's reports as the summary step verified them (the
 host's copy, checked again against the host's record: a report the record does not vouch
-for is left out); BASE is another run's reports (:mod:`dlci.action.baseline`, or a folder).
+for is left out); BASE is another run's reports (:mod:`dlci.action.github.artifacts`, or a folder).
 Both are outside input, read under caps and checked field by field. Utilization is judged
 with statistics (:mod:`dlci.compare.diff`): a bound fails the job only when it is exceeded
 with confidence; memorization and coverage are shown, not gated.
@@ -91,7 +91,7 @@ def _check_memorization(report: dict[str, Any]) -> str | None:
 
 def base_side(folder: Path) -> Side:
     """The baseline's reports from ``folder`` (outside input: every field checked)."""
-    from dlci.action.testfiles import coverage_rate
+    from dlci.action.host.testfiles import coverage_rate
 
     side = Side()
     side.utilization = _checked(folder / "utilization.json", "utilization", side)
@@ -112,7 +112,7 @@ def base_side(folder: Path) -> Side:
 
 def head_side(folder: Path, host_record: Path | None) -> Side:
     """This run's reports as the summary step verified them (the host's record), checked."""
-    from dlci.action.summary import collect
+    from dlci.action.host.summary import collect
 
     data = collect(folder, host_record)
     side = Side(coverage=data["coverage"])
@@ -127,7 +127,7 @@ def head_side(folder: Path, host_record: Path | None) -> Side:
 def bound(given: float | None, head: Side, key: str) -> float | None:
     """A comparison bound: the one given (the action's input, the command line), else the
     trusted configuration's (the host record's preflight, never the workspace's files)."""
-    from dlci.action import trusted
+    from dlci.trust import host as trusted
 
     return given if given is not None else trusted.number(head.preflight, key)
 
@@ -290,8 +290,8 @@ def against_baseline(
     ``spec``), rendered; a problem on the way is a warning and "no baseline", never a failure."""
     import tempfile
 
-    from dlci.action.baseline import JOB_ID, fetch
-    from dlci.action.github_api import ApiError, GitHub
+    from dlci.action.github.api import ApiError, GitHub
+    from dlci.action.github.artifacts import JOB_ID, fetch
     from dlci.report.comparison import MARKER, render_none
     from dlci.report.github import in_github_actions
 
@@ -328,7 +328,7 @@ def against_baseline(
                     f"of this class ({', '.join(map(str, passed_over[:5]))})"
                 )
     if comment and api is not None:
-        from dlci.action.comment import sticky_comment
+        from dlci.action.github.comment import sticky_comment
 
         out.notes.append(sticky_comment(api, out.markdown, MARKER))
     elif comment:

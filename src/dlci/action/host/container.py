@@ -2,9 +2,9 @@
 
 Host-side (the runner), never imports torch. The container gets the GPU flags, its own IPC
 namespace with a ``/dev/shm`` of ``--shm-size`` (``--ipc=host`` only when asked), the network
-of the ``network`` input (dlci.action.network), the workspace mounted with git's credentials
-hidden (dlci.action.gitview), the host user's uid:gid, no capabilities and no new privileges,
-only an allowlist of environment variables (dlci.action.inputs), a cache volume chosen by
+of the ``network`` input (dlci.action.host.network), the workspace mounted with git's credentials
+hidden (dlci.action.host.gitview), the host user's uid:gid, no capabilities and no new privileges,
+only an allowlist of environment variables (dlci.action.host.inputs), a cache volume chosen by
 trust, a label for cleanup and a timeout; inside, it runs ``dlci run ...``.
 """
 
@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlci.action.cache import CACHE_PREFIX, UNTRUSTED, cache_mount, decide_trust
-from dlci.action.gates import RECORD_VARIABLE, Parts
-from dlci.action.gitview import hide_credentials, host_temp
-from dlci.action.image import say
-from dlci.action.inputs import ENV_ALLOWLIST, WORKSPACE, check_env_names, inputs_to_argv
-from dlci.action.network import network_flags, resolve_network
+from dlci.action.host.cache import CACHE_PREFIX, UNTRUSTED, cache_mount, decide_trust
+from dlci.action.host.gates import RECORD_VARIABLE, Parts
+from dlci.action.host.gitview import hide_credentials, host_temp
+from dlci.action.host.image import say
+from dlci.action.host.inputs import ENV_ALLOWLIST, WORKSPACE, check_env_names, inputs_to_argv
+from dlci.action.host.network import network_flags, resolve_network
 from dlci.errors import DlciError
 
 JOB_LABEL = "dlci.job"
@@ -89,7 +89,7 @@ def run_command(
     """The docker run command line (a function, so tests can check every flag).
 
     ``hidden_files``: (host file, path relative to the workspace) mounted read-only over the
-    workspace's own file (the sanitised git config of dlci.action.gitview), on top of the
+    workspace's own file (the sanitised git config of dlci.action.host.gitview), on top of the
     workspace's ``.git`` mounted read-only of its own (``mv .git .gitx`` fails: EBUSY).
     """
     rel = os.path.normpath(workdir or ".")
@@ -145,13 +145,13 @@ class RunRequest:
     gpu_found: str = ""
     inner: Sequence[str] = ()  # the arguments of dlci run
     ipc: str = "private"  # or host
-    network: str = "auto"  # default or none; auto: by trust (dlci.action.network)
+    network: str = "auto"  # default or none; auto: by trust (dlci.action.host.network)
     trust: str = ""  # trusted, untrusted; empty: from GITHUB_EVENT_NAME
     cache_volume: str = CACHE_PREFIX  # the volumes' prefix: <prefix>-trusted, <prefix>-untrusted
 
 
 def run(request: RunRequest) -> int:
-    """Run the job's parts (dlci.action.gates), each ``dlci run --phase ...`` in its own
+    """Run the job's parts (dlci.action.host.gates), each ``dlci run --phase ...`` in its own
     container; the first bad exit code (125: docker could not start one)."""
     check_env_names(request.env)
     network_flags(request.network)  # a bad input fails here, before any container starts
@@ -348,7 +348,7 @@ def _watch(
 
 
 def _start_failure(stderr_tail: list[str]) -> DlciError:
-    from dlci.action.preflight import explain_docker_run_failure
+    from dlci.action.host.preflight import explain_docker_run_failure
 
     known = explain_docker_run_failure("".join(stderr_tail))
     if known is not None:

@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from dlci import jsonio
-from dlci.action import trusted
-from dlci.action.verdicts import as_bool, held_to_gates, held_to_policy, judge
+from dlci.action.host.verdicts import as_bool, held_to_gates, held_to_policy, judge
 from dlci.errors import DlciError
 from dlci.fsutil import NOT_ALLOWED, copy_beneath, mirror_beneath, read_input
+from dlci.trust import host as trusted
 
 HOST_MOUNT = "/dlci/host"  # read-only: the host's decisions
 OUT_MOUNT = "/dlci/out"  # writable, one gate's reports only

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dlci import jsonio
-from dlci.action.github_api import ApiError, GitHub
+from dlci.action.github.api import ApiError, GitHub
 from dlci.errors import DlciError
 from dlci.fsutil import read_input
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dlci.action.github_api import ApiError, GitHub
+from dlci.action.github.api import ApiError, GitHub
 
 REPORTS = ("utilization.json", "memorization.json", "preflight.json", "coverage.xml")
 MAX_ARCHIVE = 512 << 20  # bytes of the artifact's zip

@@ -2,7 +2,7 @@
 
 Host-side (no torch). The previous history is ``history.json`` from the newest finished run
 of this workflow on this branch (its history artifact, fetched as a baseline is:
-:mod:`dlci.action.baseline`), a file, or none. Tonight's entry comes from the reports in the
+:mod:`dlci.action.github.artifacts`), a file, or none. Tonight's entry comes from the reports in the
 artifacts folder, read and checked as a baseline's are. A history that cannot be fetched or
 read starts afresh, with a warning: a history never fails a night.
 """
@@ -38,7 +38,7 @@ class Updated:
 
 def entry(folder: Path, environ: dict[str, str] | os._Environ[str]) -> dict[str, Any] | None:
     """Tonight's figures from the reports in ``folder``; None when it holds none."""
-    from dlci.action.comparison import base_side
+    from dlci.action.github.baseline import base_side
     from dlci.compare.diff import median_step_us
 
     side = base_side(folder)
@@ -89,9 +89,9 @@ def previous(
     spec: str, *, token: str, artifact: str, environ: dict[str, str] | os._Environ[str]
 ) -> tuple[dict[str, Any], list[str]]:
     """The history so far: ``none``, ``auto`` (the newest finished run of the branch's own that
-    kept the history artifact: :func:`dlci.action.baseline.fetch`) or a file."""
-    from dlci.action.baseline import fetch
-    from dlci.action.github_api import ApiError, GitHub
+    kept the history artifact: :func:`dlci.action.github.artifacts.fetch`) or a file."""
+    from dlci.action.github.api import ApiError, GitHub
+    from dlci.action.github.artifacts import fetch
     from dlci.report.history import checked, empty
 
     if spec == "none":

@@ -20,8 +20,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from dlci.action.container import JOB_LABEL
-from dlci.action.image import docker
+from dlci.action.host.container import JOB_LABEL
+from dlci.action.host.image import docker
 
 #: the runner's environment variable naming a trusted image with ``chown`` (docs/runner.md)
 CLEANUP_IMAGE_ENV = "DLCI_CLEANUP_IMAGE"

@@ -4,7 +4,7 @@ Host-side (the runner), never imports torch. ``docker build`` used to receive th
 raw, so what it got and what the tag hashed could differ: the folders the hash leaves out on
 purpose (``.git``, ``.venv``, ...) still reached the image, and with them the job token that
 actions/checkout persists in ``.git/config`` (issue 35). Now the host writes the context
-itself from the entries of ``dlci.action.context`` (Docker's own ``.dockerignore`` rules, less
+itself from the entries of ``dlci.action.ignore.rules`` (Docker's own ``.dockerignore`` rules, less
 ``ALWAYS_IGNORED``) and hands the stream to ``docker build -``: the tag is the SHA-256 of those
 very bytes, and a build whose stream hashed otherwise (a file changed while it was sent) is
 refused. The stream is reproducible: owner 0:0 without names, each entry's permission bits
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Protocol
 
 from dlci import jsonio
-from dlci.action.context import build_entries
+from dlci.action.ignore.rules import build_entries
 from dlci.errors import DlciError
 
 DOCKERFILE = ".dlci-dockerfile"

@@ -5,7 +5,7 @@ memorization.json, doctor.json and utilization.json, and reports on whatever is 
 that failed early still gets a summary of what ran.
 
 The container ran the pull request's code, so its files are claims. With the host's record
-of the container run (dlci.action.gates, a file outside the workspace), the tier, the
+of the container run (dlci.action.host.gates, a file outside the workspace), the tier, the
 hardware class and run.json come from that record, and each gate report must be the one the
 host copied from that gate's own directory (its SHA-256) and name the host's tier. Nothing
 is read in place: :func:`snapshot` first copies the regular files it needs (no link
@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from dlci import jsonio
-from dlci.action import trusted
-from dlci.action.testfiles import coverage_rate, junit_counts
+from dlci.action.host.testfiles import coverage_rate, junit_counts
 from dlci.errors import DlciError
 from dlci.fsutil import NOT_ALLOWED, copy_beneath, read_input
+from dlci.trust import host as trusted
 
 MAX_TEST_ANNOTATIONS = 20
 GATE_REPORTS = ("memorization", "doctor", "utilization")

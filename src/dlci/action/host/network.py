@@ -4,7 +4,7 @@ Host-side (the runner), never imports torch. ``default`` is Docker's default bri
 the internet, and every service of the runner's host that listens on the bridge's gateway
 (``172.17.0.1``, the container's own default route) or on ``0.0.0.0``: an exporter, a cache, a
 registry, a proxy (issue 35). So the input's default, ``auto``, gives a trusted job (a push to
-the default branch, a schedule, ...: dlci.action.cache.decide_trust) the bridge as before and a
+the default branch, a schedule, ...: dlci.action.host.cache.decide_trust) the bridge as before and a
 pull request ``none``: only a loopback interface, in every container of the job and in the
 ``RUN`` steps of the image it builds. A pull request that needs a package index says
 ``network: default`` in its workflow, knowing that its code then reaches what the bridge

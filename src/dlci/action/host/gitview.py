@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlci.action.image import say
+from dlci.action.host.image import say
 
 CONFIG_NAMES = ("config", "config.worktree")
 CREDENTIAL_FILES = (".git-credentials",)  # at the workspace's root and in .git

@@ -14,7 +14,7 @@ tests/e2e/test_image_context.py:
   ``/``; ``**`` spans folders; ``[^a]`` negates a class, ``[!a]`` does not; ``\\`` escapes;
   a leading ``**`` without a wildcard after it matches any suffix), later lines overriding
   earlier ones, a folder's verdict passed down to what it holds; the engine's regex runs in
-  linear time (``dlci.action.automaton``), as Go's does, within caps on the file;
+  linear time (``dlci.action.ignore.automaton``), as Go's does, within caps on the file;
 - an excluded folder is walked into when an exception could re-include something inside it:
   BuildKit's rule, which walks into more folders than the legacy builder (whenever an
   exception has a wildcard); hashing the larger set costs a rebuild, never a stale image.
@@ -22,7 +22,7 @@ tests/e2e/test_image_context.py:
 The Docker SDK for Python (``docker.utils.build``) was measured against the engine first and
 differs on five classes of patterns, three of them in the unsafe direction (docs/container.md),
 so it is not used. ``ALWAYS_IGNORED`` folders are left out whatever the file says: out of the
-hash and, since the host assembles the context (dlci.action.archive), out of the build.
+hash and, since the host assembles the context (dlci.action.host.archive), out of the build.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlci.action.automaton import Automaton, Work, WorkLimit
+from dlci.action.ignore.automaton import Automaton, Work, WorkLimit
 from dlci.errors import DlciError
 from dlci.fsutil import read_input
 
@@ -110,7 +110,7 @@ def clean(path: str) -> str:
 def compile_pattern(line: str, work: Work | None = None) -> Pattern:
     """A pattern as moby's patternmatcher compiles it (its regex, or one of its shortcuts);
     ``re.error`` for one that the engine refuses too. The regex is run by an automaton
-    (``dlci.action.automaton``), never by ``re``, which backtracks on it."""
+    (``dlci.action.ignore.automaton``), never by ``re``, which backtracks on it."""
     text = clean(line.strip(_GO_SPACE))
     exclusion = text.startswith("!")
     if exclusion:

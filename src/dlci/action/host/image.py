@@ -2,7 +2,7 @@
 
 Host-side (the runner), never imports torch. A built image is tagged by the trust level of
 the job that built it and a hash of its inputs: the build arguments and the tar stream of the
-build context, which the host assembles (dlci.action.archive: the Dockerfile and what Docker's
+build context, which the host assembles (dlci.action.host.archive: the Dockerfile and what Docker's
 own .dockerignore rules send, never ``.git`` or the other always-ignored folders), so a
 rebuild is skipped when that tag already exists, and an image a pull request built never
 carries the tag a trusted job looks for. dl-ci's Dockerfile records where the image's torch
@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from dlci import jsonio
-from dlci.action.archive import DOCKERFILE, context_hash, send_context
-from dlci.action.cache import TRUSTED, UNTRUSTED, decide_trust
-from dlci.action.network import build_network_flags
+from dlci.action.host.archive import DOCKERFILE, context_hash, send_context
+from dlci.action.host.cache import TRUSTED, UNTRUSTED, decide_trust
+from dlci.action.host.network import build_network_flags
 from dlci.errors import DlciError
 from dlci.report.text import clean
 
@@ -69,7 +69,7 @@ def docker(
             hint="check the Docker engine (systemctl status docker)",
         ) from None
     if check and done.returncode != 0:
-        from dlci.action.preflight import explain_docker_run_failure
+        from dlci.action.host.preflight import explain_docker_run_failure
 
         known = explain_docker_run_failure(done.stderr)
         if known is not None:
@@ -139,7 +139,7 @@ class ImageRequest:
     repository: str = "dlci-local"
     timeout: float = 3600.0
     trust: str = "auto"  # the job's: auto decides it from the event (cache.decide_trust)
-    network: str = "auto"  # the build's RUN steps: the job's network (dlci.action.network)
+    network: str = "auto"  # the build's RUN steps: the job's network (dlci.action.host.network)
 
 
 @dataclass(frozen=True)
@@ -197,7 +197,7 @@ def build(
     digest: str = "",
     extra: Sequence[str] = (),
 ) -> None:
-    """``docker build -`` of the context the host assembles (dlci.action.archive), its
+    """``docker build -`` of the context the host assembles (dlci.action.host.archive), its
     progress streamed to stderr, stopped after ``timeout`` seconds; with ``digest``, a stream
     that hashed otherwise (the context changed while it was sent) leaves no image."""
     cmd = ["docker", "build", "--force-rm", "-f", DOCKERFILE, "-t", tag]

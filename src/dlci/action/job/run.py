@@ -6,7 +6,7 @@ others' results; ``OUT/run.json`` is rewritten after every step starts and ends,
 killed in the middle still says which step was running.
 
 ``--phase`` runs one part: ``tests`` (install and tests) or one gate (install, then that
-gate), each in its own container (dlci.action.gates), so nothing the tests step leaves
+gate), each in its own container (dlci.action.host.gates), so nothing the tests step leaves
 behind reaches a gate. The gates run the ``dlci`` console script next to this interpreter,
 never ``python -m dlci`` from the workspace, so a ``dlci/`` folder there is not imported.
 """
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from dlci import jsonio
-from dlci.action.jobconfig import JobOptions, configured
-from dlci.action.jobfiles import image_torch, relative_coverage
+from dlci.action.job.files import image_torch, relative_coverage
+from dlci.action.job.options import JobOptions, configured
 from dlci.report.text import clean
 
 REPORT_NAME = "run.json"
@@ -162,7 +162,7 @@ def pytest_command(options: JobOptions) -> list[str]:
 
 def classify(name: str, code: int, stopping: bool, running_test: str) -> dict[str, Any]:
     """A step's status (and reason) from its exit code alone; its report must agree
-    (dlci.action.gates.judge), and pytest's 5 (no tests collected) is a failure there unless
+    (dlci.action.host.gates.judge), and pytest's 5 (no tests collected) is a failure there unless
     allowed.
 
     >>> classify("tests", 5, False, "")
@@ -239,8 +239,8 @@ class Runner:
         """Run one step (or record why it is skipped), and save run.json before and after.
 
         The step passes only on the report it writes now: an earlier one is deleted first."""
-        from dlci.action.gates import stale_files
-        from dlci.action.verdicts import judge
+        from dlci.action.host.gates import stale_files
+        from dlci.action.host.verdicts import judge
 
         for stale in stale_files(name):
             (self.out / stale).unlink(missing_ok=True)

@@ -1,6 +1,6 @@
 """A ``.dockerignore`` pattern's regular expression run as an automaton: time linear in the path.
 
-``context.py`` turns each pattern into the regular expression the engine builds (moby's
+``rules.py`` turns each pattern into the regular expression the engine builds (moby's
 patternmatcher). Python's ``re`` runs it by backtracking, exponential in the path for
 ``**/**/**/x`` and polynomial for ``*a*a*a*b``; Go's regexp, which the engine runs, is
 linear. Here the same expression, parsed by the parser ``re.compile`` runs (so a class, an

@@ -1,7 +1,7 @@
 """What a step's own report says about it, and what the host holds a report's claims against.
 
 ``judge`` is shared by ``dlci run`` in the container (its exit code against the report it
-wrote) and by the host on the copies it made (dlci.action.gates). ``held_to_policy`` is the
+wrote) and by the host on the copies it made (dlci.action.host.gates). ``held_to_policy`` is the
 host's alone: a doctor report's waivers are claims from the pull request's code, held
 against the waivers of the host's trusted configuration (preflight.json's ``config``).
 Host-side, never imports torch.
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlci import jsonio
-from dlci.action.summary import EVIDENCE, evidence
+from dlci.action.host.summary import EVIDENCE, evidence
 from dlci.errors import DlciError
 from dlci.fsutil import read_input
 

@@ -1,0 +1,1 @@
+"""GitHub's services: the REST API, baseline artifacts, the comparison, the comment, history."""

@@ -1,0 +1,1 @@
+"""The ``.dockerignore`` matcher: Docker's own rules, run in linear time."""

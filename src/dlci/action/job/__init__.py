@@ -1,0 +1,1 @@
+"""The in-container job (``dlci run``): its steps, its options, its files."""
