@@ -411,10 +411,15 @@ def test_the_container_uses_the_tier_the_host_selected(tmp_path: Path, monkeypat
     assert chosen.reasons[-1] == f"tier from {path}"
     # the options given beside the file are not used, and the tier says so (never silently)
     assert chosen.warnings[-1] == (
-        f"--budget nightly, --hardware a100 not used: the tier is the one recorded in {path} "
+        f"budget nightly, hardware a100 not used: the tier is the one recorded in {path} "
         "(pr on cpu)"
     )
     assert choose_tier(budget="pr", hardware="cpu", tier_file=str(path)).warnings == ()
+    from dlci.cli import main
+
+    assert main(["memorize", "--tier-file", " "]) == 1  # an empty path is refused, not ignored
+    # dlci run hands the host's on, as --tier-json: a --tier-file there is a usage error
+    assert main(["run", "--tier-file", str(path)]) == 2
     # the environment no longer overrides the arguments: only an explicit tier file does
     monkeypatch.setenv(TIER_JSON_VARIABLE, str(path))
     assert choose_tier(budget="pr", hardware="cpu").max_epochs != 7

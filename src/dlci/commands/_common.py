@@ -123,8 +123,12 @@ def add_target(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_tier_options(p: argparse.ArgumentParser, *, config: bool = True) -> None:
-    """--budget, --hardware and --ladder, selected exactly as ``dlci tier`` selects."""
+def add_tier_options(
+    p: argparse.ArgumentParser, *, config: bool = True, tier_file: bool = True
+) -> None:
+    """--budget, --hardware and --ladder, selected exactly as ``dlci tier`` selects; and
+    ``tier_file``: --tier-file, a tier recorded by the host (not for dlci run and preflight,
+    which hand one on or make one)."""
     p.add_argument(
         "--budget",
         default=os.environ.get("DLCI_BUDGET") or "auto",
@@ -138,6 +142,8 @@ def add_tier_options(p: argparse.ArgumentParser, *, config: bool = True) -> None
         "'NVIDIA A100-SXM4-80GB' (default: $DLCI_HARDWARE, else auto)",
     )
     add_ladder(p, config=config)
+    if not tier_file:
+        return
     p.add_argument(
         "--tier-file",
         metavar="FILE",
@@ -152,6 +158,10 @@ def tier_request(args: argparse.Namespace) -> Any:
     --tier-file and the detection options."""
     from dlci.ladder.tiers import TierRequest
 
+    if args.tier_file is not None and not args.tier_file.strip():
+        raise DlciError(
+            "--tier-file: an empty path", hint="give preflight.json or dlci tier --json output"
+        )
     return TierRequest(
         budget=args.budget,
         hardware=args.hardware,

@@ -37,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
         "fails; the later steps still run.",
     )
     _common.add_target(p)
-    _common.add_tier_options(p, config=False)
+    _common.add_tier_options(p, config=False, tier_file=False)
     p.add_argument(
         "--out", default="dlci-artifacts", metavar="DIR", help="reports (default: dlci-artifacts)"
     )

@@ -158,15 +158,16 @@ def choose_tier(
 
 
 def _recorded(path: str, budget: str, hardware: str, ladder: str | Ladder | None) -> Tier:
-    """The tier of ``path``, with a warning for each option given beside it that it overrides."""
+    """The tier of ``path``, with a warning naming what was given beside it and is not used
+    (from an option or its variable, $DLCI_BUDGET and the like)."""
     tier = tier_from_file(path)
     unused = []
     if budget not in ("auto", tier.budget):
-        unused.append(f"--budget {budget}")
+        unused.append(f"budget {budget}")
     if hardware not in ("auto", tier.hardware_class):
-        unused.append(f"--hardware {hardware}")
+        unused.append(f"hardware {hardware}")
     if ladder is not None:
-        unused.append(f"--ladder {ladder.source if isinstance(ladder, Ladder) else ladder}")
+        unused.append(f"ladder {ladder.source if isinstance(ladder, Ladder) else ladder}")
     if not unused:
         return tier
     note = (

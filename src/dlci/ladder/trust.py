@@ -35,7 +35,10 @@ def ladder_at_commit(path: str, commit: str, cwd: Path | None = None) -> tuple[L
     """The ladder ``path`` (as the workflow names it) read whole from ``commit``.
 
     Returns the ladder and the files of its chain that the working tree has changed (for a
-    note). Raises Unverifiable when any file of the chain cannot be read from the commit.
+    note). Raises Unverifiable when any file of the chain cannot be read from the commit, and
+    a DlciError for a layout that would let the pull request choose the commit's files (a
+    bare-repository layout in the folder's path, or, for a ``cwd`` that names the folder, a
+    symbolic link inside the checkout on the way: trust.basecommit.open_commit).
     """
     files, _ = open_commit(commit, cwd, LADDER_LIMIT)
     top = os.path.realpath(files.top)

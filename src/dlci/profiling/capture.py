@@ -174,11 +174,11 @@ def profile_target(
 
     out.mkdir(parents=True, exist_ok=True)
     _remove_stale(out)
-    start = time.perf_counter()
     session = TraceSession(
         target, schedule=schedule, trace=out / TRACE_NAME, log=out / LOG_NAME,
         device=device, seed=seed,
     )  # fmt: skip
+    start = time.perf_counter()  # the steps' time, not the model's move to the device
     trace = session.run(on_step=on_step)
     dev = session.device
     if dev.type == "cuda":

@@ -235,7 +235,8 @@ class TraceSession:
                             if meter is not None:
                                 self.peaks = meter.stop()
                         with native.held():
-                            stamp(prof, step, schedule)
+                            if not self.memory:  # the timed trace carries torch's version
+                                stamp(prof, step, schedule)
                             prof.step()
                         if on_step is not None:
                             on_step(step, schedule.total)
