@@ -226,7 +226,7 @@ def _checks(steps: list[dict[str, Any]], gpu: bool) -> list[dict[str, Any]]:
 def _batch_of(loader: Any, base: int, size: int) -> Any:
     """A batch of ``size`` examples: the loader's first ``base``, repeated (the digits data
     set is smaller than the sizes a GPU holds; memory depends on the shape, not the values)."""
-    from dlci.memorization.batching import take_batch, tree_map
+    from dlci.training.batching import take_batch, tree_map
 
     batch, taken = take_batch(loader, base)
     times = -(-size // taken)

@@ -87,7 +87,7 @@ def fake_docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 # huge TOML integers passed only in some orders). Each file's tests, taken together, must
 # leave these as they found them; the check runs after the file's last test's teardown, when
 # its module-scoped fixtures have put back what they changed for the whole file. sys.path is
-# put back there without a failure: dlci.memorization.target.load_target puts the current
+# put back there without a failure: dlci.training.target.load_target puts the current
 # folder on it by design (as `python -m` does), and tests load targets from tmp_path; so is
 # os.environ: dl-ci's memorization sets CUBLAS_WORKSPACE_CONFIG and the KMP_* variables in
 # its own process (found by the first run of this guard, in test_calibrate.py and

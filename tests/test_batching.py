@@ -8,7 +8,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from dlci.errors import DlciError
-from dlci.memorization.batching import call_model, shard, take_batch
+from dlci.training.batching import call_model, shard, take_batch
 
 
 def loader(n: int = 40, batch_size: int = 6) -> DataLoader:

@@ -185,7 +185,7 @@ def test_the_digits_example_calibrates_and_its_ladder_holds(tmp_path, monkeypatc
     power table says it catches, on a fresh seed too for the two it must catch."""
     from dlci.ladder.tiers import choose_tier
     from dlci.memorization.engine import MemorizeConfig, memorize, seed_everything
-    from dlci.memorization.target import load_target
+    from dlci.training.target import load_target
 
     monkeypatch.chdir(EXAMPLE)
     monkeypatch.syspath_prepend(str(EXAMPLE))

@@ -17,8 +17,8 @@ from dlci.config import Config, resolve
 from dlci.config.keys import KEYS, SCHEMA_FILE, json_schema, key_table, render_schema
 from dlci.config.source import CONFIG_LIMIT, key_lines
 from dlci.errors import DlciError
-from dlci.memorization.target import target_from_pyproject
 from dlci.policy import THRESHOLDS
+from dlci.training.target import target_from_pyproject
 
 ROOT = Path(__file__).resolve().parents[1]
 pytest_plugins = ["pytester"]

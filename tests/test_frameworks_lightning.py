@@ -24,7 +24,7 @@ from dlci.cli import main
 from dlci.errors import DlciError
 from dlci.ladder.tiers import choose_tier
 from dlci.memorization.engine import MemorizeConfig, memorize
-from dlci.memorization.lightning_optim import parse_configure_optimizers
+from dlci.training.lightning_optim import parse_configure_optimizers
 
 TIER = choose_tier(budget="pr", hardware="cpu")
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "lightning"
@@ -345,7 +345,7 @@ def test_dict_and_longer_tuple_batches_reach_training_step_as_they_were() -> Non
 def test_importing_dlci_imports_no_framework() -> None:
     code = (
         "import sys, dlci; dlci.Target; "
-        "import dlci.memorization.lightning_target, dlci.memorization.transformers_target; "
+        "import dlci.training.lightning_target, dlci.training.transformers_target; "
         "print(sorted(m for m in ('lightning', 'pytorch_lightning', 'transformers') "
         "if m in sys.modules))"
     )

@@ -26,7 +26,7 @@ from dlci.cli import main
 from dlci.errors import DlciError
 from dlci.ladder.tiers import choose_tier
 from dlci.memorization.engine import MemorizeConfig, memorize
-from dlci.memorization.text_batches import GroupedBatches
+from dlci.training.text_batches import GroupedBatches
 
 TIER = choose_tier(budget="pr", hardware="cpu")
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "transformers"

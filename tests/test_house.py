@@ -223,11 +223,12 @@ LEVELS = {
     "report": 2,
     "hardware": 2,
     "ladder": 3,
-    "memorization": 4,
-    "checks": 5, "profiling": 5, "calibration": 5,
-    "action": 6, "config": 6,
-    "commands": 7, "pytest_plugin": 7,
-    "cli": 8, "__main__": 9,
+    "training": 4,
+    "memorization": 5,
+    "checks": 6, "profiling": 6, "calibration": 6,
+    "action": 7, "config": 7,
+    "commands": 8, "pytest_plugin": 8,
+    "cli": 9, "__main__": 10,
 }  # fmt: skip
 
 

@@ -11,8 +11,8 @@ from torch import nn
 
 from dlci.errors import DlciError
 from dlci.memorization.engine import MemorizeConfig, memorize, seed_everything
-from dlci.memorization.target import Target
 from dlci.memorization.verdict import training_time
+from dlci.training.target import Target
 
 PR = MemorizeConfig(max_epochs=100, max_loss=0.5, time_cap_s=60)
 

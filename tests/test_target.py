@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from dlci.errors import DlciError
-from dlci.memorization.target import Target, load_target, resolve_spec
+from dlci.training.target import Target, load_target, resolve_spec
 
 
 @pytest.fixture

@@ -26,10 +26,10 @@ import pytest
 
 from dlci.checks import CHECK_IDS
 from dlci.cli import main
-from dlci.memorization.guard import EXIT_HINT
 from dlci.memorization.request import NO_VERDICT
-from dlci.memorization.stepping import optimizer_hparams
 from dlci.memorization.watchdog import Watchdog
+from dlci.training.guard import EXIT_HINT
+from dlci.training.stepping import optimizer_hparams
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -162,7 +162,7 @@ def test_control_a_bug_of_dl_ci_inside_a_step_still_exits_3(
 ) -> None:
     """An exception whose innermost frame is dl-ci's, raised inside the guarded call of the
     model: not blamed on the user, but a bug (exit 3, the traceback in the log)."""
-    import dlci.memorization.stepping as stepping
+    import dlci.training.stepping as stepping
 
     monkeypatch.setattr(stepping, "call_model", lambda model, inputs: optimizer_hparams(None))
     assert memorize(at_root / "out", PLAIN_SPEC) == 3
@@ -469,7 +469,7 @@ def test_an_exit_in_a_users_memorization_test_fails_that_test_and_pytest_goes_on
     result.assert_outcomes(failed=1, passed=2)
     message = exited("train_step", shown="hostile_targets.py")
     result.stdout.fnmatch_lines(
-        [f"E * dlci.memorization.guard.TargetExited: {message}", f"E * hint: {EXIT_HINT}"]
+        [f"E * dlci.training.guard.TargetExited: {message}", f"E * hint: {EXIT_HINT}"]
     )
     result.stdout.fnmatch_lines(["FAILED test_model.py::test_memorizes - *TargetExited: *"])
 

@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 __all__ = ["Instruments", "Target", "__version__", "assert_memorizes", "profile"]
 
 _LAZY = {
-    "Target": "dlci.memorization.target",
+    "Target": "dlci.training.target",
     "assert_memorizes": "dlci.memorization.testing",
     "Instruments": "dlci.checks.instruments",
     "profile": "dlci.profiling.capture",

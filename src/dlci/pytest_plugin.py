@@ -148,7 +148,7 @@ def dlci_target(request: pytest.FixtureRequest) -> Any:
     ``--dlci-target`` option, $DLCI_TARGET, the ini key, or the configuration's ``target``."""
     from dlci.errors import DlciError
     from dlci.memorization.engine import seed_everything
-    from dlci.memorization.target import load_target, resolve_spec
+    from dlci.training.target import load_target, resolve_spec
 
     marker = request.node.get_closest_marker("memorization")
     try:

@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from dlci.memorization.batching import tree_map
-from dlci.memorization.target import Target
+from dlci.training.batching import tree_map
+from dlci.training.target import Target
 
 HEALTHY = "healthy"
 VARIANTS: dict[str, str] = {

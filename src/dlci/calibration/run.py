@@ -81,7 +81,7 @@ def run_calibration(request: CalibrationRequest, say: Say) -> CalibrationOutcome
     from dlci.calibration import write
     from dlci.ladder.load import load_ladder
     from dlci.memorization.request import check_out
-    from dlci.memorization.target import resolve_spec
+    from dlci.training.target import resolve_spec
 
     check_request(request)
     check_out(request.out)

@@ -64,7 +64,7 @@ def environment(device: str) -> dict[str, str]:
 def run_job(job: Job, device: str) -> dict[str, Any]:
     """Train one calibration run in this process; its record (raises DlciError on a mistake)."""
     from dlci.memorization.engine import MemorizeConfig, memorize, seed_everything
-    from dlci.memorization.target import load_target
+    from dlci.training.target import load_target
 
     seed_everything(job.seed)  # before the factory: the initial weights follow the seed
     target = load_target(job.spec)

@@ -23,7 +23,8 @@ from dlci.checks.base import (
 )
 from dlci.errors import DlciError
 from dlci.ladder.model import Tier
-from dlci.memorization.guard import (
+from dlci.policy import SKIP_WAIVER, WARN_ONLY, Policy, Waiver
+from dlci.training.guard import (
     TargetExited,
     UserCodeError,
     exited,
@@ -35,8 +36,7 @@ from dlci.memorization.guard import (
     user_frame,
     where,
 )
-from dlci.memorization.target import Target
-from dlci.policy import SKIP_WAIVER, WARN_ONLY, Policy, Waiver
+from dlci.training.target import Target
 
 
 @dataclass(frozen=True)

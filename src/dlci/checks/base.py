@@ -12,10 +12,10 @@ from typing import Any
 
 from dlci.errors import DlciError
 from dlci.ladder.model import Tier
-from dlci.memorization.batching import as_pair, call_model, take_batch, to_device, tree_map
-from dlci.memorization.guard import user_code
-from dlci.memorization.target import Target
 from dlci.policy import Policy
+from dlci.training.batching import as_pair, call_model, take_batch, to_device, tree_map
+from dlci.training.guard import user_code
+from dlci.training.target import Target
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 CRASHED = "crashed"  # the check itself raised: no verdict from it, never a catch
@@ -102,7 +102,7 @@ class Context:
             loss = self.target.loss_fn(call_model(model, batch[0]), batch[1])  # type: ignore[misc]
             loss.backward()
             optimizer.step()
-        from dlci.memorization.stepping import loss_value
+        from dlci.training.stepping import loss_value
 
         try:
             return loss_value(loss, 1)

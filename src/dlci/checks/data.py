@@ -6,7 +6,7 @@ import itertools
 from typing import Any
 
 from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, number
-from dlci.memorization.batching import as_pair, tree_map
+from dlci.training.batching import as_pair, tree_map
 
 SHUFFLE_BATCHES = 4
 

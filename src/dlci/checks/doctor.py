@@ -59,8 +59,8 @@ def run_doctor(
     traceback in the error log, as for any other error of dl-ci's.
     """
     from dlci.memorization.engine import seed_everything
-    from dlci.memorization.target import load_target, resolve_spec
     from dlci.report import doctor as report
+    from dlci.training.target import load_target, resolve_spec
 
     selected = select(request.only)  # a typo in --only fails before anything is loaded
     spec = resolve_spec(request.target)

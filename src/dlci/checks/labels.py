@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, fmt
-from dlci.memorization.batching import call_model
+from dlci.training.batching import call_model
 
 CONTROL_STEPS = 60  # training steps for each arm of the shuffled-label control
 LEAKAGE_STEPS = 20  # "very little training"

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlci.checks.base import Context, nbytes
-from dlci.memorization.batching import as_pair, batch_size_of
-from dlci.memorization.guard import user_code
+from dlci.training.batching import as_pair, batch_size_of
+from dlci.training.guard import user_code
 
 EXAMPLES = {"train": 2048, "val": 1024}
 BYTES = {"train": 64 << 20, "val": 32 << 20}

@@ -56,11 +56,11 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(list(argv))
 
-    from dlci.memorization.target import load_target, resolve_spec
     from dlci.profiling.analysis import Destinations, analyze_trace
     from dlci.profiling.capture import profile_target
     from dlci.profiling.gate import check_gate
     from dlci.profiling.memcapture import measure_memory
+    from dlci.training.target import load_target, resolve_spec
 
     _common.gates_need_analysis(args)
     check_gate(args.min_gpu_util, args.max_gpu_memory)

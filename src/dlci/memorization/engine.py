@@ -20,16 +20,6 @@ from typing import Any
 from dlci.errors import DlciError
 from dlci.ladder.goal import Goal
 from dlci.ladder.model import Tier
-from dlci.memorization.batching import shard, take_batch, to_device
-from dlci.memorization.guard import user_code
-from dlci.memorization.stepping import (
-    DETACHED_HINT,
-    Stepper,
-    loss_value,
-    optimizer_hparams,
-    switch_off_regularization,
-)
-from dlci.memorization.target import Target
 from dlci.memorization.verdict import (
     MemorizeResult,
     judge,
@@ -37,6 +27,16 @@ from dlci.memorization.verdict import (
     stuck_reason,
     training_time,
 )
+from dlci.training.batching import shard, take_batch, to_device
+from dlci.training.guard import user_code
+from dlci.training.stepping import (
+    DETACHED_HINT,
+    Stepper,
+    loss_value,
+    optimizer_hparams,
+    switch_off_regularization,
+)
+from dlci.training.target import Target
 
 __all__ = ["MemorizeConfig", "MemorizeResult", "memorize", "training_time"]
 

@@ -26,7 +26,7 @@ from dlci.memorization.single import RunReport, train_one, write_run_outputs
 
 def run_memorize(request: MemorizeRequest, say: Say) -> MemorizeOutcome:
     """Run the memorization test as ``request`` asks; a failed test is an outcome, not an error."""
-    from dlci.memorization.target import resolve_spec
+    from dlci.training.target import resolve_spec
 
     check_out(request.out)
     spec = resolve_spec(request.target)

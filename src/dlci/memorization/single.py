@@ -58,8 +58,8 @@ def train_one(
 ) -> MemorizeResult:
     """One memorization run with ``request.seed``: seed, build the target, train."""
     from dlci.memorization.engine import MemorizeConfig, memorize, seed_everything
-    from dlci.memorization.target import load_target
     from dlci.progress import StepProgress
+    from dlci.training.target import load_target
 
     seed_everything(request.seed + dist.rank)  # the model's initial weights come from here
     target = load_target(spec)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dlci.ladder.load import Tier
 from dlci.memorization.engine import MemorizeConfig, MemorizeResult, memorize
-from dlci.memorization.target import Target
+from dlci.training.target import Target
 
 
 def assert_memorizes(

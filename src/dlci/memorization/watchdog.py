@@ -20,7 +20,7 @@ import time
 import traceback
 from collections.abc import Callable
 
-from dlci.memorization.guard import where
+from dlci.training.guard import where
 
 Expiry = Callable[[str, list[str]], None]  # (stuck at "file:line in function", the stack)
 

@@ -176,7 +176,7 @@ def second_size(size: int, *, cuda: bool) -> int:
 def measure(trainer: Any, loader: Any, size: int, meter: Any, steps: int = STEPS) -> list[int]:
     """The peak of ``steps`` training steps on one batch of ``size`` examples from ``loader``
     (after a warmup step, which also builds the optimizer's state)."""
-    from dlci.memorization.batching import take_batch
+    from dlci.training.batching import take_batch
 
     try:
         batch, taken = take_batch(loader, size)
@@ -211,7 +211,7 @@ def _wide_cpu_point(trainer: Any, loader: Any, size: int, meter: Any) -> dict[st
 
 def batch_size_of_loader(loader: Any) -> int:
     """B: the examples in the first batch the target's loader yields."""
-    from dlci.memorization.batching import as_pair, batch_size_of
+    from dlci.training.batching import as_pair, batch_size_of
 
     for raw in loader:
         return batch_size_of(as_pair(raw, 0))

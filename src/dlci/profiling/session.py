@@ -129,11 +129,11 @@ def batches(loader: Any, needed: int) -> Iterator[Any]:
 
 class Trainer:
     """The target's model and optimizer on the device, and one annotated training step; every
-    call into the target's code guarded (memorization/guard.py)."""
+    call into the target's code guarded (training/guard.py)."""
 
     def __init__(self, target: Any, device: str | None, seed: int) -> None:
         from dlci.memorization.engine import pick_device, seed_everything
-        from dlci.memorization.guard import user_code
+        from dlci.training.guard import user_code
 
         seed_everything(seed)
         self.target = target
@@ -150,8 +150,8 @@ class Trainer:
         """Step ``step`` (from 1), each part in its ``dlci/...`` annotation."""
         from torch.profiler import record_function as record
 
-        from dlci.memorization.batching import as_pair, call_model, to_device
-        from dlci.memorization.guard import user_code
+        from dlci.training.batching import as_pair, call_model, to_device
+        from dlci.training.guard import user_code
 
         target, dev = self.target, self.device
         with record("dlci/data"):

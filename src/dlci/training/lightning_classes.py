@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, TypeGuard
 
-from dlci.memorization.adapters import PairLoader
-from dlci.memorization.lightning_state import is_metric
+from dlci.training.adapters import PairLoader
+from dlci.training.lightning_state import is_metric
 
 
 def module_num_classes(module: Any, datamodule: Any, train: PairLoader | None = None) -> int | None:

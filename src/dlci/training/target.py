@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dlci.errors import DlciError
-from dlci.memorization.guard import exited, raised_by_dlci, user_error
+from dlci.training.guard import exited, raised_by_dlci, user_error
 
 CONTRACT_DOC = "docs/target.md"
 
@@ -100,8 +100,8 @@ class Target:
         loss_fn: Callable[[Any, Any], Any] | None = None,
     ) -> Target:
         """A LightningModule's own ``training_step``, ``configure_optimizers`` and batch hooks,
-        run without a Trainer (memorization/lightning_target.py; docs/target.md)."""
-        from dlci.memorization.lightning_target import from_lightning
+        run without a Trainer (training/lightning_target.py; docs/target.md)."""
+        from dlci.training.lightning_target import from_lightning
 
         return cls(
             **from_lightning(
@@ -127,8 +127,8 @@ class Target:
         num_classes: int | None = None,
     ) -> Target:
         """A Transformers model whose forward returns a loss from ``labels``, or a ``Trainer``
-        with its optimizer, collator and data sets (memorization/transformers_target.py)."""
-        from dlci.memorization.transformers_target import from_transformers
+        with its optimizer, collator and data sets (training/transformers_target.py)."""
+        from dlci.training.transformers_target import from_transformers
 
         return cls(
             **from_transformers(

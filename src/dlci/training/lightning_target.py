@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlci.errors import DlciError
-from dlci.memorization.adapters import PairLoader, parameters_swapped, require, unwrapped
-from dlci.memorization.guard import user_error
-from dlci.memorization.lightning_classes import module_num_classes
-from dlci.memorization.lightning_optim import Scheduler, parse_configure_optimizers
-from dlci.memorization.lightning_state import (
+from dlci.training.adapters import PairLoader, parameters_swapped, require, unwrapped
+from dlci.training.guard import user_error
+from dlci.training.lightning_classes import module_num_classes
+from dlci.training.lightning_optim import Scheduler, parse_configure_optimizers
+from dlci.training.lightning_state import (
     UNAVAILABLE,
     UNAVAILABLE_HINT,
     TrainerState,

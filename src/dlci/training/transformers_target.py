@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlci.errors import DlciError
-from dlci.memorization.adapters import PairLoader, parameters_swapped, require
-from dlci.memorization.text_batches import GroupedBatches, pad_settings
+from dlci.training.adapters import PairLoader, parameters_swapped, require
+from dlci.training.text_batches import GroupedBatches, pad_settings
 
 DEFAULT_BATCH_SIZE = 8
 DEFAULT_LR = 5e-5  # the Trainer's default learning rate, for a model given without one

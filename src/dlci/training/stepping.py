@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from dlci.errors import DlciError
-from dlci.memorization.batching import call_model
-from dlci.memorization.guard import user_code
-from dlci.memorization.target import Target
+from dlci.training.batching import call_model
+from dlci.training.guard import user_code
+from dlci.training.target import Target
 
 
 def switch_off_regularization(model: Any, optimizer: Any) -> list[str]:
@@ -79,7 +79,7 @@ def _detached(exc: BaseException) -> str | None:
 
 class Stepper:
     """Runs one training step: the user's own ``train_step``, or the standard one; every
-    call into the user's code is guarded (memorization/guard.py)."""
+    call into the user's code is guarded (training/guard.py)."""
 
     def __init__(self, target: Target, model: Any, optimizer: Any, batch: Any) -> None:
         self.target, self.model, self.optimizer, self.batch = target, model, optimizer, batch

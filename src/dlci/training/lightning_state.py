@@ -197,7 +197,7 @@ def _refused(exc: ValueError, step: int) -> Exception:
     (raised inside dl-ci, it would otherwise read as dl-ci's own failure)."""
     import traceback
 
-    from dlci.memorization.guard import UserCodeError, frames_text, shown_path, user_frame
+    from dlci.training.guard import UserCodeError, frames_text, shown_path, user_frame
 
     summaries = traceback.extract_stack()[:-2]  # up to the user's call of self.log
     frame = user_frame(summaries)
