@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -124,13 +125,12 @@ def test_a_missing_target_module_is_a_clear_error(in_example, tmp_path, capsys) 
     )
 
 
-def run_ddp(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    """``dlci memorize --nproc 2`` on the example, for real, under torchrun with gloo."""
+def run_ddp(out: Path, *extra: str, cwd: Path = EXAMPLE) -> subprocess.CompletedProcess[str]:
+    """``dlci memorize --nproc 2`` on the example, for real, under torchrun with gloo (the
+    launcher is the console script, as the action's gates run it)."""
     return subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "dlci",
+            str(Path(sys.executable).with_name("dlci")),
             "memorize",
             "--nproc",
             "2",
@@ -141,7 +141,7 @@ def run_ddp(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
             "none",
             *extra,
         ],
-        cwd=EXAMPLE,
+        cwd=cwd,
         env=dict(os.environ, CUDA_VISIBLE_DEVICES=""),
         capture_output=True,
         text=True,
@@ -151,7 +151,18 @@ def run_ddp(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_ddp_path_passes_with_two_gloo_processes(tmp_path) -> None:
-    done = run_ddp(tmp_path)
+    # the workspace is the pull request's: a dlci/ folder planted there is never what the
+    # workers run (control: `python -m dlci` from that folder imports the plant)
+    workspace = tmp_path / "workspace"
+    shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns("dlci-artifacts"))
+    (workspace / "dlci").mkdir()
+    (workspace / "dlci" / "__init__.py").write_text("raise SystemExit('PLANTED dlci imported')\n")
+    planted = subprocess.run(
+        [sys.executable, "-m", "dlci", "--help"], cwd=workspace, capture_output=True, text=True
+    )
+    assert "PLANTED" in planted.stderr
+    done = run_ddp(tmp_path, cwd=workspace)
+    assert "PLANTED" not in done.stderr
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((tmp_path / "memorization.json").read_text())
     assert (report["verdict"], report["world_size"], report["batch_examples"]) == ("pass", 2, 16)

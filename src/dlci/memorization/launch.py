@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -37,7 +38,7 @@ def launch(argv: Sequence[str], nproc: int, say: Callable[[str], None], *, quiet
                 VERDICT_VARIABLE: str(verdict_file),
             }
         )
-        command = ["--standalone", f"--nproc-per-node={nproc}", "-m", "dlci", "memorize"]
+        command = ["--standalone", f"--nproc-per-node={nproc}", *_worker_entry(), "memorize"]
         try:
             run(parse_args(command))  # type: ignore[no-untyped-call]
         except ChildFailedError as exc:
@@ -52,6 +53,16 @@ def launch(argv: Sequence[str], nproc: int, say: Callable[[str], None], *, quiet
             "writing one (an exit in the target's code?)"
         )
     return 0 if verdict == "pass" else 1
+
+
+def _worker_entry() -> list[str]:
+    """How torchrun starts dl-ci in each worker: the ``dlci`` console script beside this
+    interpreter (run as a script, its own folder is first on sys.path), not ``-m dlci``,
+    which puts the working directory (a pull request's workspace) first, so that a ``dlci/``
+    folder planted there would be imported instead; ``-m dlci`` only where there is no script.
+    """
+    beside = Path(sys.executable).with_name("dlci")
+    return [str(beside)] if beside.is_file() else ["-m", "dlci"]
 
 
 def _restore(saved: dict[str, str | None]) -> None:
