@@ -7,9 +7,12 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from dlci.errors import EXIT_USAGE, DlciError
+
+if TYPE_CHECKING:
+    from dlci.ladder.tiers import TierRequest
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -153,7 +156,7 @@ def add_tier_options(
     )
 
 
-def tier_request(args: argparse.Namespace) -> Any:
+def tier_request(args: argparse.Namespace) -> TierRequest:
     """The verb's TierRequest (dlci.ladder.tiers) from --budget, --hardware, --ladder,
     --tier-file and the detection options."""
     from dlci.ladder.tiers import TierRequest

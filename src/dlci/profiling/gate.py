@@ -45,24 +45,6 @@ GATE_HINT = (
 )
 
 
-def empty_section(note: str) -> dict[str, Any]:
-    """A memory section with no trace figures (report["memory"], docs/profiling.md)."""
-    return {
-        "source": "none",
-        "note": note,
-        "device": None,
-        "device_total_bytes": None,
-        "peak_allocated_bytes": None,
-        "peak_reserved_bytes": None,
-        "peak_percent_of_device": None,
-        "peak_phase": None,
-        "steps": [],
-        "top_allocations": [],
-        "capture": None,
-        "batch_estimate": None,
-    }
-
-
 def _trace_memory(path: Any, max_size: int) -> dict[str, Any]:
     """The memory section of the memory pass's own trace."""
     from dlci.profiling.memory import memory_section
@@ -78,7 +60,9 @@ def add_memory(report: dict[str, Any], figures: MemoryFigures, *, max_size: int)
         section = _trace_memory(figures.trace, max_size)
         section["trace_file"] = figures.trace.name
     if not isinstance(section, dict):
-        section = empty_section("the trace's memory events were not read")
+        from dlci.profiling.memory import blank_section
+
+        section = blank_section("none", "the trace's memory events were not read")
     section["capture"] = figures.capture
     section["batch_estimate"] = figures.batch_estimate
     report["memory"] = section

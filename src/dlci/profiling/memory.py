@@ -45,7 +45,7 @@ def memory_section(cols: Columns) -> dict[str, Any]:
         why = "the trace holds no [memory] events, so there are no memory figures"
         if mem.skipped:
             why = f"none of the trace's {mem.skipped} [memory] events could be read"
-        return _section("none", f"{why}; {HOW_TO_RECORD}.")
+        return blank_section("none", f"{why}; {HOW_TO_RECORD}.")
     kind, index, others = _device(mem)
     on = (mem.device_type == kind) & (mem.device_id == index)
     series, notes = _series(mem, on, kind)
@@ -53,7 +53,7 @@ def memory_section(cols: Columns) -> dict[str, Any]:
     # its end there (TensorBoard's windows, moved to the end of the device work, overlap the
     # next step's host side)
     ranges = [(s[0], s[1], s[2]) for s in cols.steps] or [(-1, -np.inf, np.inf)]
-    section = _section("trace", None, device=device_label(kind, index))
+    section = blank_section("trace", None, device=device_label(kind, index))
     section.update(_peaks(cols, series, ranges))
     if not cols.steps:
         notes.append(
@@ -156,7 +156,8 @@ def _peaks(
     }
 
 
-def _section(source: str, note: str | None, device: str | None = None) -> dict[str, Any]:
+def blank_section(source: str, note: str | None, device: str | None = None) -> dict[str, Any]:
+    """A memory section with no figures yet (report["memory"], docs/profiling.md)."""
     return {
         "source": source,
         "note": note,

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from dlci import jsonio
+from dlci.action.host.summary import read_report
 from dlci.action.host.verdicts import as_bool, held_to_gates, held_to_policy, judge
 from dlci.errors import DlciError
 from dlci.fsutil import NOT_ALLOWED, copy_beneath, mirror_beneath, read_input
@@ -197,7 +198,11 @@ class Parts:
 
     def _run_record(self, planned: Sequence[Part]) -> dict[str, Any]:
         """run.json: the tests container's steps (its own claims), then each gate's step."""
-        tests = _load(self.base / "kept-tests" / "run.json") if "tests" in self.exit_codes else None
+        tests = (
+            read_report(self.base / "kept-tests" / "run.json")
+            if "tests" in self.exit_codes
+            else None
+        )
         steps = [s for s in (tests or {}).get("steps", []) if s.get("name") in ("install", "tests")]
         steps = [self._tests_step(s) if s.get("name") == "tests" else s for s in steps]
         if tests is None:
@@ -226,7 +231,7 @@ class Parts:
         code = self.exit_codes.get(gate)
         if gate not in self.collected:
             return _skipped(gate, self.blocked)
-        claims = _load(self.collected[gate] / "run.json") or {}
+        claims = read_report(self.collected[gate] / "run.json") or {}
         steps = {s.get("name"): s for s in claims.get("steps", []) if isinstance(s, dict)}
         step = steps.get(gate)
         if step is None:
@@ -284,7 +289,7 @@ class Parts:
 
     def installed(self) -> bool:
         """Whether the tests container's install step passed (or had nothing to do)."""
-        steps = (_load(self.base / "kept-tests" / "run.json") or {}).get("steps", [])
+        steps = (read_report(self.base / "kept-tests" / "run.json") or {}).get("steps", [])
         install: dict[str, Any] = next((s for s in steps if s.get("name") == "install"), {})
         return install.get("status") in ("passed", "skipped")
 
@@ -325,14 +330,6 @@ def _split(inner: list[str]) -> tuple[list[str], str, str]:
             args.append(arg)
         index += 1
     return args, found["--tier-json"], found["--out"]
-
-
-def _load(path: Path) -> dict[str, Any] | None:
-    try:
-        value = jsonio.decode(read_input(path, what="report"))
-    except (DlciError, jsonio.DecodeError):
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def _skipped(name: str, why: str) -> dict[str, Any]:

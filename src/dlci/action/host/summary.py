@@ -76,7 +76,7 @@ def summarize(
         if host_record is not None:  # the upload's folder: new, beside the host's record
             into = Path(tempfile.mkdtemp(prefix="dlci-upload-", dir=host_record.parent))
         into /= "dlci-artifacts"
-        left = snapshot(folder, _load(host_record) if host_record else None, into)
+        left = snapshot(folder, read_report(host_record) if host_record else None, into)
         data = collect(into, host_record)
     data["problems"] += [f"not copied: {why}" for why in left]
     data["verdict"] = "fail" if data["problems"] else "pass"
@@ -105,7 +105,8 @@ def snapshot(folder: Path, record: dict[str, Any] | None, into: Path) -> list[st
     return [why for why in left if not why.endswith(NOT_ALLOWED)]
 
 
-def _load(path: Path) -> dict[str, Any] | None:
+def read_report(path: Path) -> dict[str, Any] | None:
+    """A JSON object from a report file, or None when it is missing, too big or not one."""
     try:
         value = jsonio.decode(read_input(path, what="report"))
     except (DlciError, jsonio.DecodeError):
@@ -120,16 +121,16 @@ def collect(folder: Path, host_record: Path | None = None) -> dict[str, Any]:
     checked against it (and a missing record after a passed preflight is a problem).
     """
     data: dict[str, Any] = {
-        "preflight": _load(folder / "preflight.json"),
-        "run": _load(folder / "run.json"),
-        "cleanup": _load(folder / "cleanup.json"),
-        "memorization": _load(folder / "memorization.json"),
-        "doctor": _load(folder / "doctor.json"),
-        "utilization": _load(folder / "utilization.json"),
+        "preflight": read_report(folder / "preflight.json"),
+        "run": read_report(folder / "run.json"),
+        "cleanup": read_report(folder / "cleanup.json"),
+        "memorization": read_report(folder / "memorization.json"),
+        "doctor": read_report(folder / "doctor.json"),
+        "utilization": read_report(folder / "utilization.json"),
         "tests": junit_counts(folder / "junit.xml"),
         "coverage": coverage_rate(folder / "coverage.xml"),
     }
-    record = _load(host_record) if host_record is not None else None
+    record = read_report(host_record) if host_record is not None else None
     if record is not None:
         tier = record.get("tier")
         data["preflight"] = record.get("preflight") or (
@@ -259,7 +260,7 @@ def evidence(name: str, folder: Path, *, gpu_gate: bool = False) -> tuple[str, s
         return _junit(folder / file)
     if name == "profile" and not (folder / "trace.json.gz").is_file():
         return "missing", "without trace.json.gz"
-    report = _load(folder / file) if (folder / file).is_file() else None
+    report = read_report(folder / file) if (folder / file).is_file() else None
     if report is None:
         broken = (folder / file).exists()
         return "missing", f"with an unreadable {file}" if broken else f"without {file}"
