@@ -162,6 +162,58 @@ class Encoder(nn.Module):
         return self.head(self.norm(h).mean(dim=1))
 
 
+class CausalLM(nn.Module):
+    """A one-block GPT: token and position embeddings, masked self-attention, a GELU MLP and
+    a next-token head; forward returns ``(logits, None)``, as research code that computes
+    its loss outside the model does. ``causal=False`` drops the mask (the planted bug)."""
+
+    def __init__(self, width: int = 32, causal: bool = True) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, width)
+        self.position = nn.Parameter(0.02 * torch.randn(1, LENGTH, width))
+        self.block = nn.TransformerEncoderLayer(
+            width, 2, 64, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
+        )
+        self.head = nn.Linear(width, VOCAB)
+        self.causal = causal
+
+    def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, None]:
+        length = tokens.shape[1]
+        mask = nn.Transformer.generate_square_subsequent_mask(length) if self.causal else None
+        h = self.block(self.embed(tokens) + self.position[:, :length], src_mask=mask)
+        return self.head(h), None
+
+
+def next_token_loss(outputs: tuple[torch.Tensor, None], targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(outputs[0].reshape(-1, VOCAB), targets.reshape(-1))
+
+
+def _sequences(seed: int = 6):
+    """(N, LENGTH) tokens counting up from a random start by a step of 1, 2 or 3 (mod VOCAB),
+    a token in eight replaced at random; the targets are the next tokens."""
+    g = torch.Generator().manual_seed(seed)
+    start = torch.randint(0, VOCAB, (SIZE, 1), generator=g)
+    step = torch.randint(1, 4, (SIZE, 1), generator=g)
+    seq = (start + step * torch.arange(LENGTH + 1)) % VOCAB
+    noise = torch.rand(SIZE, LENGTH + 1, generator=g) < 0.125
+    seq = torch.where(noise, torch.randint(0, VOCAB, seq.shape, generator=g), seq)
+    return seq[:, :-1], seq[:, 1:]
+
+
+def causal_lm(*, causal: bool = True) -> dlci.Target:
+    """Next-token prediction with a causal mask; outputs a (logits, None) tuple."""
+    torch.manual_seed(0)
+    train, val = _loaders(*_sequences())
+    return dlci.Target(
+        CausalLM(causal=causal),
+        lambda p: torch.optim.AdamW(p, lr=1e-3),
+        train,
+        loss_fn=next_token_loss,
+        val_loader=val,
+        num_classes=VOCAB,
+    )
+
+
 def _mlp(inputs: int, outputs: int, act: type[nn.Module], width: int = 64) -> nn.Sequential:
     return nn.Sequential(
         nn.Linear(inputs, width), act(), nn.Linear(width, width), act(), nn.Linear(width, outputs)
@@ -402,6 +454,7 @@ HEALTHY = {
     "ResNet, zero-init last BN gamma": resnet_zero_init_gamma,
     "LSTM classifier": lstm_classifier,
     "Transformer, zero pos-embedding, GELU": transformer_zero_positions,
+    "causal LM, (logits, None) outputs": causal_lm,
     "ReZero branches, zero-init head, SiLU": rezero_zero_head,
     "multi-label, BCEWithLogits, SiLU": multilabel_bce,
     "regression, SGD + Nesterov, Mish": regression_sgd_momentum,

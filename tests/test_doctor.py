@@ -239,7 +239,7 @@ def test_a_crashed_check_is_in_the_report_and_the_doctor_exits_3(
         ("shuffle", "pass"),
         ("leakage", "crashed"),
     ]
-    counts = {"pass": 1, "warn": 0, "fail": 0, "skip": 0, "crashed": 1, "ran": 2}
+    counts = {"pass": 1, "warn": 0, "fail": 0, "skip": 0, "crashed": 1, "ran": 2, "following": 0}
     assert report["counts"] == counts
     assert report["verdict"] == "fail"
     assert report["reason"] == "checks crashed, so they gave no verdict: leakage"

@@ -26,6 +26,7 @@ KINDS = {
     "CNN, BatchNorm, functional ReLU": {"relu"},
     "ResNet, zero-init last BN gamma": {"relu"},
     "Transformer, zero pos-embedding, GELU": {"gelu"},
+    "causal LM, (logits, None) outputs": {"gelu"},
     "ReZero branches, zero-init head, SiLU": {"silu"},
     "multi-label, BCEWithLogits, SiLU": {"silu"},
     "regression, SGD + Nesterov, Mish": {"mish", "softplus"},

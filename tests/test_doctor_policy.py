@@ -136,7 +136,7 @@ def test_an_expired_waiver_fails_the_doctor_and_names_itself(tmp_path) -> None:
     assert report["verdict"] == "fail"
     assert report["checks"][0]["status"] == "fail" and "waived" not in report["checks"][0]
     assert report["reason"] == (
-        "the waiver for zero-grad expired on 2026-05-31 (pyproject.toml:14): it no longer "
+        "zero-grad failed; the waiver for zero-grad expired on 2026-05-31 (pyproject.toml:14): it no longer "
         "applies; renew it with a new reason and date, or remove it"
     )
     entry = report["waivers"][0]
@@ -145,7 +145,10 @@ def test_an_expired_waiver_fails_the_doctor_and_names_itself(tmp_path) -> None:
         False,
         "fail",
     )
-    assert "Verdict fail: the waiver for zero-grad expired on 2026-05-31" in report["markdown"]
+    assert (
+        "Verdict fail: zero-grad failed; the waiver for zero-grad expired on 2026-05-31"
+        in report["markdown"]
+    )
     assert (
         "| ❌ expired 2026-05-31 | pyproject.toml:14 | expired, so not applied (the check ran "
         "as usual: fail); the verdict fails |" in report["markdown"]

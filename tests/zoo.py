@@ -236,6 +236,64 @@ def lr_far_too_low() -> dlci.Target:
     return classification(lr=1e-9)
 
 
+def label_one_hot_in_inputs() -> dlci.Target:
+    """A one-hot copy of the label appended to the inputs: each column gives one class away,
+    so the one-feature probe sees a quarter of it."""
+    x, y = _blobs()
+    return classification(
+        x_y=(torch.cat([x[:, :6], nn.functional.one_hot(y, CLASSES).float()], 1), y)
+    )
+
+
+def causal_mask_missing() -> dlci.Target:
+    """A next-token model whose attention sees the whole sequence, later tokens included."""
+    import healthy_zoo
+
+    return healthy_zoo.causal_lm(causal=False)
+
+
+def optimizer_closes_over_model() -> dlci.Target:
+    """``lambda params: ...(model.parameters())``: the factory ignores what it is given."""
+    target = classification()
+    model = target.model
+    target.optimizer = lambda params: torch.optim.Adam(model.parameters(), lr=3e-3)
+    return target
+
+
+class TupleMLP(MLP):
+    """Returns ``(logits, features)``, as many research models do."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return super().forward(x), x
+
+
+def per_batch_norm_behind_a_tuple() -> dlci.Target:
+    target = classification(model=TupleMLP(norm=nn.BatchNorm1d(64, track_running_stats=False)))
+    target.loss_fn = lambda outputs, y: nn.functional.cross_entropy(outputs[0], y)
+    return target
+
+
+def no_zero_grad_sgd() -> dlci.Target:
+    """No zero_grad under plain SGD at 0.2: the summed gradients blow up the updates, and
+    the checks that train (weight-norms, update-ratio, lr-range, label-alignment) see it."""
+    target = no_zero_grad()
+    target.optimizer = lambda params: torch.optim.SGD(params, lr=0.2)
+    return target
+
+
+class _Raising:
+    """A loader whose first batch raises, as a collate function given bad rows does."""
+
+    def __iter__(self):
+        raise ValueError("expected sequence of length 5 at dim 1 (got 9)")
+
+
+def loader_raises() -> dlci.Target:
+    target = classification()
+    target.train_loader = _Raising()
+    return target
+
+
 def _unseeded_factory() -> dlci.Target:
     torch.seed()  # the planted bug: a fresh random seed every time the target is built
     model = MLP()
@@ -277,6 +335,16 @@ BUGS = {
     "held-out split normalised otherwise": (held_out_normalised_otherwise, "input-normalization"),
     "learning rate far too low": (lr_far_too_low, "lr-range"),
     "unseeded initialisation": (unseeded_initialisation, "reproducibility"),
+    "a one-hot copy of the label among the inputs": (label_one_hot_in_inputs, "leakage"),
+    "a causal LM without its causal mask": (causal_mask_missing, "causality"),
+    "an optimizer factory closed over the model": (
+        optimizer_closes_over_model,
+        "optimizer-coverage",
+    ),
+    "per-batch normalization behind tuple outputs": (
+        per_batch_norm_behind_a_tuple,
+        "batch-independence",
+    ),
 }
 
 # planted bug -> a fragment of what its check must have measured: a failure caught for the
@@ -300,6 +368,10 @@ MEASURED = {
     "held-out split normalised otherwise": "held-out vs training, median over 10 features",
     "learning rate far too low": "configured 1.0e-09",
     "unseeded initialisation": "largest parameter difference",
+    "a one-hot copy of the label among the inputs": "each singling out one class",
+    "a causal LM without its causal mask": "the first position to change is",
+    "an optimizer factory closed over the model": "6 of them the model's own",
+    "per-batch normalization behind tuple outputs": "max difference ",
 }
 
 # checks that rebuild the target get its function too

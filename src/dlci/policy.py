@@ -122,6 +122,12 @@ THRESHOLDS: tuple[Threshold, ...] = (
        "classification: warns when one feature alone predicts the held-out labels with this skill"),
     _T("leakage", "fail-skill", 0.75, 0.0, 1.0,
        "classification: fails when one feature alone predicts the held-out labels with this skill"),
+    _T("leakage", "warn-group-skill", 0.9, 0.0, 1.0,
+       "classification: warns when a group of features, each singling out one class, predicts "
+       "the held-out labels with this skill (and 0.1 more than the best feature alone)"),
+    _T("leakage", "fail-group-skill", 0.95, 0.0, 1.0,
+       "classification: fails when a group of features, each singling out one class, predicts "
+       "the held-out labels with this skill (and 0.1 more than the best feature alone)"),
     _T("leakage", "warn-r2", 0.9, 0.0, 1.0,
        "regression: warns when one feature alone explains this R^2 of the held-out targets"),
     _T("leakage", "fail-r2", 0.99, 0.0, 1.0,

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from dlci.checks import cascade
 from dlci.checks.base import (
     CRASHED,
     FAIL,
@@ -69,6 +70,12 @@ LADDER: tuple[tuple[str, str, str, str], ...] = (
         "input_normalization",
     ),
     ("batch-independence", "per-batch normalization at inference", "data", "batch_independence"),
+    (
+        "causality",
+        "a sequence model that sees the future: a causal mask missing",
+        "causality",
+        "causality",
+    ),
     ("activations", "dead or saturated units", "activations", "activations"),
     ("weight-norms", "weights growing without bound", "gradients", "weight_norms"),
     ("update-ratio", "updates that do nothing or blow up", "gradients", "update_ratio"),
@@ -140,9 +147,16 @@ def run_checks(
     checks = checks if checks is not None else _registry()
     policy = policy or Policy()
     batch_size = getattr(tier, "batch_size", 16)
-    ctx = Context.build(
-        target, batch_size=batch_size, device=device, tier=tier, factory=factory, policy=policy
-    )
+    try:
+        ctx = Context.build(
+            target, batch_size=batch_size, device=device, tier=tier, factory=factory, policy=policy
+        )
+    except (DlciError, SystemExit) as exc:  # no batch at all: still a report, check by check
+        unbuilt = _without_a_batch(checks, exc)
+        for result in unbuilt:
+            if on_result is not None:
+                on_result(result)
+        return unbuilt
     results: list[CheckResult] = []
     stopped = False
     for check in checks:
@@ -163,7 +177,41 @@ def run_checks(
         if on_result is not None:
             on_result(result)
         stopped = stopped or (stop_on_fail and result.status in (FAIL, CRASHED))
+    cascade.attribute(results)
     return results
+
+
+def _without_a_batch(checks: list[Check], exc: BaseException) -> list[CheckResult]:
+    """The results when the target gives no batch to check (its loader raised or exited):
+    the first check fails with the error, located, and every other one says it could not
+    run and why, so the report lists the whole ladder."""
+    if not checks:
+        return []
+    if isinstance(exc, SystemExit):
+        error = exited(exc, "the train_loader")
+        message, hint, location = error.message, "", ""
+    else:
+        assert isinstance(exc, DlciError)
+        message, hint, location = exc.message, exc.hint or "", exc.location or ""
+    first = CheckResult(
+        checks[0].id,
+        FAIL,
+        message[:2000],
+        "a batch of the training data to check",
+        cause="the target gave no batch to check: reading its train_loader failed before any "
+        "check ran" + (f", at {location}" if location else ""),
+        fix="run 'dlci memorize' on the target: it shows where the error is",
+        details={"frames": hint[-8000:]},
+    )
+    rest = [
+        CheckResult(
+            check.id,
+            SKIP,
+            cause=f"could not run: the target gave no batch to check (see {checks[0].id})",
+        )
+        for check in checks[1:]
+    ]
+    return [first, *rest]
 
 
 def _run_one(check: Check, ctx: Context, crashes: list[BaseException] | None) -> CheckResult:

@@ -13,7 +13,15 @@ from typing import Any
 from dlci.errors import DlciError
 from dlci.ladder.model import Tier
 from dlci.policy import Policy
-from dlci.training.batching import as_pair, call_model, take_batch, to_device, tree_map
+from dlci.training.batching import (
+    as_pair,
+    batch_size_of,
+    call_model,
+    logits_of,
+    take_batch,
+    to_device,
+    tree_map,
+)
 from dlci.training.guard import user_code
 from dlci.training.target import Target
 
@@ -40,6 +48,8 @@ class CheckResult:
     # the project's waiver, when one applied: mode, reason, until, source, and the status the
     # check would have had without it (None for a check the waiver kept from running)
     waived: dict[str, Any] | None = None
+    # the earlier failures this one may follow from (checks/cascade.py); empty for a root
+    follows: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -128,6 +138,34 @@ class Context:
         if nbytes(batches) <= CACHE_BYTES:
             self.shared[key] = (count, batches)
         return batches
+
+    def classes(self) -> tuple[int | None, str]:
+        """(the number of classes to judge by, a note): ``num_classes``, unless the model's
+        (N, K) scores say otherwise (a hand-given 10 for a head of 4 labels), when the
+        outputs' width counts and the note says so."""
+        given = self.target.num_classes
+        width = self.memo("output-width", self._output_width)
+        if given and width and width != given:
+            return width, f"num_classes={given} is given, but the outputs score {width} classes"
+        return given, ""
+
+    def _output_width(self) -> int | None:
+        import torch
+
+        flags = {module: module.training for module in self.model.modules()}
+        try:
+            self.model.eval()
+            with torch.no_grad():
+                outputs = self.forward()
+            scores = logits_of(outputs, batch_size_of(self.batch))
+        except Exception:  # the checks that run the model report its errors themselves
+            return None
+        finally:
+            for module, flag in flags.items():
+                module.training = flag
+        if isinstance(scores, torch.Tensor) and scores.ndim == 2 and scores.shape[1] >= 2:
+            return int(scores.shape[1])
+        return None
 
     def is_classification(self) -> bool:
         targets = self.batch[1]

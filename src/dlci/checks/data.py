@@ -6,7 +6,8 @@ import itertools
 from typing import Any
 
 from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, number
-from dlci.training.batching import as_pair, tree_map
+from dlci.checks.sample import data_sample
+from dlci.training.batching import as_pair, logits_of, tree_map
 
 SHUFFLE_BATCHES = 4
 
@@ -24,10 +25,15 @@ def shuffle(ctx: Context) -> CheckResult:
     sequential = _is_sequential(loader)
     threshold = ctx.policy.threshold
     if ctx.is_classification():
-        classes = ctx.target.num_classes or int(max(int(t.max()) for t in targets) + 1)
+        classes = ctx.classes()[0] or int(max(int(t.max()) for t in targets) + 1)
         seen = [len(set(t.flatten().tolist())) for t in targets]
         size = sum(t.shape[0] for t in targets) / len(targets)
-        expected_distinct = classes * (1 - (1 - 1 / classes) ** size)
+        shares = _class_shares(ctx)
+        if shares is not None:  # the data's own class mix: imbalanced, or fewer classes
+            classes = len(shares)
+            expected_distinct = sum(1 - (1 - q) ** size for q in shares)
+        else:
+            expected_distinct = classes * (1 - (1 - 1 / classes) ** size)
         score = (sum(seen) / len(seen)) / expected_distinct
         measured = f"{sum(seen) / len(seen):.1f} classes per batch in the first {len(seen)} batches"
         expected = (
@@ -60,6 +66,22 @@ def shuffle(ctx: Context) -> CheckResult:
             fix=fix,
         )
     return CheckResult("shuffle", PASS, measured, expected)
+
+
+def _class_shares(ctx: Context) -> list[float] | None:
+    """The share of each class present in the training data, from the data sample when it
+    was read across the data set by index (a loader's first batches would show the order
+    this check judges); None otherwise."""
+    import torch
+
+    train = data_sample(ctx).train
+    labels = None if train is None or not train.by_index else train.targets
+    if not isinstance(labels, torch.Tensor) or labels.ndim != 1 or labels.is_floating_point():
+        return None
+    if labels.numel() < 32 or int(labels.min()) < 0:
+        return None
+    counts = torch.bincount(labels.long())
+    return [float(c) / labels.numel() for c in counts if c > 0]
 
 
 def _is_sequential(loader: Any) -> bool:
@@ -103,8 +125,14 @@ def batch_independence(ctx: Context) -> CheckResult:
     with torch.no_grad():
         full = _outputs(ctx, ctx.batch)
         part = _outputs(ctx, tree_map(lambda t: t[:half], ctx.batch))
+    full, part = logits_of(full, size), logits_of(part, half)  # a tuple's, a ModelOutput's
     if not isinstance(full, torch.Tensor) or not isinstance(part, torch.Tensor):
-        return CheckResult("batch-independence", SKIP, cause="the outputs are not one tensor")
+        return CheckResult(
+            "batch-independence",
+            SKIP,
+            cause="the outputs hold no tensor of scores with one row per example (a tensor, "
+            "logits, or the first such tensor of a tuple)",
+        )
     diff = float((full[:half] - part).abs().max())
     scale = 1.0 + float(full.abs().max())
     tolerance = ctx.policy.threshold("batch-independence", "tolerance")

@@ -6,12 +6,11 @@ from __future__ import annotations
 import copy
 import itertools
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, fmt
-from dlci.training.batching import call_model
+from dlci.training.batching import call_model, logits_of
 
 CONTROL_STEPS = 60  # training steps for each arm of the shuffled-label control
 LEAKAGE_STEPS = 20  # "very little training"
@@ -81,15 +80,8 @@ def evaluate(ctx: Context, model: Any, batches: list[Any]) -> Score:
 
 
 def _scores(outputs: Any) -> Any:
-    """The tensor of scores in a model's outputs: the outputs, or their ``logits`` (as a
-    Transformers ``ModelOutput`` holds them)."""
-    import torch
-
-    if isinstance(outputs, torch.Tensor):
-        return outputs
-    logits = outputs.get("logits") if isinstance(outputs, Mapping) else None
-    logits = logits if logits is not None else getattr(outputs, "logits", None)
-    return logits if isinstance(logits, torch.Tensor) else outputs
+    """The tensor of scores in a model's outputs (training/batching.py's ``logits_of``)."""
+    return logits_of(outputs)
 
 
 def _as_columns(outputs: Any, targets: Any) -> tuple[Any, Any] | str:
@@ -150,6 +142,33 @@ def _auc(scores: Any, labels: Any) -> float:
 
 
 NEVER_TRAINED = 1e-6  # weights moved by less than this share of their norm: no training at all
+EXTENDED_STEPS = 240  # the most each copy trains when 60 steps gave no pass
+EXTEND_SECONDS = 30.0  # the extension runs when projected (from the first 60 steps) within this
+FIT_PREMISE = 0.1  # how far the true-label copy must fit its own batches for a failure to count
+
+
+class Arm:
+    """One copy of the model in training, its optimizer kept, so it can train on."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.model = copy.deepcopy(ctx.model)
+        self.model.train()
+        self.optimizer = ctx.optimizer(self.model)
+        self.losses: list[float] = []
+
+    def train(
+        self, ctx: Context, batches: list[Any], score_at: tuple[int, list[Any]] | None = None
+    ) -> Arm:
+        self.model.train()
+        for batch in batches:
+            self.losses.append(ctx.step(self.model, self.optimizer, batch))
+            if score_at is not None and len(self.losses) == score_at[0]:
+                ctx.shared["early-score"] = _score_between_steps(ctx, self.model, score_at[1])
+        return self
+
+    @property
+    def lowest(self) -> float:
+        return min(self.losses, default=math.inf)
 
 
 def trained_copy(
@@ -160,15 +179,8 @@ def trained_copy(
     """A copy of the model trained on ``batches`` and its lowest training loss; ``score_at``
     (steps, held-out batches) also scores it after that many steps, for leakage
     (ctx.shared["early-score"])."""
-    model = copy.deepcopy(ctx.model)
-    model.train()
-    optimizer = ctx.optimizer(model)
-    lowest = math.inf
-    for step, batch in enumerate(batches, 1):
-        lowest = min(lowest, ctx.step(model, optimizer, batch))
-        if score_at is not None and step == score_at[0]:
-            ctx.shared["early-score"] = _score_between_steps(ctx, model, score_at[1])
-    return model, lowest
+    arm = Arm(ctx).train(ctx, batches, score_at)
+    return arm.model, arm.lowest
 
 
 def _score_between_steps(ctx: Context, model: Any, val: list[Any]) -> Score:
@@ -197,16 +209,37 @@ def _shuffled(batches: list[Any]) -> list[Any]:
     return shuffled
 
 
+def _changed(batches: list[Any], shuffled: list[Any]) -> bool:
+    """Whether shuffling changed any label (not when each batch holds one label value)."""
+    import torch
+
+    return any(not torch.equal(a[1], b[1]) for a, b in zip(batches, shuffled, strict=True))
+
+
 AFTER_MEMORIZE = (
     "memorize failed (the training loop cannot overfit one batch), so two copies trained on "
     "true and shuffled labels would tie whatever the labels; fix that first"
 )
+MORE_STEPS = (
+    "a verdict needs copies that learn within the check's steps: a higher learning rate "
+    "(lr-range shows where the loss falls fastest) or a model that learns faster; or waive "
+    "the check in the configuration"
+)
 
 
-def _unjudged(why: str, details: dict[str, Any] | None = None) -> CheckResult:
-    """No verdict: the check's premise (a loop that learns) did not hold."""
+def _unjudged(
+    why: str, details: dict[str, Any] | None = None, fix: str = "", measured: str = ""
+) -> CheckResult:
+    """No verdict, said as a warning: the check ran, and its premise (copies that learn,
+    a control that changes the labels the step reads) did not hold."""
     return CheckResult(
-        "label-alignment", SKIP, cause=f"could not judge: {why}", details=details or {}
+        "label-alignment",
+        WARN,
+        measured or "no verdict: " + why.split(":")[0],
+        "copies that learn from the labels they are given",
+        cause=f"could not judge: {why}",
+        fix=fix or MORE_STEPS,
+        details=dict(details or {}, inconclusive=True),
     )
 
 
@@ -232,8 +265,82 @@ def _needs(ctx: Context, check: str) -> CheckResult | None:
     return None
 
 
+@dataclass
+class Reading:
+    """The two copies scored after ``steps``: held-out, and the true-label copy on its own
+    training batches (``fit``: the share of the way from the control's held-out loss down to
+    the floor that its own batches cover; ``gain``: the same for its held-out loss)."""
+
+    steps: int
+    true: Score
+    control: Score
+    own: float  # the true-label copy's loss on its own training batches
+    floor: float
+    gain: float
+    fit: float
+
+    def details(self) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "true_loss": self.true.loss,
+            "shuffled_loss": self.control.loss,
+            "own_batches_loss": self.own,
+            "floor": self.floor,
+            "gain": self.gain,
+            "fit": self.fit,
+            "true_accuracy": self.true.accuracy,
+            "shuffled_accuracy": self.control.accuracy,
+        }
+
+    def text(self) -> str:
+        measured = (
+            f"held-out loss {fmt(self.true.loss)} with true labels, {fmt(self.control.loss)} "
+            f"with shuffled"
+        )
+        if self.true.accuracy is not None and self.control.accuracy is not None:
+            measured += f" (accuracy {self.true.accuracy:.0%} vs {self.control.accuracy:.0%})"
+        measured += f"; {fmt(self.own)} on its own training batches, after {self.steps} steps"
+        if self.floor < 0:
+            measured += (
+                f"; the loss goes below zero: floor taken at the lowest seen, {fmt(self.floor)}"
+            )
+        return measured
+
+
+def _read(ctx: Context, true: Arm, shuffled: Arm, own: list[Any], val: list[Any]) -> Reading:
+    true_score = evaluate(ctx, true.model, val)
+    control = evaluate(ctx, shuffled.model, val)
+    own_loss = evaluate(ctx, true.model, own).loss
+    floor = min(0.0, true.lowest, shuffled.lowest, true_score.loss, own_loss)
+    span = control.loss - floor
+
+    def share(loss: float) -> float:
+        value = (control.loss - loss) / span if span > 0 else 0.0
+        return value if math.isfinite(value) else 0.0
+
+    return Reading(
+        len(true.losses),
+        true_score,
+        control,
+        own_loss,
+        floor,
+        share(true_score.loss),
+        share(own_loss),
+    )
+
+
 def label_alignment(ctx: Context) -> CheckResult:
-    """Shuffled-label control: true labels must beat shuffled labels on held-out data."""
+    """Shuffled-label control: true labels must beat shuffled labels on held-out data.
+
+    A copy that has not fitted even its own training batches beyond the labels' overall mix
+    says nothing of the labels: then both copies train on, up to EXTENDED_STEPS, where that
+    is projected to take at most EXTEND_SECONDS, and a check still without a pass or a
+    measured fault says it could not judge (a warning), and why.
+    """
+    import time
+
+    import torch
+
     if missing := _needs(ctx, "label-alignment"):
         return missing
     batches = train_batches(ctx, CONTROL_STEPS)
@@ -242,53 +349,79 @@ def label_alignment(ctx: Context) -> CheckResult:
         return CheckResult("label-alignment", SKIP, cause="the val_loader gave no batches")
     scored = (LEAKAGE_STEPS, val) if len(batches) >= LEAKAGE_STEPS else None
     if ctx.shared.get("memorize") is False:  # an earlier rung: the loop cannot learn at all
-        return _unjudged(AFTER_MEMORIZE)
-    model, true_lowest = trained_copy(ctx, batches, scored)
-    true = evaluate(ctx, model, val)
-    moved = _moved(ctx.model, model)
+        return CheckResult("label-alignment", SKIP, cause=f"could not judge: {AFTER_MEMORIZE}")
+    shuffled_batches = _shuffled(batches)
+    if not _changed(batches, shuffled_batches):
+        return _unjudged(
+            "every training batch holds one label value, so shuffling labels within a batch "
+            "changes nothing: the training data is not shuffled (see shuffle)",
+            fix="shuffle the training data (DataLoader(shuffle=True))",
+        )
+    started = time.perf_counter()
+    rng = torch.get_rng_state()  # both copies draw the same dropout masks and augmentations
+    true = Arm(ctx).train(ctx, batches, scored)
+    moved = _moved(ctx.model, true.model)
     if moved < NEVER_TRAINED:  # the premise failed: copies that never trained say nothing
         return _unjudged(
             f"the copy trained on the true labels for {len(batches)} steps did not change (its "
-            f"weights moved by {moved:.1e} of their norm): the optimizer updates nothing (does "
-            "its factory use the parameters it is given? see optimizer-coverage, lr-range)",
-            {"weights_moved": moved, "true_loss": true.loss, "steps": len(batches)},
+            f"weights moved by {moved:.1e} of their norm): the optimizer updates nothing",
+            {"weights_moved": moved, "steps": len(batches)},
+            fix="check the optimizer factory uses the parameters it is given "
+            "(optimizer-coverage), and the learning rate (lr-range)",
         )
-    model, shuffled_lowest = trained_copy(ctx, _shuffled(batches))
-    control = evaluate(ctx, model, val)
-    floor = min(0.0, true_lowest, shuffled_lowest, true.loss)
-    measured = f"held-out loss {fmt(true.loss)} with true labels, {fmt(control.loss)} with shuffled"
-    if true.accuracy is not None and control.accuracy is not None:
-        measured += f" (accuracy {true.accuracy:.0%} vs {control.accuracy:.0%})"
+    torch.set_rng_state(rng)
+    shuffled = Arm(ctx).train(ctx, shuffled_batches)
+    if true.losses == shuffled.losses:
+        return _unjudged(
+            "the training step gave the same loss at every step with shuffled labels as with "
+            "the true ones: it does not read its labels from the batch's targets (the second "
+            "item of (inputs, targets)), so this control cannot change them",
+            {"steps": len(batches)},
+            fix="make the step read its labels from batch[1] (see docs/target.md), or waive "
+            "the check",
+        )
+    own = batches[:EVAL_BATCHES]
+    reading = _read(ctx, true, shuffled, own, val)
     warn = ctx.policy.threshold("label-alignment", "warn-gain")
     fail = ctx.policy.threshold("label-alignment", "fail-gain")
-    expected = f"true labels clearly better (loss at least {warn:.0%} lower)"
-    if floor < 0:  # no floor at zero (a likelihood): the lowest loss seen stands in for it
-        measured += f"; the loss goes below zero: floor taken at the lowest seen, {fmt(floor)}"
-        expected = (
-            f"true labels clearly better ({warn:.0%} of the way from shuffled down to the lowest)"
+    extension = ""
+    if reading.gain < warn:  # no pass yet: more steps on the same batches, when affordable
+        projected = (time.perf_counter() - started) * (EXTENDED_STEPS - len(batches)) / len(batches)
+        if projected <= EXTEND_SECONDS:
+            extra = EXTENDED_STEPS - len(batches)
+            rng = torch.get_rng_state()
+            true.train(ctx, list(itertools.islice(itertools.cycle(batches), extra)))
+            torch.set_rng_state(rng)
+            shuffled.train(ctx, list(itertools.islice(itertools.cycle(shuffled_batches), extra)))
+            reading = _read(ctx, true, shuffled, own, val)
+        else:
+            extension = (
+                f" (training on to {EXTENDED_STEPS} steps would take about {projected:.0f} s, "
+                f"over the check's {EXTEND_SECONDS:.0f} s)"
+            )
+    details = reading.details()
+    expected = f"true labels clearly better (loss at least {warn:.0%} of the way lower)"
+    if reading.gain >= warn:
+        return CheckResult("label-alignment", PASS, reading.text(), expected, details=details)
+    if reading.fit < FIT_PREMISE:
+        return _unjudged(
+            f"after {reading.steps} steps the copy trained on the true labels fits its own "
+            f"training batches (loss {fmt(reading.own)}) no better than the shuffled-label copy "
+            f"fits held-out data ({fmt(reading.control.loss)}): it has learned nothing beyond "
+            "the labels' overall mix yet, and two copies that learned nothing tie whatever the "
+            f"labels are{extension}",
+            details,
+            measured=reading.text(),
         )
-    span = control.loss - floor
-    gain = (control.loss - true.loss) / span if span > 0 else 0.0
-    gain = gain if math.isfinite(gain) else 0.0
-    details = {
-        "true_loss": true.loss,
-        "shuffled_loss": control.loss,
-        "floor": floor,
-        "gain": gain,
-        "true_accuracy": true.accuracy,
-        "shuffled_accuracy": control.accuracy,
-        "steps": len(batches),
-    }
-    if gain >= warn:
-        return CheckResult("label-alignment", PASS, measured, expected, details=details)
     return CheckResult(
         "label-alignment",
-        FAIL if gain < fail else WARN,
-        measured,
+        FAIL if reading.gain < fail else WARN,
+        reading.text(),
         expected,
         details=details,
-        cause="training on the true labels generalises no better than on shuffled ones: the "
-        "labels do not belong to their inputs (or the task is not learnable yet)",
+        cause="the copy trained on the true labels fits its own training batches but "
+        "generalises no better than one trained on shuffled labels: the labels do not belong "
+        "to their inputs",
         fix="check that inputs and labels are indexed together (a sort, a shuffle or a join that "
         "touched only one of them)",
     )

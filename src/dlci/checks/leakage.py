@@ -38,6 +38,7 @@ def leakage(ctx: Context) -> CheckResult:
     parts = {
         "copies": _copies(ctx, sample),
         "probe": _single_feature(ctx, sample),
+        "group": _feature_group(ctx, sample),
         "early": _early(ctx),
     }
     ran = [p for p in parts.values() if p.status != SKIP]
@@ -149,11 +150,69 @@ def _single_feature(ctx: Context, sample: Sample) -> Part:
     )
 
 
+GROUP_MARGIN = 0.1  # the group must beat the best single feature by this much to count
+
+
+def _feature_group(ctx: Context, sample: Sample) -> Part:
+    """Features that each single out one class and together predict the label (a one-hot
+    copy of the label among the inputs): the one-feature probe sees one class of it."""
+    flat = _flat(sample)
+    if isinstance(flat, str):
+        return Part(SKIP, f"no feature-group probe: {flat}")
+    train, val, t, v = flat
+    yt, yv = train.targets, val.targets
+    if t.shape[1] > probe.MAX_FEATURES or val.size < MIN_HELD_OUT:
+        return Part(SKIP, "no feature-group probe: see the one-feature probe")
+    if not (
+        ctx.is_classification()
+        and yt is not None
+        and yv is not None
+        and yt.ndim == 1
+        and yv.ndim == 1
+        and min(int(yt.min()), int(yv.min())) >= 0
+    ):
+        return Part(SKIP, "no feature-group probe: the targets are not class labels")
+    classes = max(int(ctx.classes()[0] or 0), int(yt.max()) + 1, int(yv.max()) + 1)
+    found = probe.group(t, yt, v, yv, classes)
+    if found is None:
+        return Part(PASS, "no group of one-class features")
+    single = probe.classify(t, yt, v, yv, classes).score
+    names = [feature_name(train, c) for c in found.columns]
+    warn, fail = (
+        ctx.policy.threshold("leakage", k) for k in ("warn-group-skill", "fail-group-skill")
+    )
+    adds = found.score - single >= GROUP_MARGIN
+    status = (
+        FAIL if adds and found.score >= fail else WARN if adds and found.score >= warn else PASS
+    )
+    listed = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    measured = (
+        f"{len(names)} features ({listed}), each singling out one class, together predict "
+        f"{found.accuracy:.0%} of held-out labels (skill {found.score:.2f}; the best one alone "
+        f"{single:.2f})"
+    )
+    return Part(
+        status,
+        measured,
+        f"no group of one-class features with skill {number(warn)} or more",
+        cause="the label is spread over several input features, each marking one class (a "
+        "one-hot copy of the label, or indicator columns computed from it)",
+        fix=f"look at {listed}: how they are computed; drop them if they come from the label",
+        details={
+            "features": names,
+            "classes": found.classes,
+            "score": found.score,
+            "accuracy": found.accuracy,
+            "single_feature_score": single,
+        },
+    )
+
+
 def _probe(ctx: Context, t: Any, yt: Any, v: Any, yv: Any) -> probe.Probe | None:
     if yt is None or yv is None:
         return None
     if ctx.is_classification() and yt.ndim == 1 and yv.ndim == 1 and not yt.is_floating_point():
-        classes = max(int(ctx.target.num_classes or 0), int(yt.max()) + 1, int(yv.max()) + 1)
+        classes = max(int(ctx.classes()[0] or 0), int(yt.max()) + 1, int(yv.max()) + 1)
         if min(int(yt.min()), int(yv.min())) < 0:
             return None
         return probe.classify(t, yt, v, yv, classes)

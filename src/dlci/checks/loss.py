@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, fmt
+from dlci.training.batching import logits_of
 
 _BOUNDS = ("warn-low", "warn-high", "fail-low", "fail-high")  # times ln C
 
@@ -13,7 +14,7 @@ _BOUNDS = ("warn-low", "warn-high", "fail-low", "fail-high")  # times ln C
 def initial_loss(ctx: Context) -> CheckResult:
     import torch
 
-    classes = ctx.target.num_classes
+    classes, note = ctx.classes()
     if not classes:
         return CheckResult("initial-loss", SKIP, cause="num_classes is not given")
     if not ctx.is_classification():
@@ -26,7 +27,7 @@ def initial_loss(ctx: Context) -> CheckResult:
         loss = float(ctx.target.loss_fn(outputs, ctx.batch[1]))
     expected = math.log(classes)
     bound = {key: ctx.policy.threshold("initial-loss", key) for key in _BOUNDS}
-    measured = f"{loss:.3f}"
+    measured = f"{loss:.3f}" + (f" ({note}: judged against {classes})" if note else "")
     band = f"{fmt(bound['warn-low'])}-{fmt(bound['warn-high'])}x"
     want = f"about ln {classes} = {expected:.3f} ({band})"
     if _looks_like_probabilities(outputs):
@@ -59,6 +60,7 @@ def initial_loss(ctx: Context) -> CheckResult:
 def _looks_like_probabilities(outputs: Any) -> bool:
     import torch
 
+    outputs = logits_of(outputs)
     if not isinstance(outputs, torch.Tensor) or outputs.ndim != 2 or outputs.shape[1] < 2:
         return False
     sums = outputs.sum(dim=1)

@@ -99,3 +99,65 @@ def regress(train: Any, targets: Any, val: Any, val_targets: Any) -> Probe:
     score = torch.maximum(binned, line)
     best = int(score.argmax())
     return Probe(best, float(score[best]), None, None, False)
+
+
+SEPARATES = 0.9  # a feature's held-out balanced accuracy at telling one class from the rest
+MAX_CELLS = 1 << 24  # features x bins x classes counted for the group probe, at most
+
+
+@dataclass
+class Group:
+    """Features that each single out one class, and how well they predict the label together:
+    the leak a one-feature probe sees only a part of (a one-hot copy of the label)."""
+
+    columns: list[int]  # one feature per class it singles out
+    classes: list[int]
+    score: float  # the group's skill, as the one-feature probe's
+    accuracy: float
+    chance: float
+
+
+def group(train: Any, labels: Any, val: Any, val_labels: Any, classes: int) -> Group | None:
+    """For each class, the feature that best tells it from the others on held-out data (bins
+    where the training share of the class is over half predict it; balanced accuracy); the
+    classes a feature singles out at SEPARATES or better form the group, which predicts each
+    held-out example's class as the one whose feature gives it the highest training share.
+    None when fewer than two classes are singled out, or the counts would be too large."""
+    import torch
+
+    features = train.shape[1]
+    if features * BINS * classes > MAX_CELLS or classes < 2:
+        return None
+    bt, bv = _bins(train, val)
+    device = train.device
+
+    def counts(bins: Any, y: Any) -> Any:
+        slot = (torch.arange(features, device=device)[:, None] * BINS + bins) * classes
+        out = torch.zeros(features * BINS * classes, device=device)
+        out.index_add_(0, (slot + y[None, :]).flatten(), torch.ones(slot.numel(), device=device))
+        return out.view(features, BINS, classes)
+
+    seen, held = counts(bt, labels), counts(bv, val_labels)
+    shares = seen / seen.sum(2, keepdim=True).clamp_min(1)
+    predicts = shares > 0.5  # (F, BINS, C): the bins that predict each class
+    per_class = held.sum(1)  # (F, C): held-out examples of each class (the same for every F)
+    hits = (held * predicts).sum(1)  # (F, C)
+    false = ((held.sum(2, keepdim=True) - held) * predicts).sum(1)
+    others = per_class.sum(1, keepdim=True) - per_class
+    balanced = (hits / per_class.clamp_min(1) + 1 - false / others.clamp_min(1)) / 2
+    balanced = torch.where((per_class > 0) & (others > 0), balanced, torch.zeros_like(balanced))
+    best, column = balanced.max(dim=0)  # per class
+    chosen = [k for k in range(classes) if float(best[k]) >= SEPARATES]
+    if len(chosen) < 2 or len({int(column[k]) for k in chosen}) < 2:
+        return None
+    cols = [int(column[k]) for k in chosen]
+    score = torch.stack(
+        [shares[c, bv[c], k] for c, k in zip(cols, chosen, strict=True)], dim=1
+    )  # (Nv, G)
+    common = int(torch.bincount(labels, minlength=classes).argmax())
+    picked = torch.tensor(chosen, device=device)[score.argmax(dim=1)]
+    guess = torch.where(score.max(dim=1).values > 0, picked, torch.full_like(picked, common))
+    accuracy = float((guess == val_labels).float().mean())
+    chance = float((val_labels == common).float().mean())
+    skill = (accuracy - chance) / max(1e-9, 1 - chance)
+    return Group(cols, chosen, skill, accuracy, chance)

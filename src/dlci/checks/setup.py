@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from dlci.checks.base import FAIL, PASS, CheckResult, Context, layer_name
 
 
@@ -12,7 +14,9 @@ def optimizer_coverage(ctx: Context) -> CheckResult:
     missing = [name for key, name in trainable.items() if key not in covered]
     measured = f"{len(trainable) - len(missing)} of {len(trainable)} trainable tensors"
     if not missing:
-        return CheckResult("optimizer-coverage", PASS, measured, "all trainable tensors")
+        return _given_parameters(ctx) or CheckResult(
+            "optimizer-coverage", PASS, measured, "all trainable tensors"
+        )
     layers = sorted({layer_name(n) for n in missing})
     return CheckResult(
         "optimizer-coverage",
@@ -23,4 +27,32 @@ def optimizer_coverage(ctx: Context) -> CheckResult:
         fix="build the optimizer from the params dl-ci passes (lambda params: Adam(params, ...)) "
         "or from model.parameters(); freeze on purpose with requires_grad=False",
         details={"missing": missing},
+    )
+
+
+def _given_parameters(ctx: Context) -> CheckResult | None:
+    """A factory must build its optimizer over the parameters it is given: every copy the
+    checks train (and the user's own copies) needs one of its own. One that closes over the
+    model (``lambda params: model.configure_optimizers(...)``) trains the original instead."""
+    twin = copy.deepcopy(ctx.model)
+    given = {id(p) for p in twin.parameters() if p.requires_grad}
+    held = [p for group in ctx.optimizer(twin).param_groups for p in group["params"]]
+    if not held or all(id(p) in given for p in held):
+        return None
+    original = {id(p) for p in ctx.model.parameters()}
+    theirs = sum(id(p) in original for p in held)
+    measured = (
+        f"given a copy's {len(given)} trainable tensors, the factory returned an optimizer over "
+        f"{len(held)} others" + (f", {theirs} of them the model's own" if theirs else "")
+    )
+    return CheckResult(
+        "optimizer-coverage",
+        FAIL,
+        measured,
+        "an optimizer over the parameters the factory is given",
+        cause="the optimizer factory does not use its argument"
+        + (": it closes over the model, so training a copy updates the original" if theirs else ""),
+        fix="build the optimizer from the factory's argument: lambda params: AdamW(params, ...); "
+        "for a method such as model.configure_optimizers, pass it the params",
+        details={"given": len(given), "held": len(held), "the_models_own": theirs},
     )

@@ -38,8 +38,9 @@ def build(
     is where they and the thresholds came from, with the thresholds that differ from the
     defaults.
     """
-    counts = {status: sum(r.status == status for r in results) for status in ICONS}
+    counts: dict[str, int] = {status: sum(r.status == status for r in results) for status in ICONS}
     counts["ran"] = len(results) - counts["skip"]
+    counts["following"] = sum(bool(getattr(r, "follows", None)) for r in results)
     crashed = [r.id for r in results if r.status == "crashed"]
     expired = [w for w in waivers or [] if w.get("expired")]
     data: dict[str, Any] = {
@@ -52,14 +53,33 @@ def build(
         "verdict": "fail" if counts["fail"] or crashed or expired else "pass",
         "counts": counts,
         "checks": [_check(r) for r in results],
+        "roots": [r.id for r in results if r.status == "fail" and not getattr(r, "follows", None)],
         "waivers": list(waivers or []),
         "policy": policy or {"origin": "", "thresholds": {}},
     }
-    reasons = [f"checks crashed, so they gave no verdict: {', '.join(crashed)}"] if crashed else []
+    reasons = [root_reason(data["checks"])] if counts["fail"] else []
+    reasons += [f"checks crashed, so they gave no verdict: {', '.join(crashed)}"] if crashed else []
     reasons += [expired_reason(w) for w in expired]
     if reasons:
         data["reason"] = "; ".join(reasons)
     return data
+
+
+def root_reason(checks: list[dict[str, Any]]) -> str:
+    """The failures, roots first: ``zero-grad failed; label-alignment may follow from it``.
+
+    >>> checks = [{"id": "a", "status": "fail"}, {"id": "b", "status": "fail", "follows": ["a"]}]
+    >>> root_reason(checks)
+    'a failed; b may follow from a'
+    """
+    roots = [c["id"] for c in checks if c.get("status") == "fail" and not c.get("follows")]
+    text = f"{', '.join(roots)} failed" if roots else ""
+    by_root: dict[str, list[str]] = {}
+    for check in checks:
+        if check.get("status") == "fail" and check.get("follows"):
+            by_root.setdefault(", ".join(check["follows"]), []).append(check["id"])
+    followers = [f"{', '.join(ids)} may follow from {root}" for root, ids in by_root.items()]
+    return "; ".join([text, *followers] if text else followers)
 
 
 def _check(result: Any) -> dict[str, Any]:
@@ -84,10 +104,16 @@ def _tally(counts: dict[str, int]) -> str:
     """``1 failed, 0 warnings, 13 passed, 2 skipped: 14 of 16 checks ran``; older reports
     have no ``crashed`` or ``ran``."""
     crashed = counts.get("crashed", 0)
+    following = counts.get("following", 0)
     total = sum(counts.get(status, 0) for status in ICONS)
     ran = counts.get("ran", total - counts.get("skip", 0))
     return (
         f"{counts.get('fail', 0)} failed, "
+        + (
+            f"{following} of the failures and warnings may follow from an earlier one, "
+            if following
+            else ""
+        )
         + (f"{crashed} crashed, " if crashed else "")
         + f"{counts.get('warn', 0)} warnings, {counts.get('pass', 0)} passed, "
         f"{counts.get('skip', 0)} skipped: {ran} of {total} checks ran"

@@ -147,3 +147,43 @@ def call_model(model: Any, inputs: Any) -> Any:
     if isinstance(inputs, tuple | list):
         return model(*inputs)
     return model(inputs)
+
+
+def logits_of(outputs: Any, rows: int | None = None) -> Any:
+    """The tensor of per-example scores in a model's outputs: the outputs when they are one
+    tensor; else their ``logits`` (a Transformers ``ModelOutput``, a dict); else, in a tuple,
+    list or dict, the first floating tensor with one row per example (``rows``, when known;
+    a 0-d loss beside the logits is passed over). The outputs themselves when none is found.
+
+    >>> import torch
+    >>> logits = torch.zeros(4, 3)
+    >>> logits_of((logits, torch.tensor(0.5))) is logits
+    True
+    >>> logits_of({"loss": torch.tensor(1.0), "logits": logits}) is logits
+    True
+    >>> logits_of((torch.zeros(2, 3), logits), rows=4) is logits
+    True
+    """
+    import torch
+
+    if isinstance(outputs, torch.Tensor):
+        return outputs
+    named = outputs.get("logits") if isinstance(outputs, dict) else None
+    named = named if named is not None else getattr(outputs, "logits", None)
+    if isinstance(named, torch.Tensor):
+        return named
+    if isinstance(outputs, dict):
+        items = [v for k, v in outputs.items() if k != "loss"]
+    elif isinstance(outputs, (tuple, list)):
+        items = list(outputs)
+    else:
+        return outputs
+    for item in items:
+        if (
+            isinstance(item, torch.Tensor)
+            and item.is_floating_point()
+            and item.ndim >= 1
+            and (rows is None or item.shape[0] == rows)
+        ):
+            return item
+    return outputs

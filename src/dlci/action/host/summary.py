@@ -345,7 +345,8 @@ def error_annotations(data: dict[str, Any]) -> list[tuple[str, str, str]]:
         out.append(("error", mem.get("reason", "the memorization test failed"), "memorization"))
     doctor = data["doctor"]
     if doctor:
-        for check in doctor.get("checks", []):
+        checks = [c for c in doctor.get("checks", []) if isinstance(c, dict)]
+        for check in sorted(checks, key=lambda c: bool(c.get("follows"))):  # roots first
             if check.get("status") == "fail":
                 out.append(("error", f"{check['id']}: {check.get('cause', '')}", "dlci doctor"))
     util = data["utilization"]
