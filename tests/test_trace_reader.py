@@ -172,6 +172,8 @@ def test_header_without_events_is_bounded(tmp_path: Path, monkeypatch) -> None:
         (b"[]", "the JSON array is empty"),
         (b"[1, 2.5, 3]", "the JSON array holds 3 values and no event object"),
         (b'{"traceEvents": [1, "a", null, []]}', "its traceEvents array holds 4 values and no"),
+        (b'{"traceEvents": [{}]}', r"its traceEvents array holds 1 object and none has a phase"),
+        (b'[{"name": "a"}, {"ts": 1}]', r"the JSON array holds 2 objects and none has a phase"),
     ],
 )
 def test_no_event_object_is_not_a_trace(tmp_path: Path, text: bytes, why: str) -> None:

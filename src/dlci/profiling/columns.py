@@ -147,6 +147,7 @@ class ColumnBuilder:
         self.categories: Counter[str] = Counter()
         self.unknown: Counter[str] = Counter()
         self.events = 0
+        self.phased = False  # whether any event has a phase ("ph"): a trace event at all
         self.missing_duration = 0
         self.missing_timestamp = 0
         self.memory = MemoryBuilder()
@@ -170,6 +171,8 @@ class ColumnBuilder:
 
     def add(self, events: list[Event]) -> None:
         self.events += len(events)
+        if not self.phased:
+            self.phased = any(e.ph for e in events)
         groups: dict[str, list[Event]] = {}
         get = groups.get
         for event in events:

@@ -263,9 +263,16 @@ def decimal_thread(value: Any) -> bool:
     )
 
 
-def no_events(path: Path, bare: bool, not_objects: int) -> DlciError:
-    """A trace whose events array holds no event object: nothing to report on is not a
-    report of nothing (an empty report with exit 0 would be a false success)."""
+def no_events(path: Path, bare: bool, not_objects: int, unphased: int = 0) -> DlciError:
+    """A trace whose events array holds no event object, or only objects without a phase
+    (``"ph"``, which every trace event has): nothing to report on is not a report of
+    nothing (an empty report with exit 0 would be a false success)."""
     where = "the JSON array" if bare else "its traceEvents array"
-    what = f"holds {not_objects:,} values and no event object" if not_objects else "is empty"
+    if unphased:
+        objects = "1 object" if unphased == 1 else f"{unphased:,} objects"
+        what = f'holds {objects} and none has a phase ("ph"): no trace event'
+    elif not_objects:
+        what = f"holds {not_objects:,} values and no event object"
+    else:
+        what = "is empty"
     return not_a_trace(path, f"{where} {what}")

@@ -264,6 +264,8 @@ class _Slices:
                 stream.want = min(2 * len(stream.buf), MAX_EVENT + BLOCK)
         if not self.builder.events:
             raise no_events(self.path, bare, self.not_objects)
+        if not self.builder.phased:  # [{}]: objects, but none a trace event
+            raise no_events(self.path, bare, self.not_objects, self.builder.events)
         columns = self.builder.columns(header)
         columns.untyped_slices = self.untyped
         return columns

@@ -160,7 +160,11 @@ class Trainer:
             inputs, targets = as_pair(batch, step - 1)
             inputs, targets = to_device(inputs, dev), to_device(targets, dev)
         if target.train_step is not None:
-            with record("dlci/train_step"), user_code("train_step", step):
+            with (
+                record("dlci/train_step"),
+                user_code("train_step", step),
+                forward_marked(self.model),
+            ):
                 target.train_step(self.model, (inputs, targets), self.optimizer)
             return
         with record("dlci/forward"):
@@ -261,3 +265,32 @@ def stamp(prof: Any, step: int, schedule: Any) -> None:
         import torch
 
         prof.add_metadata("dlci_torch_version", torch.__version__)
+
+
+@contextlib.contextmanager
+def forward_marked(model: Any) -> Iterator[None]:
+    """Each call of ``model`` inside the block annotated ``dlci/forward``, by forward hooks:
+    a user's own train_step gets its forward attributed (its backward and optimizer are
+    torch's own autograd and ``Optimizer.step`` events). Calls left open by an exception
+    are closed at the end of the block."""
+    from torch.profiler import record_function
+
+    opened: list[Any] = []
+
+    def enter(module: Any, args: Any) -> None:
+        mark = record_function("dlci/forward")
+        mark.__enter__()
+        opened.append(mark)
+
+    def leave(module: Any, args: Any, output: Any) -> None:
+        if opened:
+            opened.pop().__exit__(None, None, None)
+
+    handles = [model.register_forward_pre_hook(enter), model.register_forward_hook(leave)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+        while opened:
+            opened.pop().__exit__(None, None, None)
