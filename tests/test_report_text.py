@@ -138,6 +138,32 @@ def test_doctor_console_table(name: str, capsys) -> None:
     assert_safe_console(capsys.readouterr().out, columns=5)
 
 
+def test_the_doctor_fits_a_ci_log_of_120_columns(capsys) -> None:
+    """Piped (every CI log), the doctor's results wrap to 120 columns: before, one table row
+    was as wide as its longest cell (1,581 columns on the digits example)."""
+    long = "held-out loss 0.292 with true labels, 2.3 with shuffled; " * 12 + "x" * 300
+    check = {"status": "fail", "measured": long, "expected": long, "cause": long, "fix": long}
+    report = {
+        "verdict": "fail",
+        "reason": long,
+        "counts": {"fail": 1},
+        "checks": [{"id": "label-alignment", **check}, {"id": "zero-grad", **check}],
+    }
+    doctor.print_table(report)  # capsys's stream is not a terminal
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= 120 and len(lines) > 20
+    assert "".join(line.strip() for line in lines).count("x" * 200) >= 4  # long words kept
+    # the control: the rich table at a log's width, the layout before, does not fit
+    from rich.table import Table
+
+    from dlci.report.console import table_console
+
+    grid = Table("check", "measured")
+    grid.add_row("label-alignment", long)
+    table_console().print(grid)
+    assert max(map(len, capsys.readouterr().out.splitlines())) > 120
+
+
 @pytest.fixture(scope="module")
 def utilization_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from dlci.profiling.metrics import analyze

@@ -183,8 +183,19 @@ def waiver_effect(waiver: dict[str, Any]) -> str:
     return "fail read as warn" if before == "fail" else f"{before}: nothing to waive"
 
 
-def print_table(report: dict[str, Any]) -> None:
-    """The doctor's table on the terminal; outside text shown as plain text, never as markup."""
+LOG_COLUMNS = 120  # the width of the doctor's output when it is not a terminal (a CI log)
+
+
+def print_table(report: dict[str, Any], file: Any = None) -> None:
+    """The doctor's table: on a terminal a rich table at its width; otherwise (a CI log, a
+    pipe) one block per check, wrapped to LOG_COLUMNS. Outside text is shown as plain text,
+    never as markup."""
+    import sys
+
+    stream = file or sys.stdout
+    if not stream.isatty():
+        stream.write("\n".join(compact_lines(report)) + "\n")
+        return
     from rich.table import Table
     from rich.text import Text
 
@@ -207,18 +218,66 @@ def print_table(report: dict[str, Any]) -> None:
             Text(clean(check["expected"])),
             Text(advice),
         )
-    console = table_console()
+    console = table_console(stream)
     console.print(grid)
-    console.print(_tally(report["counts"]), highlight=False)
+    for line in _closing_lines(report):
+        console.print(Text(line), highlight=False)
+
+
+def compact_lines(report: dict[str, Any], width: int = LOG_COLUMNS) -> list[str]:
+    """The doctor's results for a log: a line (or a few, wrapped) per check with its status
+    and what it measured; for anything but a pass, what was expected, the cause and the fix,
+    indented under it. No line is longer than ``width``.
+
+    >>> report = {"checks": [{"id": "zero-grad", "status": "fail", "measured": "5 of 6",
+    ...     "expected": "none", "cause": "gradients accumulate", "fix": "call zero_grad"}],
+    ...     "counts": {"fail": 1}}
+    >>> for line in compact_lines(report):
+    ...     print(line)
+    dlci doctor
+    fail  zero-grad  5 of 6
+            expected: none
+            cause: gradients accumulate
+            fix: call zero_grad
+    1 failed, 0 warnings, 0 passed, 0 skipped: 1 of 1 checks ran
+    """
+    import textwrap
+
+    def wrap(text: str, first: str, rest: str) -> list[str]:
+        return textwrap.wrap(
+            text or "-", width, initial_indent=first, subsequent_indent=rest,
+            break_long_words=True, break_on_hyphens=False,
+        ) or [first.rstrip()]  # fmt: skip
+
+    checks = report["checks"]
+    id_width = min(max((len(clean(c["id"])) for c in checks), default=0), 24)
+    lines = ["dlci doctor"]
+    for check in checks:
+        status = clean(check["status"]) + (" (waived)" if check.get("waived") else "")
+        head = f"{status:<5} {clean(check['id']):<{id_width}}  "
+        said = check["measured"] or (check["cause"] if check["status"] == "skip" else "")
+        lines += wrap(clean(said), head, " " * 8)
+        if check["status"] == "pass":
+            continue
+        for label in ("expected", "cause", "fix"):
+            if check.get(label) and not (label == "cause" and said is check["cause"]):
+                prefix = f"{' ' * 8}{label}: "
+                lines += wrap(clean(check[label]), prefix, " " * 10)
+    for line in _closing_lines(report):
+        lines += wrap(line, "", "  ")
+    return lines
+
+
+def _closing_lines(report: dict[str, Any]) -> list[str]:
+    """The tally, the project's waivers and the verdict's reason."""
+    lines = [_tally(report["counts"])]
     for waiver in report.get("waivers") or []:
         until = f"until {clean(waiver['until'])}" if waiver.get("until") else "no end date"
-        console.print(
-            Text(
-                f"waiver: {clean(waiver.get('check'))} {clean(waiver.get('mode'))}, {until} "
-                f"({clean(waiver.get('source') or 'no source')}): "
-                f"{clean(waiver.get('reason'))}; {waiver_effect(waiver)}",
-                style="bold red" if waiver.get("expired") else "",
-            )
+        lines.append(
+            f"waiver: {clean(waiver.get('check'))} {clean(waiver.get('mode'))}, {until} "
+            f"({clean(waiver.get('source') or 'no source')}): "
+            f"{clean(waiver.get('reason'))}; {waiver_effect(waiver)}"
         )
     if report.get("reason") and report["verdict"] != "pass":
-        console.print(Text(f"verdict fail: {clean(report['reason'])}", style="bold red"))
+        lines.append(f"verdict fail: {clean(report['reason'])}")
+    return lines
