@@ -118,6 +118,26 @@ def test_a_loop_without_item_has_no_sync_advice(cpu_only, tmp_path: Path) -> Non
     assert "syncs" not in [r["id"] for r in report["recommendations"]]
 
 
+def test_a_gpu_gate_without_a_gpu_is_not_applicable_unless_asked_strictly(
+    cpu_only, tmp_path: Path, capsys
+) -> None:
+    """min-gpu-util = 40 (the README's example) on a laptop: CI on the same hardware (a CPU
+    class) says the GPU gates do not apply, so the local run says so too; before, it could
+    not pass. The controls: --strict-gates fails, and so does a GPU class (a container that
+    lost its GPU is what the gate must catch)."""
+    args = ["profile", "--target", "profile_targets:healthy", "--steps", "1", "--no-memory"]
+    gates = ["--min-gpu-util", "40", "--max-gpu-memory", "90", "--quiet"]
+    assert main([*args, *gates, "--hardware", "cpu", "--out", str(tmp_path / "a")]) == 0
+    gate = json.loads((tmp_path / "a" / "utilization.json").read_text())["gate"]
+    assert gate["passed"] is True and gate["applicable"] is False
+    assert "(min-gpu-util 40%, max-gpu-memory 90%) judge GPU runs only" in gate["message"]
+    assert "not applicable: this machine has no GPU" in capsys.readouterr().err
+    strict = [*args, *gates, "--hardware", "cpu", "--strict-gates", "--out", str(tmp_path / "b")]
+    assert main(strict) == 1
+    assert "cannot be evaluated: the trace has no GPU work" in capsys.readouterr().err
+    assert main([*args, *gates, "--hardware", "a100", "--out", str(tmp_path / "c")]) == 1
+
+
 def test_profile_rejects_bad_arguments(cpu_only, tmp_path: Path, capsys) -> None:
     args = ["profile", "--target", "profile_targets:healthy", "--out", str(tmp_path)]
     assert main([*args, "--steps", "0"]) == 1

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dlci.commands import _common
 from dlci.errors import DlciError
 from dlci.profiling.analysis import Analysis, Destinations, analyze_trace, summary_lines
-from dlci.report.console import print_error
+from dlci.report.console import print_error, print_warning
 from dlci.report.text import clean
 
 
@@ -74,6 +74,8 @@ def show(result: Analysis, say: Callable[[str], None]) -> int:
     """Print the report's summary and the gate's verdict; return the exit code."""
     for line in summary_lines(result.report):
         say(line)
+    if result.gate is not None and result.gate.get("applicable") is False:
+        print_warning(f"{result.gate['message']} ({result.gate['hint']})")
     if result.gate is not None and not result.passed:
         print_error(DlciError(result.gate["message"], hint=result.gate.get("hint")))
         return 1

@@ -80,8 +80,11 @@ def analyze_trace(
     memory: MemoryFigures | None = None,
     max_size: int | None = None,
     on_written: Callable[[Path], None] | None = None,
+    no_gpu: str = "",
 ) -> Analysis:
-    """Read ``trace``, build its report with the gates' verdict, and write its files."""
+    """Read ``trace``, build its report with the gates' verdict, and write its files.
+    ``no_gpu``: why the run has no GPU (the hardware has none), which makes a GPU gate on a
+    trace without GPU work not applicable instead of failed."""
     from dlci.profiling.metrics import analyze
     from dlci.profiling.reader import DEFAULT_MAX_SIZE, read_trace
 
@@ -90,7 +93,12 @@ def analyze_trace(
     report = analyze(read_trace(trace, max_size=size), source=str(trace))
     if memory is not None:
         add_memory(report, memory, max_size=size)
-    gate = combined_gate(report, evaluate_gate(report, min_gpu_util), max_gpu_memory=max_gpu_memory)
+    gate = combined_gate(
+        report,
+        evaluate_gate(report, min_gpu_util, no_gpu),
+        max_gpu_memory=max_gpu_memory,
+        no_gpu=no_gpu,
+    )
     if gate is not None:
         report["gate"] = gate
     analysis = Analysis(report, gate)

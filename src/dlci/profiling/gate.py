@@ -91,9 +91,28 @@ def memory_percent(report: dict[str, Any]) -> tuple[float | None, str]:
     return None, ""
 
 
-def memory_gate(report: dict[str, Any], maximum: float) -> dict[str, Any]:
-    """The --max-gpu-memory check: passed, message, hint, value."""
+STRICT_HINT = "pass --strict-gates to fail a run that has no GPU work"
+
+
+def not_applicable(name: str, bound: str, no_gpu: str) -> dict[str, Any]:
+    """A GPU gate on a run without a GPU: no verdict on the code, so no failure; the note
+    says why (a laptop or a CPU runner gives the verdict CI gives on the same hardware)."""
+    return {
+        "name": name,
+        "passed": True,
+        "applicable": False,
+        "value": None,
+        "message": f"not applicable: {no_gpu}; the {name} gate ({bound}) judges GPU runs only",
+        "hint": STRICT_HINT,
+    }
+
+
+def memory_gate(report: dict[str, Any], maximum: float, no_gpu: str = "") -> dict[str, Any]:
+    """The --max-gpu-memory check: passed, message, hint, value. ``no_gpu`` (why this run
+    has no GPU, when the hardware has none) makes a missing figure not applicable."""
     value, where = memory_percent(report)
+    if value is None and no_gpu:
+        return not_applicable("max-gpu-memory", f"{maximum:g}%", no_gpu)
     if value is None:
         return {
             "name": "max-gpu-memory",
@@ -115,7 +134,11 @@ def memory_gate(report: dict[str, Any], maximum: float) -> dict[str, Any]:
 
 
 def combined_gate(
-    report: dict[str, Any], util_gate: dict[str, Any] | None, *, max_gpu_memory: float | None
+    report: dict[str, Any],
+    util_gate: dict[str, Any] | None,
+    *,
+    max_gpu_memory: float | None,
+    no_gpu: str = "",
 ) -> dict[str, Any] | None:
     """report["gate"]: the --min-gpu-util gate's keys as before, "passed" only when every
     gate asked for passes, "message" the failing ones' messages, and "checks"."""
@@ -125,7 +148,7 @@ def combined_gate(
             {"name": "min-gpu-util", "passed": bool(util_gate["passed"]),
              "message": util_gate["message"], "hint": util_gate.get("hint")}
         )  # fmt: skip
-    memory = None if max_gpu_memory is None else memory_gate(report, max_gpu_memory)
+    memory = None if max_gpu_memory is None else memory_gate(report, max_gpu_memory, no_gpu)
     if memory is not None:
         checks.append({k: memory[k] for k in ("name", "passed", "message", "hint")})
     if not checks:
@@ -139,21 +162,38 @@ def combined_gate(
         gate["max_gpu_memory"] = max_gpu_memory
         gate["gpu_memory_pct"] = memory["value"]
     gate["checks"] = checks
+    idle = [c for c in (util_gate, memory) if c is not None and c.get("applicable") is False]
+    gate["applicable"] = not idle
+    if idle:  # one note for the gates that did not apply, the bounds named once each
+        named = [f"min-gpu-util {util_gate['minimum']:g}%"] if util_gate else []
+        named += [f"max-gpu-memory {max_gpu_memory:g}%"] if memory is not None else []
+        bounds = ", ".join(named)
+        gate["message"] = f"not applicable: {no_gpu}; the GPU gates ({bounds}) judge GPU runs only"
+        gate["hint"] = STRICT_HINT
     return gate
 
 
-def evaluate_gate(report: dict[str, Any], minimum: float | None) -> dict[str, Any] | None:
-    """The --min-gpu-util verdict, with the reasons when it fails."""
+def evaluate_gate(
+    report: dict[str, Any], minimum: float | None, no_gpu: str = ""
+) -> dict[str, Any] | None:
+    """The --min-gpu-util verdict, with the reasons when it fails; ``no_gpu`` (why this run
+    has no GPU, when the hardware has none) makes a trace without GPU work not applicable."""
     if minimum is None:
         return None
     value = report["gpu_utilization_pct"]
+    if value is None and no_gpu:
+        entry = not_applicable("min-gpu-util", f"{minimum:g}%", no_gpu)
+        entry.pop("name")
+        return {"minimum": minimum, **entry}
     if value is None:
         return {
             "minimum": minimum,
             "value": None,
             "passed": False,
             "message": "the GPU utilization gate cannot be evaluated: the trace has no GPU work",
-            "hint": "profile on a GPU runner, or leave out --min-gpu-util on the CPU path",
+            "hint": "profile on a GPU runner; on a machine without one (hardware class cpu) "
+            "dlci profile reads the gate (--min-gpu-util, or the configuration's "
+            "min-gpu-util) as not applicable, unless --strict-gates",
         }
     passed = value >= minimum
     reasons = [r["finding"] for r in report["recommendations"]]

@@ -279,7 +279,7 @@ def forward_marked(model: Any) -> Iterator[None]:
 
     def enter(module: Any, args: Any) -> None:
         mark = record_function("dlci/forward")
-        mark.__enter__()
+        mark.__enter__()  # type: ignore[no-untyped-call]
         opened.append(mark)
 
     def leave(module: Any, args: Any, output: Any) -> None:
