@@ -71,6 +71,28 @@ def test_fewer_than_six_nights_judge_nothing(tmp_path) -> None:
     assert code == 0 and "fewer than 6 nights" in text
 
 
+def test_seventeen_cpu_nights_say_no_data_and_the_plot_has_axes_and_dates(tmp_path) -> None:
+    """Before: "fewer than 6 nights" beside 17 entries, and a blank GPU panel with no axes
+    and no dates. A CPU runner records no GPU utilization: the table and the plot say so;
+    the figures it does record are judged (the control: a trend verdict, not a note)."""
+    cpu = [dict(night(i, klass="cpu"), gpu_utilization_pct=None) for i in range(17)]
+    code, _, text = run_history(
+        tmp_path, "--previous", str(write_history(tmp_path / "h.json", cpu))
+    )
+    assert code == 0 and "fewer than 6 nights" not in text
+    assert "| cpu | GPU utilization | 2026-11-17T03:17Z | - | no data: none of 17 nights" in text
+    assert "| cpu | step time (median) | 2026-11-17T03:17Z | 50.00 ms | ok |" in text
+    root = ET.fromstring((tmp_path / "out" / "trend.svg").read_text())
+    labels = [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text")]
+    assert any(t.startswith("no data: none of 17 nights recorded GPU utilization") for t in labels)
+    assert {"2026-11-01", "2026-11-09", "2026-11-17"} <= set(labels)  # first, middle, last
+    assert {"50.15 ms", "40", "41"} & set(labels)  # the ranges in their units
+    axes = [
+        pl for pl in root.iter("{http://www.w3.org/2000/svg}polyline") if pl.get("stroke") == "#888"
+    ]
+    assert len(axes) == len(history.FIGURES)
+
+
 def test_tonights_reports_are_appended_and_a_rerun_replaces_its_entry(
     tmp_path, monkeypatch
 ) -> None:
@@ -126,7 +148,7 @@ def test_the_trend_plot_is_svg_with_one_line_per_class_and_names_escaped(tmp_pat
     svg = (tmp_path / "out" / "trend.svg").read_text()
     root = ET.fromstring(svg)  # well-formed: the hostile name cannot open an element
     lines = root.findall("{http://www.w3.org/2000/svg}polyline")
-    assert len(lines) == 2 * len(history.FIGURES)
+    assert len([pl for pl in lines if pl.get("stroke") != "#888"]) == 2 * len(history.FIGURES)
     assert "<script>" not in svg and "&lt;script&gt;" in svg
     assert "<script>" not in text and "&lt;script&gt;" in text
 

@@ -192,8 +192,15 @@ def render_markdown(history: dict[str, Any], found: list[dict[str, Any]]) -> str
                 (f for f in found if f["hardware_class"] == klass and f["figure"] == fig.key), None
             )
             shown = "-" if value is None else fig.show(value)
+            have = sum(e.get(fig.key) is not None for e in same_tier(entries)[0])
             rows.append(
-                [md(klass), fig.title, md(last.get("date") or "?"), shown, md(_trend(verdict))]
+                [
+                    md(klass),
+                    fig.title,
+                    md(last.get("date") or "?"),
+                    shown,
+                    md(_trend(verdict, have, len(entries))),
+                ]
             )
     lines += [*table(["class", "figure", "last night", "value", "trend"], rows), ""]
     notes = [
@@ -210,17 +217,32 @@ def render_markdown(history: dict[str, Any], found: list[dict[str, Any]]) -> str
     return "\n".join(lines) + "\n"
 
 
-def _trend(verdict: dict[str, Any] | None) -> str:
+def _trend(verdict: dict[str, Any] | None, have: int = 0, nights: int = 0) -> str:
+    """The trend cell: the verdict, or why there is none (counting the nights that recorded
+    this figure, at the tier of the last night, among all of the class's nights).
+
+    >>> _trend(None, 0, 17)
+    'no data: none of 17 nights recorded it'
+    >>> _trend(None, 4, 4), _trend(None, 5, 17)
+    ('fewer than 6 nights (4)', 'fewer than 6 nights with it (5 of 17)')
+    """
     if verdict is None:
-        return f"fewer than {2 * RECENT} nights"
+        if nights and not have:
+            return f"no data: none of {nights} nights recorded it"
+        if have == nights:
+            return f"fewer than {2 * RECENT} nights ({have})"
+        return f"fewer than {2 * RECENT} nights with it ({have} of {nights})"
     return "drift" if verdict["verdict"] == "regressed" else str(verdict["verdict"])
 
 
 def svg(history: dict[str, Any]) -> str:
-    """The trend plot: one panel per figure, one line per hardware class, oldest left."""
-    width, panel, left = 900, 200, 70
+    """The trend plot: one panel per figure, one line per hardware class, oldest left; each
+    panel with its axes, its value range in the figure's unit, the first, middle and last
+    nights' dates, and "no data" where no night recorded the figure."""
+    width, panel, left, right = 900, 200, 90, 170
     groups = by_class(history)
     palette = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+    plot = width - left - right
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" '
         f'height="{panel * len(FIGURES) + 40}" font-family="sans-serif" font-size="12">',
@@ -229,25 +251,52 @@ def svg(history: dict[str, Any]) -> str:
     for row, fig in enumerate(FIGURES):
         key, show = fig.key, fig.show
         top = 20 + row * panel
+        bottom = top + panel - 35  # the x axis
         parts.append(f'<text x="{left}" y="{top}" font-weight="bold">{fig.title}</text>')
+        parts.append(
+            f'<polyline fill="none" stroke="#888" '
+            f'points="{left},{top + 10} {left},{bottom} {left + plot},{bottom}"/>'
+        )
         values = [e[key] for es in groups.values() for e in es if e.get(key) is not None]
         if not values:
+            nights = sum(len(es) for es in groups.values())
+            parts.append(
+                f'<text x="{left + plot / 2}" y="{(top + bottom) / 2}" text-anchor="middle" '
+                f'fill="#888">no data: none of {nights} nights recorded {fig.title} '
+                "(a CPU runner records no GPU utilization)</text>"
+            )
             continue
         low, high = min(values), max(values)
         span = (high - low) or 1.0
-        parts.append(f'<text x="4" y="{top + 20}">{html.escape(show(high))}</text>')
-        parts.append(f'<text x="4" y="{top + panel - 30}">{html.escape(show(low))}</text>')
+        for value, y in (
+            (high, top + 15),
+            ((high + low) / 2, (top + 15 + bottom) / 2),
+            (low, bottom),
+        ):
+            parts.append(
+                f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">'
+                f"{html.escape(show(value))}</text>"
+            )
+        longest = max(groups.values(), key=len)
+        count = max(len(longest) - 1, 1)
+        for i in sorted({0, count // 2, len(longest) - 1}):
+            x = left + plot * i / count
+            date = str(longest[i].get("date") or "?")[:10]
+            parts.append(
+                f'<text x="{x:.1f}" y="{bottom + 16}" text-anchor="middle">'
+                f"{html.escape(date)}</text>"
+            )
         for color, (klass, entries) in zip(palette * 10, groups.items(), strict=False):
             count = max(len(entries) - 1, 1)
             points = " ".join(
-                f"{left + (width - left - 20) * i / count:.1f},"
-                f"{top + 15 + (panel - 50) * (1 - (e[key] - low) / span):.1f}"
+                f"{left + plot * i / count:.1f},"
+                f"{top + 15 + (bottom - top - 15) * (1 - (e[key] - low) / span):.1f}"
                 for i, e in enumerate(entries)
                 if e.get(key) is not None
             )
             parts.append(f'<polyline fill="none" stroke="{color}" points="{points}"/>')
             parts.append(
-                f'<text x="{width - 150}" y="{top + 15 + 14 * list(groups).index(klass)}" '
+                f'<text x="{left + plot + 10}" y="{top + 15 + 14 * list(groups).index(klass)}" '
                 f'fill="{color}">{html.escape(klass[:20])}</text>'
             )
     parts.append("</svg>")
