@@ -287,6 +287,8 @@ def test_the_changes_are_printed_before_training_and_the_time_says_what_it_count
         "memorize: before training: weight decay off: param group 0 (0.01 -> 0)",
     ]
     assert progress and max(changes) < min(progress)  # before the first step, not after
+    # the elapsed time says what it counts, beside the verdict's "in N of training"
+    assert all(err[i].endswith(" s in, set-up included)") for i in progress), progress
     report = json.loads((tmp_path / "memorization.json").read_text())
     assert (
         f"memorization PASS: loss {report['start_loss']:.4g} -> {report['final_loss']:.4g} at "

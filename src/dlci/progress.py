@@ -43,7 +43,8 @@ class StepProgress:
         elif step == 1 or step % self.every == 0:
             elapsed = time.perf_counter() - self._start
             print(
-                f"{self.label}: step {step}/{self.total} {status} ({elapsed:.1f} s)",
+                f"{self.label}: step {step}/{self.total} {status} ({elapsed:.1f} s in, set-up "
+                "included)",
                 file=self.stream,
                 flush=True,
             )
