@@ -154,7 +154,7 @@ def test_a_failure_that_follows_from_an_earlier_one_names_its_root() -> None:
     assert {r.id for r in following} >= {"update-ratio", "label-alignment"}, following
     for result in following:
         assert result.follows == ["zero-grad"]
-        assert result.cause.startswith("may follow from zero-grad, which failed first: ")
+        assert result.cause.startswith("may follow from zero-grad, which also failed: ")
         assert result.fix.startswith("fix zero-grad first")
     data = report.build(list(_cascade()), target="zoo:no_zero_grad_sgd", tier={}, seed=0)
     assert data["roots"] == ["zero-grad"] and data["counts"]["following"] == len(following)

@@ -198,8 +198,8 @@ def _without_a_batch(checks: list[Check], exc: BaseException) -> list[CheckResul
         FAIL,
         message[:2000],
         "a batch of the training data to check",
-        cause="the target gave no batch to check: reading its train_loader failed before any "
-        "check ran" + (f", at {location}" if location else ""),
+        cause="the target gave no batch to check: its train_loader's first batch could not be "
+        "read, or not used, before any check ran" + (f" (at {location})" if location else ""),
         fix="run 'dlci memorize' on the target: it shows where the error is",
         details={"frames": hint[-8000:]},
     )

@@ -4,6 +4,7 @@ user's model and random state as it found them."""
 from __future__ import annotations
 
 import copy
+import math
 import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -102,6 +103,14 @@ class Context:
     def forward(self, model: Any = None, batch: Any = None) -> Any:
         return call_model(model or self.model, (batch or self.batch)[0])
 
+    def evaluate(self, batch: Any = None) -> Any:
+        """The model's outputs as the target scores them: its own ``eval_step`` when given
+        (a model whose forward needs the targets for its full outputs), else a forward."""
+        batch = batch or self.batch
+        if self.target.eval_step is not None:
+            return self.target.eval_step(self.model, batch)
+        return self.forward(batch=batch)
+
     def step(self, model: Any, optimizer: Any, batch: Any = None) -> float:
         """One training step: the user's own train_step when given, else the standard one."""
         batch = batch or self.batch
@@ -156,8 +165,8 @@ class Context:
         try:
             self.model.eval()
             with torch.no_grad():
-                outputs = self.forward()
-            scores = logits_of(outputs, batch_size_of(self.batch))
+                outputs = self.evaluate()
+            scores = logits_of(outputs, batch_size_of(self.batch), self.target.num_classes)
         except Exception:  # the checks that run the model report its errors themselves
             return None
         finally:
@@ -247,6 +256,34 @@ def nbytes(batches: Any) -> int:
 def layer_name(name: str) -> str:
     """``head.2.weight`` -> ``head.2``: the module a parameter belongs to."""
     return name.rsplit(".", 1)[0] if "." in name else name
+
+
+def difference(a: Any, b: Any) -> tuple[float, float]:
+    """(largest change, the outputs' scale) between two output tensors of one shape, safe
+    for non-finite values: a NaN or an infinity in the same place on both sides is no change
+    (a logit masked to -inf), one where the other side differs is an infinite change; the
+    scale is 1 + the largest finite magnitude.
+
+    >>> import torch
+    >>> inf = float("inf")
+    >>> difference(torch.tensor([1.0, -inf, 2.0]), torch.tensor([1.5, -inf, 2.0]))
+    (0.5, 3.0)
+    >>> difference(torch.tensor([1.0, float("nan")]), torch.tensor([1.0, 0.0]))
+    (inf, 2.0)
+    """
+    import torch
+
+    a, b = a.detach().float(), b.detach().float()
+    same = (a == b) | (torch.isnan(a) & torch.isnan(b))
+    finite = torch.isfinite(a) & torch.isfinite(b)
+    if bool((~same & ~finite).any()):
+        change = math.inf
+    else:
+        gaps = (a - b).abs()[finite & ~same]
+        change = float(gaps.max()) if gaps.numel() else 0.0
+    magnitudes = a.abs()[torch.isfinite(a)]
+    scale = 1.0 + (float(magnitudes.max()) if magnitudes.numel() else 0.0)
+    return change, scale
 
 
 def fmt(value: float) -> str:

@@ -32,8 +32,10 @@ CAUSES: dict[str, tuple[str, ...]] = {
     "activations": ("input-normalization",),
     "weight-norms": _LOOP,
     "update-ratio": (*_LOOP, "weight-norms"),
-    "memorize": (*_TRAINS, "train-eval-mode"),
-    "lr-range": (*_TRAINS, "train-eval-mode", "shuffle", "memorize"),
+    # a learning rate far off (lr-range, which runs later) is why memorize fails, not the
+    # other way round: lr-range sweeps its own rates, whatever memorize found
+    "memorize": (*_TRAINS, "train-eval-mode", "lr-range"),
+    "lr-range": (*_TRAINS, "train-eval-mode", "shuffle"),
     "label-alignment": (*_TRAINS, "train-eval-mode", "shuffle", "memorize", "lr-range"),
 }
 
@@ -65,7 +67,7 @@ def attribute(results: Iterable[Any]) -> None:
             continue
         named = ", ".join(roots)
         result.follows = roots
-        result.cause = f"may follow from {named}, which failed first: {result.cause}"
+        result.cause = f"may follow from {named}, which also failed: {result.cause}"
         result.fix = f"fix {named} first, then run the doctor again" + (
             f"; if this check still fails: {result.fix}" if result.fix else ""
         )

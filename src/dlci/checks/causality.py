@@ -13,13 +13,15 @@ inputs shifted by one (the next token at each position).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
-from dlci.checks.base import FAIL, PASS, SKIP, CheckResult, Context, fmt
+from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, difference, fmt
 from dlci.training.batching import logits_of
 
 TOLERANCE = 1e-4  # of the output scale: float noise, not a dependence
+COPY_LOSS = 0.05  # the loss of outputs that copy their inputs, under which labels are unshifted
 TOKEN_KEYS = ("input_ids", "tokens", "idx", "x")
 IGNORE_INDEX = -100  # label positions a language-modelling loss skips
 
@@ -88,44 +90,58 @@ def causality(ctx: Context) -> CheckResult:
             cause="not an autoregressive model: its targets are not its inputs (shifted or "
             "not) and it does not say it is causal (is_decoder, is_causal)",
         )
-    length = tokens.shape[1]
-    cut = length // 2  # positions 0..cut keep their tokens; the ones after change
+    length, rows = tokens.shape[1], tokens.shape[0]
+    cut = (length - 1) // 2  # positions 0..cut keep their tokens; at least one after changes
     ctx.model.eval()
     with torch.no_grad():
-        before = logits_of(ctx.forward(), tokens.shape[0])
-        vocab = max(int(tokens.max()) + 1, before.shape[-1] if before.ndim == 3 else 0, 2)
+        before = logits_of(ctx.evaluate(), rows)
+        again = logits_of(ctx.evaluate(), rows)
+        vocab = max(int(tokens.max()) + 1, before.shape[-1] if before.ndim == 3 else 0)
+        if vocab < 2:
+            return CheckResult("causality", SKIP, cause="a vocabulary of one token")
         changed = tokens.clone()
         generator = torch.Generator().manual_seed(0)
         shift = torch.randint(1, vocab, changed[:, cut + 1 :].shape, generator=generator)
         changed[:, cut + 1 :] = (changed[:, cut + 1 :] + shift.to(tokens.device)) % vocab
         after_inputs = changed if key is None else {**inputs, key: changed}
-        after = logits_of(ctx.forward(batch=(after_inputs, targets)), tokens.shape[0])
-    if not (
-        isinstance(before, torch.Tensor)
-        and isinstance(after, torch.Tensor)
-        and before.shape == after.shape
-        and before.ndim >= 2
-        and before.shape[1] == length
-    ):
+        after = logits_of(ctx.evaluate((after_inputs, targets)), rows)
+    if not all(
+        isinstance(t, torch.Tensor) and t.shape == before.shape for t in (before, again, after)
+    ) or not (before.ndim >= 2 and before.shape[1] == length):
         return CheckResult(
             "causality",
             SKIP,
             cause="the outputs hold no per-position scores (N, L, ...) for the inputs' "
             f"{length} positions",
         )
-    seen = (before[:, : cut + 1] - after[:, : cut + 1]).abs().float()
-    per_position = seen.reshape(seen.shape[0], cut + 1, -1).amax(dim=(0, 2))
-    scale = 1.0 + float(before.abs().max())
+    noise, _ = difference(before, again)
+    change, scale = difference(before[:, : cut + 1], after[:, : cut + 1])
+    details = {"cut": cut, "length": length, "why": why, "max_change": change}
+    if noise > TOLERANCE * scale:  # state carried across calls, or randomness in eval mode
+        return CheckResult(
+            "causality",
+            WARN,
+            f"the same tokens gave outputs {fmt(noise)} apart on two calls",
+            "the same outputs for the same tokens",
+            cause="could not judge: the model's outputs change from call to call for the same "
+            "inputs (a hidden state carried across calls, or randomness in eval mode), so a "
+            "change after a later token is not evidence of seeing the future",
+            fix="reset the state in forward (or in eval_step) so one call sees one batch",
+            details=dict(details, inconclusive=True, noise=noise),
+        )
+    copying = _copy_loss(ctx, before, tokens, targets, why)
     measured_text = (
-        f"outputs at positions 0-{cut} moved by up to {fmt(float(per_position.max()))} "
-        f"when only the tokens after {cut} changed ({why})"
+        f"outputs at positions 0-{cut} moved by up to {fmt(change)} when only the tokens after "
+        f"{cut} changed ({why})"
     )
     expected = f"no change (below {TOLERANCE:g} of the output scale) before position {cut + 1}"
-    leaked = (per_position > TOLERANCE * scale).nonzero()
-    details = {"cut": cut, "length": length, "why": why, "max_change": float(per_position.max())}
-    if not len(leaked):
+    if copying is not None:
+        return copying
+    if change <= TOLERANCE * scale:
         return CheckResult("causality", PASS, measured_text, expected, details=details)
-    first = int(leaked[0])
+    gaps = (before[:, : cut + 1] - after[:, : cut + 1]).abs().float().nan_to_num(nan=math.inf)
+    per_position = gaps.reshape(rows, cut + 1, -1).amax(dim=(0, 2))
+    first = int((per_position > TOLERANCE * scale).nonzero()[0]) if change < math.inf else 0
     details["first_position"] = first
     return CheckResult(
         "causality",
@@ -138,4 +154,36 @@ def causality(ctx: Context) -> CheckResult:
         fix="mask attention to later positions (is_causal=True in scaled_dot_product_attention, "
         "or a lower-triangular mask) and check the mask's orientation",
         details=details,
+    )
+
+
+def _copy_loss(
+    ctx: Context, outputs: Any, tokens: Any, targets: Any, why: str
+) -> CheckResult | None:
+    """Targets that are the inputs themselves, under a loss that does not shift them: every
+    position is trained to output the token it reads (labels not shifted). Measured with the
+    loss itself: outputs that copy each input token score a near-zero loss only then."""
+    import torch
+
+    if not why.startswith("the targets are the inputs (") or ctx.target.loss_fn is None:
+        return None
+    if outputs.ndim != 3 or int(tokens.max()) >= outputs.shape[-1] or hasattr(ctx.model, "config"):
+        return None  # a Transformers causal LM shifts its labels inside its own loss
+    copy = torch.full_like(outputs, -30.0).scatter_(2, tokens.long().unsqueeze(-1), 30.0)
+    try:
+        loss = float(ctx.target.loss_fn(copy, targets))
+    except Exception:  # a loss that wants other outputs: nothing measured
+        return None
+    if not loss < COPY_LOSS:
+        return None
+    return CheckResult(
+        "causality",
+        FAIL,
+        f"outputs that copy each input token score a loss of {fmt(loss)} against the targets",
+        "the targets are the next tokens: copying the input scores no better than chance",
+        cause="the labels are not shifted: the target at each position is the token the model "
+        "reads there, so it learns to copy its input instead of predicting the next token",
+        fix="shift them: targets = tokens[:, 1:] for inputs = tokens[:, :-1] (or shift inside "
+        "the loss: logits[:, :-1] against targets[:, 1:])",
+        details={"copy_loss": loss, "why": why},
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, number
+from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, difference, number
 from dlci.checks.sample import data_sample
 from dlci.training.batching import as_pair, logits_of, tree_map
 
@@ -133,8 +133,14 @@ def batch_independence(ctx: Context) -> CheckResult:
             cause="the outputs hold no tensor of scores with one row per example (a tensor, "
             "logits, or the first such tensor of a tuple)",
         )
-    diff = float((full[:half] - part).abs().max())
-    scale = 1.0 + float(full.abs().max())
+    if full[:half].shape != part.shape:
+        return CheckResult(
+            "batch-independence",
+            SKIP,
+            cause=f"the outputs of half a batch {tuple(part.shape)} do not match the first half "
+            f"of the full batch's {tuple(full[:half].shape)}",
+        )
+    diff, scale = difference(full[:half], part)  # a logit masked to -inf is no difference
     tolerance = ctx.policy.threshold("batch-independence", "tolerance")
     expected = f"identical outputs (max difference below {number(tolerance)} of the output scale)"
     if diff <= tolerance * scale:
@@ -152,6 +158,4 @@ def batch_independence(ctx: Context) -> CheckResult:
 
 
 def _outputs(ctx: Context, batch: Any) -> Any:
-    if ctx.target.eval_step is not None:
-        return ctx.target.eval_step(ctx.model, batch)
-    return ctx.forward(batch=batch)
+    return ctx.evaluate(batch)

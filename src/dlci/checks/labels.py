@@ -57,7 +57,7 @@ def evaluate(ctx: Context, model: Any, batches: list[Any]) -> Score:
             else:
                 outputs = call_model(model, batch[0])
             losses.append(float(ctx.target.loss_fn(outputs, batch[1])))  # type: ignore[misc]
-            outputs = _scores(outputs)
+            outputs = _scores(outputs, ctx.classes()[0] if classification else None)
             if classification and isinstance(outputs, torch.Tensor) and outputs.ndim == 2:
                 correct += int((outputs.argmax(dim=1) == batch[1]).sum())
                 total += int(batch[1].shape[0])
@@ -79,9 +79,9 @@ def evaluate(ctx: Context, model: Any, batches: list[Any]) -> Score:
     return score
 
 
-def _scores(outputs: Any) -> Any:
+def _scores(outputs: Any, classes: int | None = None) -> Any:
     """The tensor of scores in a model's outputs (training/batching.py's ``logits_of``)."""
-    return logits_of(outputs)
+    return logits_of(outputs, classes=classes)
 
 
 def _as_columns(outputs: Any, targets: Any) -> tuple[Any, Any] | str:

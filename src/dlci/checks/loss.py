@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, fmt
-from dlci.training.batching import logits_of
+from dlci.training.batching import score_candidates
 
 _BOUNDS = ("warn-low", "warn-high", "fail-low", "fail-high")  # times ln C
 
@@ -23,7 +23,7 @@ def initial_loss(ctx: Context) -> CheckResult:
         return CheckResult("initial-loss", SKIP, cause="no loss_fn to measure the loss with")
     ctx.model.eval()
     with torch.no_grad():
-        outputs = ctx.forward()
+        outputs = ctx.evaluate()  # the user's eval_step when given, as the loss is scored
         loss = float(ctx.target.loss_fn(outputs, ctx.batch[1]))
     expected = math.log(classes)
     bound = {key: ctx.policy.threshold("initial-loss", key) for key in _BOUNDS}
@@ -58,11 +58,18 @@ def initial_loss(ctx: Context) -> CheckResult:
 
 
 def _looks_like_probabilities(outputs: Any) -> bool:
+    """Whether the scores sum to 1 over their last dimension, for (N, C) and (N, L, V)
+    alike; only where the outputs' scores are not in doubt (one tensor, named logits, or
+    the only candidate: a dict of probabilities beside the logits the loss reads is not)."""
     import torch
 
-    outputs = logits_of(outputs)
-    if not isinstance(outputs, torch.Tensor) or outputs.ndim != 2 or outputs.shape[1] < 2:
+    found = score_candidates(outputs)
+    if len(found) != 1:
         return False
+    outputs = found[0]
+    if not isinstance(outputs, torch.Tensor) or outputs.ndim < 2 or outputs.shape[-1] < 2:
+        return False
+    outputs = outputs.reshape(-1, outputs.shape[-1])
     sums = outputs.sum(dim=1)
     return bool(
         outputs.min() >= 0

@@ -73,6 +73,27 @@ def as_pair(batch: Any, index: int) -> tuple[Any, Any]:
     return pair
 
 
+def same_rows(pair: tuple[Any, Any], index: int) -> None:
+    """Refuse a batch whose tensors do not all have the examples first: dl-ci cuts, splits
+    and shuffles batches along the first dimension, so a time-major batch (inputs (L, N),
+    targets (L * N,), as a word language model's get_batch makes) would be cut wrongly and
+    every check would blame the target's code for dl-ci's mistake."""
+    rows = {int(leaf.shape[0]) for leaf in _leaves(pair) if getattr(leaf, "ndim", 0) >= 1}
+    if len(rows) > 1:
+        shapes = ", ".join(
+            f"{where} {tuple(leaf.shape)}"
+            for where, part in (("inputs", pair[0]), ("targets", pair[1]))
+            for leaf in _leaves(part)
+        )
+        raise DlciError(
+            f"train_loader item {index}: its tensors differ in their first dimension ({shapes}); "
+            "dl-ci reads the first dimension as the examples of the batch",
+            hint="yield batches with the examples first (batch_first=True; targets (N, ...)); "
+            "a time-major batch (L, N) transposes with .t(), its flat targets with "
+            ".view(L, N).t()",
+        )
+
+
 def take_batch(loader: Iterable[Any], size: int) -> tuple[tuple[Any, Any], int]:
     """The first ``size`` examples the loader yields, as one batch, and how many there were.
 
@@ -91,6 +112,7 @@ def take_batch(loader: Iterable[Any], size: int) -> tuple[tuple[Any, Any], int]:
         ) from None
     for index, raw in enumerate(iterator):
         pair = as_pair(raw, index)
+        same_rows(pair, index)
         pieces.append(pair)
         count += batch_size_of(pair)
         if count >= size:
@@ -149,11 +171,39 @@ def call_model(model: Any, inputs: Any) -> Any:
     return model(inputs)
 
 
-def logits_of(outputs: Any, rows: int | None = None) -> Any:
-    """The tensor of per-example scores in a model's outputs: the outputs when they are one
-    tensor; else their ``logits`` (a Transformers ``ModelOutput``, a dict); else, in a tuple,
-    list or dict, the first floating tensor with one row per example (``rows``, when known;
-    a 0-d loss beside the logits is passed over). The outputs themselves when none is found.
+def score_candidates(outputs: Any, rows: int | None = None) -> list[Any]:
+    """The tensors of a model's outputs that could be its per-example scores: the outputs
+    themselves when one tensor, their ``logits`` when named (a ``ModelOutput``, a dict), else
+    every floating tensor of a tuple, list or dict (not ``loss``) with one row per example
+    (``rows``, when known; a 0-d loss is passed over)."""
+    import torch
+
+    if isinstance(outputs, torch.Tensor):
+        return [outputs]
+    named = outputs.get("logits") if isinstance(outputs, dict) else None
+    named = named if named is not None else getattr(outputs, "logits", None)
+    if isinstance(named, torch.Tensor):
+        return [named]
+    if isinstance(outputs, dict):
+        items = [v for k, v in outputs.items() if k != "loss"]
+    elif isinstance(outputs, tuple | list):
+        items = list(outputs)
+    else:
+        return []
+    return [
+        item
+        for item in items
+        if isinstance(item, torch.Tensor)
+        and item.is_floating_point()
+        and item.ndim >= 1
+        and (rows is None or item.shape[0] == rows)
+    ]
+
+
+def logits_of(outputs: Any, rows: int | None = None, classes: int | None = None) -> Any:
+    """The tensor of per-example scores in a model's outputs (``score_candidates``): with
+    ``classes`` known, the first whose last dimension is that many; else the first. The
+    outputs themselves when there is none.
 
     >>> import torch
     >>> logits = torch.zeros(4, 3)
@@ -163,27 +213,12 @@ def logits_of(outputs: Any, rows: int | None = None) -> Any:
     True
     >>> logits_of((torch.zeros(2, 3), logits), rows=4) is logits
     True
+    >>> logits_of((torch.zeros(4, 64), logits), rows=4, classes=3) is logits
+    True
     """
-    import torch
-
-    if isinstance(outputs, torch.Tensor):
-        return outputs
-    named = outputs.get("logits") if isinstance(outputs, dict) else None
-    named = named if named is not None else getattr(outputs, "logits", None)
-    if isinstance(named, torch.Tensor):
-        return named
-    if isinstance(outputs, dict):
-        items = [v for k, v in outputs.items() if k != "loss"]
-    elif isinstance(outputs, (tuple, list)):
-        items = list(outputs)
-    else:
-        return outputs
-    for item in items:
-        if (
-            isinstance(item, torch.Tensor)
-            and item.is_floating_point()
-            and item.ndim >= 1
-            and (rows is None or item.shape[0] == rows)
-        ):
-            return item
-    return outputs
+    found = score_candidates(outputs, rows)
+    if classes:
+        for item in found:
+            if item.shape[-1] == classes:
+                return item
+    return found[0] if found else outputs
