@@ -167,8 +167,9 @@ class CausalLM(nn.Module):
     a next-token head; forward returns ``(logits, None)``, as research code that computes
     its loss outside the model does. ``causal=False`` drops the mask (the planted bug)."""
 
-    def __init__(self, width: int = 32, causal: bool = True) -> None:
+    def __init__(self, width: int = 32, causal: bool = True, masked: bool = False) -> None:
         super().__init__()
+        self.masked = masked  # token 0 never predicted: its logit is -inf (a padding id)
         self.embed = nn.Embedding(VOCAB, width)
         self.position = nn.Parameter(0.02 * torch.randn(1, LENGTH, width))
         self.block = nn.TransformerEncoderLayer(
@@ -181,7 +182,10 @@ class CausalLM(nn.Module):
         length = tokens.shape[1]
         mask = nn.Transformer.generate_square_subsequent_mask(length) if self.causal else None
         h = self.block(self.embed(tokens) + self.position[:, :length], src_mask=mask)
-        return self.head(h), None
+        logits = self.head(h)
+        if self.masked:
+            logits = logits.masked_fill(torch.arange(VOCAB) == 0, float("-inf"))
+        return logits, None
 
 
 def next_token_loss(outputs: tuple[torch.Tensor, None], targets: torch.Tensor) -> torch.Tensor:
@@ -200,18 +204,27 @@ def _sequences(seed: int = 6):
     return seq[:, :-1], seq[:, 1:]
 
 
-def causal_lm(*, causal: bool = True) -> dlci.Target:
+def causal_lm(*, causal: bool = True, masked: bool = False) -> dlci.Target:
     """Next-token prediction with a causal mask; outputs a (logits, None) tuple."""
     torch.manual_seed(0)
     train, val = _loaders(*_sequences())
     return dlci.Target(
-        CausalLM(causal=causal),
+        CausalLM(causal=causal, masked=masked),
         lambda p: torch.optim.AdamW(p, lr=1e-3),
         train,
         loss_fn=next_token_loss,
         val_loader=val,
         num_classes=VOCAB,
     )
+
+
+def causal_lm_unshifted() -> dlci.Target:
+    """The planted bug: the targets are the inputs themselves, under a loss that does not
+    shift them (each position learns to copy the token it reads)."""
+    target = causal_lm()
+    x = _sequences()[0]
+    target.train_loader, target.val_loader = _loaders(x, x.clone())
+    return target
 
 
 def _mlp(inputs: int, outputs: int, act: type[nn.Module], width: int = 64) -> nn.Sequential:

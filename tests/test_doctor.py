@@ -190,6 +190,7 @@ def test_doctor_on_the_example_passes_and_writes_json_and_markdown(
         "fix",
         "details",
         "seconds",
+        "follows",  # the earlier failures this one may follow from (checks/cascade.py)
     }
     text = markdown.read_text()
     assert text.startswith("### ✅ Debugging checks: 0 failed, ")

@@ -238,3 +238,149 @@ def test_the_group_probe_finds_a_one_hot_label_and_nothing_in_real_digits() -> N
     assert found.score > 0.99
     single = probe.classify(leaked[:cut], y[:cut], leaked[cut:], y[cut:], 10)
     assert single.score < 0.5  # the one-feature probe alone would not warn
+
+
+# ------------------------------------------- what real code showed (the review's cases)
+
+
+def test_a_time_major_batch_is_refused_before_any_check_cuts_it() -> None:
+    """pytorch/examples' word language model batches (L, N) inputs with (L * N,) targets:
+    before, leakage crashed and the other checks blamed the user's loss for dl-ci's cut."""
+    from dlci.errors import DlciError
+    from dlci.training.batching import take_batch
+
+    batch = (torch.zeros(16, 8, dtype=torch.long), torch.zeros(128, dtype=torch.long))
+    with pytest.raises(DlciError, match=r"differ in their first dimension \(inputs \(16, 8\)"):
+        take_batch([batch], 16)
+    assert take_batch([(batch[0].t(), batch[1].view(16, 8).t())], 4)[1] == 4  # examples first
+
+
+class _OwnLoss(torch.nn.Module):
+    """As nanoGPT's GPT: forward(idx, targets=None) returns (logits, loss), the logits of the
+    last position only without targets; the loss is computed inside."""
+
+    def __init__(self, causal: bool = True) -> None:
+        super().__init__()
+        import healthy_zoo
+
+        self.lm = healthy_zoo.CausalLM(causal=causal)
+
+    def forward(self, tokens, targets=None):
+        logits, _ = self.lm(tokens)
+        if targets is None:
+            return logits[:, [-1]], None
+        return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def _own_loss(causal: bool = True, shifted: bool = True) -> dlci.Target:
+    import healthy_zoo
+
+    target = healthy_zoo.causal_lm()
+    if not shifted:  # the labels are the inputs themselves
+        data = target.train_loader.dataset.tensors[0]
+        g = torch.Generator().manual_seed(0)
+        target.train_loader = DataLoader(
+            TensorDataset(data, data), batch_size=32, shuffle=True, generator=g
+        )
+    target.model = _OwnLoss(causal)
+
+    def step(model, batch, optimizer):
+        optimizer.zero_grad(set_to_none=True)
+        _, loss = model(*batch)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    target.train_step = step
+    target.eval_step = lambda model, batch: model(*batch)
+    target.loss_fn = lambda outputs, targets: outputs[1]
+    return target
+
+
+@functools.cache
+def _causality(name: str) -> CheckResult:
+    import healthy_zoo
+
+    targets = {
+        "own loss": lambda: _own_loss(),
+        "own loss, no mask": lambda: _own_loss(causal=False),
+        "labels not shifted": lambda: healthy_zoo.causal_lm_unshifted(),
+        "-inf logits": lambda: healthy_zoo.causal_lm(masked=True),
+        "-inf logits, no mask": lambda: healthy_zoo.causal_lm(causal=False, masked=True),
+    }
+    return _one(targets[name](), "causality")
+
+
+def test_causality_reads_a_model_through_its_eval_step() -> None:
+    """nanoGPT's forward gives every position's logits only with targets: before, the check
+    skipped ("no per-position scores") and a removed mask passed every check."""
+    assert _causality("own loss").status == "pass", _causality("own loss")
+    leaky = _causality("own loss, no mask")
+    assert leaky.status == "fail" and "the first position to change is 0" in leaky.measured
+
+
+def test_logits_masked_to_minus_infinity_are_no_change_and_no_cover() -> None:
+    """Before: a healthy model failed batch-independence with "max difference nan", and a
+    model without its mask passed causality ("moved by up to nan")."""
+    import healthy_zoo
+
+    assert _causality("-inf logits").status == "pass", _causality("-inf logits")
+    assert _causality("-inf logits, no mask").status == "fail"
+    independent = _one(healthy_zoo.causal_lm(masked=True), "batch-independence")
+    assert independent.status == "pass" and independent.measured == "max difference 0"
+
+
+def test_labels_that_are_the_inputs_themselves_are_caught_by_the_loss() -> None:
+    result = _causality("labels not shifted")
+    assert result.status == "fail" and "the labels are not shifted" in result.cause
+    # the control: the same model with next-token targets passes (its copy loss is high)
+    import healthy_zoo
+
+    assert _one(healthy_zoo.causal_lm(), "causality").status == "pass"
+
+
+class _Stateful(torch.nn.Module):
+    """Carries a state from one call to the next, as a stateful RNN language model does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import healthy_zoo
+
+        self.lm = healthy_zoo.CausalLM()
+        self.state = torch.zeros(1)
+
+    def forward(self, tokens):
+        logits, _ = self.lm(tokens)
+        self.state = self.state + 1
+        return logits + self.state, None
+
+
+def test_a_model_with_state_across_calls_gets_no_verdict_on_causality() -> None:
+    import healthy_zoo
+
+    target = healthy_zoo.causal_lm()
+    target.model = _Stateful()
+    result = _one(target, "causality")
+    assert result.status == "warn" and result.details["inconclusive"], result
+    assert "change from call to call for the same inputs" in result.cause
+
+
+def test_logits_beside_features_are_found_by_num_classes() -> None:
+    """(features (N, 64), logits (N, 4)) outputs: before, the 64 features were taken for the
+    scores and initial-loss said "num_classes=4 is given, but the outputs score 64"."""
+
+    class FeaturesFirst(zoo.MLP):
+        def forward(self, x):  # type: ignore[override]
+            return torch.zeros(x.shape[0], 64) + x.sum(1, keepdim=True), super().forward(x)
+
+    target = zoo.classification(model=FeaturesFirst())
+    target.loss_fn = lambda outputs, y: F.cross_entropy(outputs[1], y)
+    result = _one(target, "initial-loss")
+    assert result.status == "pass" and "outputs score" not in result.measured, result
+
+
+def test_a_rate_far_off_is_the_root_of_memorize_not_its_consequence() -> None:
+    ids = "memorize,lr-range"
+    results = {r.id: r for r in run_checks(zoo.lr_far_too_low(), checks=select(ids), tier=TIER)}
+    assert results["lr-range"].status == "fail" and results["lr-range"].follows == []
+    assert results["memorize"].follows == ["lr-range"], results["memorize"]

@@ -13,6 +13,7 @@ inputs shifted by one (the next token at each position).
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -94,7 +95,8 @@ def causality(ctx: Context) -> CheckResult:
     cut = (length - 1) // 2  # positions 0..cut keep their tokens; at least one after changes
     ctx.model.eval()
     with torch.no_grad():
-        before = logits_of(ctx.evaluate(), rows)
+        raw = ctx.evaluate()
+        before = logits_of(raw, rows)
         again = logits_of(ctx.evaluate(), rows)
         vocab = max(int(tokens.max()) + 1, before.shape[-1] if before.ndim == 3 else 0)
         if vocab < 2:
@@ -129,7 +131,7 @@ def causality(ctx: Context) -> CheckResult:
             fix="reset the state in forward (or in eval_step) so one call sees one batch",
             details=dict(details, inconclusive=True, noise=noise),
         )
-    copying = _copy_loss(ctx, before, tokens, targets, why)
+    copying = _copy_loss(ctx, raw, before, tokens, targets, why)
     measured_text = (
         f"outputs at positions 0-{cut} moved by up to {fmt(change)} when only the tokens after "
         f"{cut} changed ({why})"
@@ -158,7 +160,7 @@ def causality(ctx: Context) -> CheckResult:
 
 
 def _copy_loss(
-    ctx: Context, outputs: Any, tokens: Any, targets: Any, why: str
+    ctx: Context, raw: Any, outputs: Any, tokens: Any, targets: Any, why: str
 ) -> CheckResult | None:
     """Targets that are the inputs themselves, under a loss that does not shift them: every
     position is trained to output the token it reads (labels not shifted). Measured with the
@@ -169,9 +171,9 @@ def _copy_loss(
         return None
     if outputs.ndim != 3 or int(tokens.max()) >= outputs.shape[-1] or hasattr(ctx.model, "config"):
         return None  # a Transformers causal LM shifts its labels inside its own loss
-    copy = torch.full_like(outputs, -30.0).scatter_(2, tokens.long().unsqueeze(-1), 30.0)
+    copied = torch.full_like(outputs, -30.0).scatter_(2, tokens.long().unsqueeze(-1), 30.0)
     try:
-        loss = float(ctx.target.loss_fn(copy, targets))
+        loss = float(ctx.target.loss_fn(_replaced(raw, outputs, copied), targets))
     except Exception:  # a loss that wants other outputs: nothing measured
         return None
     if not loss < COPY_LOSS:
@@ -187,3 +189,19 @@ def _copy_loss(
         "the loss: logits[:, :-1] against targets[:, 1:])",
         details={"copy_loss": loss, "why": why},
     )
+
+
+def _replaced(raw: Any, scores: Any, new: Any) -> Any:
+    """The outputs ``raw`` with their scores tensor ``scores`` replaced by ``new``, in the
+    same structure (a tensor, a tuple or list, a dict or ModelOutput), for the loss to read."""
+    if raw is scores:
+        return new
+    if isinstance(raw, tuple | list):
+        return type(raw)(new if item is scores else item for item in raw)
+    if isinstance(raw, Mapping):
+        copied = copy.copy(raw)
+        for key, value in raw.items():
+            if value is scores:
+                copied[key] = new
+        return copied
+    return new

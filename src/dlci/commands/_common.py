@@ -338,3 +338,19 @@ def load_report(
             problem, hint=f"{writer} writes every field; was the file edited?", file=str(path)
         )
     return data
+
+
+def no_gpu(args: argparse.Namespace, cpu_only: bool) -> str:
+    """Why this run has no GPU, when the hardware class (the tier's: detected, given, or the
+    host's tier file in CI) is ``cpu`` and the trace is CPU-only; ``""`` otherwise, and
+    with --strict-gates. On a GPU class a trace without GPU work still fails the gates: a
+    container that lost its GPU is what they must catch."""
+    if args.strict_gates or not cpu_only:
+        return ""
+    try:
+        hardware = tier_request(args).choose().hardware_class
+    except DlciError:
+        return ""
+    if hardware != "cpu":
+        return ""
+    return "this machine has no GPU (hardware class cpu), so the trace holds no GPU work"

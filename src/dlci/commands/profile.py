@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dlci.commands import _common, analyze
-from dlci.errors import DlciError
 
 if TYPE_CHECKING:
     from dlci.profiling.session import Schedule
@@ -103,25 +102,9 @@ def main(argv: Sequence[str]) -> int:
         max_gpu_memory=args.max_gpu_memory,
         memory=memory,
         on_written=lambda path: say(f"wrote {path}"),
-        no_gpu=_no_gpu(args, result.cpu_only),
+        no_gpu=_common.no_gpu(args, result.cpu_only),
     )
     return analyze.show(analysis, say)
-
-
-def _no_gpu(args: argparse.Namespace, cpu_only: bool) -> str:
-    """Why this run has no GPU, when the hardware class (the tier's: detected, given, or the
-    host's tier file in CI) is ``cpu`` and the trace is CPU-only; ``""`` otherwise, and
-    with --strict-gates. On a GPU class a trace without GPU work still fails the gates: a
-    container that lost its GPU is what they must catch."""
-    if args.strict_gates or not cpu_only:
-        return ""
-    try:
-        hardware = _common.tier_request(args).choose().hardware_class
-    except DlciError:
-        return ""
-    if hardware != "cpu":
-        return ""
-    return "this machine has no GPU (hardware class cpu), so the trace holds no GPU work"
 
 
 def _schedule(args: argparse.Namespace) -> tuple[Schedule, str]:
