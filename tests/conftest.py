@@ -12,6 +12,10 @@ from pathlib import Path
 
 import pytest
 
+# other projects' code, vendored unchanged and imported by tests/test_real_code.py only:
+# --doctest-modules must not import it as a module of the suite
+collect_ignore_glob = ["data/code/*"]
+
 # Under pytest-xdist every worker runs torch: with torch's default of one thread per core, two
 # workers on two cores run four busy threads whose OpenMP spin-waits stall each other (the
 # doctor's and the memorization tests took 1.45x the wall time measured with one thread each).

@@ -169,8 +169,10 @@ def _copy_loss(
 
     if not why.startswith("the targets are the inputs (") or ctx.target.loss_fn is None:
         return None
-    if outputs.ndim != 3 or int(tokens.max()) >= outputs.shape[-1] or hasattr(ctx.model, "config"):
-        return None  # a Transformers causal LM shifts its labels inside its own loss
+    if outputs.ndim != 3 or int(tokens.max()) >= outputs.shape[-1]:
+        return None
+    # (a Transformers causal LM's loss is the one its forward computed from the labels, which
+    # shifts them: copied scores leave it as it is, so it is never taken for unshifted)
     copied = torch.full_like(outputs, -30.0).scatter_(2, tokens.long().unsqueeze(-1), 30.0)
     try:
         loss = float(ctx.target.loss_fn(_replaced(raw, outputs, copied), targets))

@@ -53,6 +53,7 @@ def _given_parameters(ctx: Context) -> CheckResult | None:
         cause="the optimizer factory does not use its argument"
         + (": it closes over the model, so training a copy updates the original" if theirs else ""),
         fix="build the optimizer from the factory's argument: lambda params: AdamW(params, ...); "
-        "for a method such as model.configure_optimizers, pass it the params",
+        "a method that reads self.parameters() (nanoGPT's configure_optimizers) needs its "
+        "groups built from params instead (docs/target.md shows how)",
         details={"given": len(given), "held": len(held), "the_models_own": theirs},
     )
