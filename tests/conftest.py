@@ -31,6 +31,18 @@ DATA = Path(__file__).parent / "data"
 SMALL_LADDER = DATA / "ladders" / "small.yaml"
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """torch at one intra-op thread for a module of tiny models, where threads only contend
+    (16x slower on 2 busy cores); the caller's number back after it."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(autouse=True)
 def _no_github_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests start outside GitHub Actions unless they set these themselves."""

@@ -25,13 +25,7 @@ TIER = choose_tier(budget="pr", hardware="cpu")
 N = 512
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """The models are tiny: intra-op threads only contend (30x slower on 2 busy cores)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _gen(seed: int = 0) -> torch.Generator:

@@ -26,12 +26,7 @@ TIER = choose_tier(budget="pr", hardware="cpu")
 TESTS = Path(__file__).parent
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _one(target: dlci.Target, check: str) -> CheckResult:

@@ -26,12 +26,7 @@ TIER = choose_tier(budget="pr", hardware="cpu")
 VOCAB, LENGTH = 32, 16
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _tokens(n: int, seed: int) -> torch.Tensor:
