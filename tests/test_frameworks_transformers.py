@@ -116,6 +116,36 @@ def test_a_causal_lm_memorizes_its_own_loss() -> None:
     assert causal.status == "pass" and "GPT2LMHeadModel is a causal" in causal.measured, causal
 
 
+def test_a_model_that_takes_its_labels_under_other_names_memorizes() -> None:
+    """A question-answering head takes start_positions and end_positions, as the Trainer
+    finds them (label_names): they are the targets, together. Before, the adapter looked for
+    'labels' only and stopped: "dl-ci cannot tell the targets from the inputs"."""
+    from transformers import BertForQuestionAnswering
+
+    from dlci.training import transformers_target
+
+    config = bert(labels=2).config  # a QA head scores a start and an end per token
+    rows = [
+        {"input_ids": r["input_ids"], "start_positions": 1, "end_positions": 3}
+        for r in encoded(32, seed=0)
+    ]
+    torch.manual_seed(0)
+    model = BertForQuestionAnswering(config)
+    assert transformers_target.label_names(model) == ("start_positions", "end_positions")
+    built = dlci.Target.from_transformers(
+        model, rows, data_collator=DataCollatorWithPadding(tokenizer()), batch_size=16,
+        optimizer=lambda params: torch.optim.AdamW(params, lr=3e-3),
+    )  # fmt: skip
+    inputs, targets = next(iter(built.train_loader))
+    assert set(targets) == {"start_positions", "end_positions"} and "start_positions" not in inputs
+    result = memorize(built, MemorizeConfig(max_epochs=200, max_loss=0.5, time_cap_s=60))
+    assert result.verdict == "pass", result.reason
+    # the control: looking for 'labels' alone, as before, cannot split the batch
+    loader = transformers_target.PairLoader(built.train_loader.loader, "the training data")
+    with pytest.raises(DlciError, match="cannot tell the targets from the inputs"):
+        next(iter(loader))
+
+
 def test_label_alignment_at_the_default_rate_says_it_could_not_judge() -> None:
     """Tiny BERT at Transformers' default 5e-5: after 240 steps neither copy has learned
     anything (1.38 = ln 4 on both), which is no verdict on the labels. Before: a failure

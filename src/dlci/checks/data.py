@@ -7,7 +7,7 @@ from typing import Any
 
 from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, difference, number
 from dlci.checks.sample import data_sample
-from dlci.training.batching import as_pair, logits_of, tree_map
+from dlci.training.batching import as_pair, batch_size_of, logits_of, tree_map
 
 SHUFFLE_BATCHES = 4
 
@@ -116,8 +116,7 @@ def batch_independence(ctx: Context) -> CheckResult:
     """In eval mode, the first half's outputs must not change when the second half is dropped."""
     import torch
 
-    targets = ctx.batch[1]
-    size = targets.shape[0] if isinstance(targets, torch.Tensor) else 0
+    size = batch_size_of(ctx.batch)  # the targets may be a dict (a QA head's start and end)
     if size < 4:
         return CheckResult("batch-independence", SKIP, cause="the batch has fewer than 4 examples")
     half = size // 2

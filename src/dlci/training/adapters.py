@@ -39,17 +39,22 @@ class Layout:
     kind: str
     key: str = ""
     size: int = 2
+    names: tuple[str, ...] = ()  # kind "dicts": every one of these keys is a target
 
     @classmethod
-    def of(cls, batch: Any, where: str, keys: tuple[str, ...] = LABEL_KEYS) -> Layout:
+    def of(
+        cls, batch: Any, where: str, keys: tuple[str, ...] = LABEL_KEYS, every: bool = False
+    ) -> Layout:
         """The layout of ``batch``, the first batch of a loader; ``keys``: where a dict's
-        targets may be.
+        targets may be (``every``: all of them are, together).
 
         >>> Layout.of((1, 2), "x"), Layout.of([1, 2, 3], "x").size, Layout.of({"y": 1}, "x").key
         (Layout(kind='pair', key='', size=2), 3, 'y')
         """
         if isinstance(batch, tuple | list) and len(batch) >= 2 and keys == LABEL_KEYS:
             return cls("pair") if len(batch) == 2 else cls("tuple", size=len(batch))
+        if every and isinstance(batch, Mapping) and all(key in batch for key in keys):
+            return cls("dicts", names=keys)  # several targets: a QA head's start and end
         if isinstance(batch, Mapping):  # a dict, or Transformers' BatchEncoding
             for key in keys:
                 if key in batch:
@@ -72,6 +77,9 @@ class Layout:
         if self.kind == "dict" and isinstance(batch, Mapping) and self.key in batch:
             inputs = {k: v for k, v in batch.items() if k != self.key}
             return inputs, batch[self.key]
+        if self.kind == "dicts" and isinstance(batch, Mapping) and set(self.names) <= set(batch):
+            inputs = {k: v for k, v in batch.items() if k not in self.names}
+            return inputs, {k: batch[k] for k in self.names}
         if self.kind != "dict" and isinstance(batch, tuple | list) and len(batch) == self.size:
             if self.kind == "pair":
                 return batch[0], batch[1]
@@ -86,6 +94,8 @@ class Layout:
         inputs, targets = pair
         if self.kind == "dict":
             return {**inputs, self.key: targets}
+        if self.kind == "dicts":
+            return {**inputs, **targets}
         if self.kind == "tuple":
             return (*inputs, targets)
         return inputs, targets
@@ -98,16 +108,19 @@ class PairLoader:
     loader's own, so the checks that read them see the real loader.
     """
 
-    def __init__(self, loader: Any, where: str, keys: tuple[str, ...] = LABEL_KEYS) -> None:
+    def __init__(
+        self, loader: Any, where: str, keys: tuple[str, ...] = LABEL_KEYS, every: bool = False
+    ) -> None:
         self.loader = loader
         self.where = where
         self.keys = keys
+        self.every = every
         self.layout: Layout | None = None
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         for batch in self.loader:
             if self.layout is None:
-                self.layout = Layout.of(batch, self.where, self.keys)
+                self.layout = Layout.of(batch, self.where, self.keys, self.every)
             yield self.layout.split(batch, self.where)
 
     def __len__(self) -> int:
@@ -123,13 +136,13 @@ class PairLoader:
         def pairs(items: Any) -> tuple[Any, Any]:
             batch = collate(items)
             if self.layout is None:
-                self.layout = Layout.of(batch, self.where, self.keys)
+                self.layout = Layout.of(batch, self.where, self.keys, self.every)
             return self.layout.split(batch, self.where)
 
         return pairs
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("loader", "where", "keys", "layout"):
+        if name.startswith("__") or name in ("loader", "where", "keys", "every", "layout"):
             raise AttributeError(name)
         return getattr(self.loader, name)
 

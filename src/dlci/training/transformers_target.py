@@ -21,6 +21,28 @@ DEFAULT_LR = 5e-5  # the Trainer's default learning rate, for a model given with
 LABELS = ("labels",)  # where the Transformers convention puts the targets of a batch
 
 
+def label_names(model: Any, trainer: Any = None) -> tuple[str, ...]:
+    """The batch keys the model takes its targets under, as the Trainer finds them: the
+    Trainer's ``label_names`` (its ``args.label_names``, else Transformers' own search of the
+    model's forward), for a model that search alone; ``labels`` when it finds none.
+
+    >>> from transformers import BertConfig, BertForQuestionAnswering
+    >>> label_names(BertForQuestionAnswering(BertConfig(num_hidden_layers=1)))
+    ('start_positions', 'end_positions')
+    """
+    names = getattr(trainer, "label_names", None) if trainer is not None else None
+    if not names:
+        from transformers.utils import find_labels
+
+        model = (
+            getattr(model, "base_model", model)
+            if type(model).__name__.startswith("Peft")
+            else model
+        )
+        names = find_labels(type(model))
+    return tuple(str(n) for n in names) or LABELS
+
+
 def _is_trainer(obj: Any) -> bool:
     return any(
         cls.__name__ == "Trainer" and cls.__module__.startswith("transformers.")
@@ -62,7 +84,7 @@ def from_transformers(
     size = batch_size or DEFAULT_BATCH_SIZE
     train = _loader(train_dataset, collator, size, shuffle=True)
     val = None if eval_dataset is None else _loader(eval_dataset, collator, size, shuffle=False)
-    steps = TransformersSteps(model, trainer=None)
+    steps = TransformersSteps(model, trainer=None, labels=label_names(model))
     factory = optimizer or _default_optimizer
     return _target(model, steps, (train, val, collator), factory, num_classes)
 
@@ -112,7 +134,9 @@ def _from_trainer(
                 hint="pass eval_dataset=... (one of them)",
             )
         val = trainer.get_eval_dataloader(eval_dataset)
-    steps = TransformersSteps(trainer.model, trainer=trainer)
+    steps = TransformersSteps(
+        trainer.model, trainer=trainer, labels=label_names(trainer.model, trainer)
+    )
     factory = optimizer or steps.trainer_optimizer
     loaders = (train, val, trainer.data_collator)
     return _target(trainer.model, steps, loaders, factory, num_classes)
@@ -129,10 +153,12 @@ def _target(
     labels) pairs of batches grouped to one length each, the steps and the optimizer factory."""
     train, val, collator = loaders
     pad_id, side = pad_settings(model, collator)
-    train_view = PairLoader(GroupedBatches(train, pad_id, side), "the training data", LABELS)
+    keys = steps.labels
+    every = len(keys) > 1
+    train_view = PairLoader(GroupedBatches(train, pad_id, side), "the training data", keys, every)
     val_view = None
     if val is not None:
-        val_view = PairLoader(GroupedBatches(val, pad_id, side), "the evaluation data", LABELS)
+        val_view = PairLoader(GroupedBatches(val, pad_id, side), "the evaluation data", keys, every)
     return dict(  # the keyword arguments of dlci.Target
         model=model,
         optimizer=factory,
@@ -181,6 +207,7 @@ class TransformersSteps:
 
     model: Any
     trainer: Any
+    labels: tuple[str, ...] = LABELS  # the batch keys of the targets (label_names)
 
     def trainer_optimizer(self, params: Any) -> Any:
         """The Trainer's ``create_optimizer`` over ``params`` (the model's or a copy's)."""
@@ -194,7 +221,9 @@ class TransformersSteps:
 
     def _batch(self, pair: Any) -> dict[str, Any]:
         inputs, labels = pair
-        return {**inputs, "labels": labels}
+        if len(self.labels) > 1:  # several targets (a QA head's start and end): a dict
+            return {**inputs, **labels}
+        return {**inputs, self.labels[0]: labels}
 
     def train_step(self, model: Any, batch: Any, optimizer: Any) -> Any:
         """One step as the Trainer takes it: train mode, the loss, backward, gradient clipping
