@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, difference, fmt
@@ -200,7 +200,7 @@ def _replaced(raw: Any, scores: Any, new: Any) -> Any:
         return new
     if isinstance(raw, tuple | list):
         return type(raw)(new if item is scores else item for item in raw)
-    if isinstance(raw, Mapping):
+    if isinstance(raw, MutableMapping):  # a dict, a ModelOutput (its attributes kept)
         copied = copy.copy(raw)
         for key, value in raw.items():
             if value is scores:
