@@ -32,14 +32,9 @@ def label_names(model: Any, trainer: Any = None) -> tuple[str, ...]:
     """
     names = getattr(trainer, "label_names", None) if trainer is not None else None
     if not names:
-        from transformers.utils import find_labels
+        from transformers.utils.generic import find_labels
 
-        model = (
-            getattr(model, "base_model", model)
-            if type(model).__name__.startswith("Peft")
-            else model
-        )
-        names = find_labels(type(model))
+        names = find_labels(type(model))  # type: ignore[no-untyped-call]
     return tuple(str(n) for n in names) or LABELS
 
 
