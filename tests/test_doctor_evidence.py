@@ -73,13 +73,14 @@ def test_an_autoencoder_that_needs_more_steps_gets_them_and_passes() -> None:
     assert result.details["steps"] == 240 and result.details["gain"] > 0.1
 
 
-def test_targets_that_do_not_belong_are_not_a_pass_and_permuted_labels_fail() -> None:
+def test_targets_that_do_not_belong_fail_the_same_autoencoder_and_permuted_labels() -> None:
     """The controls: the autoencoder with another example's image as its target cannot fit
-    even its own batches in 240 steps, so it is no pass (the check says it could not judge);
-    the zoo's permuted labels, which a copy does fit, fail."""
+    its own batches in 240 steps, but its loop fits one batch, so the labels are to blame (a
+    failure, not "could not judge"); the zoo's permuted labels, which a copy fits, fail."""
     misaligned = _one(autoencoder(misaligned=True), "label-alignment")
-    assert misaligned.status == "warn" and misaligned.details["inconclusive"], misaligned
-    assert misaligned.cause.startswith("could not judge: after 240 steps")
+    assert misaligned.status == "fail", misaligned
+    assert misaligned.cause.startswith("the loop learns (a copy trained 60 steps on one batch")
+    assert " on one batch learns it (loss " in misaligned.details["loop_learns"]
     permuted = _one(zoo.labels_permuted(), "label-alignment")
     assert permuted.status == "fail", permuted
     assert permuted.details["fit"] >= 0.1 and permuted.details["gain"] < 0.02

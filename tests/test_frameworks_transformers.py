@@ -157,7 +157,8 @@ def test_label_alignment_at_the_default_rate_says_it_could_not_judge() -> None:
     result = run_checks(make_target(lr=5e-5), checks=select("label-alignment"), tier=TIER)[0]
     assert result.status == "warn" and result.details["inconclusive"], result
     assert result.details["steps"] == 240
-    assert "learned nothing beyond the labels' overall mix" in result.cause
+    assert "the loop learns nothing at this rate in these steps" in result.cause
+    assert "on one batch does not learn it" in result.details["loop_learns"]  # the probe
 
 
 def _trainer_weights(model, tmp_path: Path, steps: int) -> list[torch.Tensor]:

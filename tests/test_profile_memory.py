@@ -303,7 +303,7 @@ def profiled(digits: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``dlci profile`` on the digits example with the memory gate asked for, on the CPU."""
     out = tmp_path_factory.mktemp("memory")
     args = ["profile", "--steps", "2", "--out", str(out), "--quiet", "--max-gpu-memory", "90"]
-    assert main(args) == 1  # the gate cannot be evaluated without a GPU
+    assert main([*args, "--strict-gates"]) == 1  # asked strictly: no GPU, no evaluation
     return out
 
 

@@ -210,7 +210,11 @@ def test_an_exit_in_eval_step_fails_its_doctor_checks_and_the_others_still_run(
     checks = {c["id"]: c for c in data["checks"]}
     assert list(checks) == list(CHECK_IDS)  # every check ran
     failed = [c for c in checks.values() if c["status"] == "fail"]
-    assert [c["id"] for c in failed] == ["train-eval-mode", "batch-independence"]  # eval_step's
+    assert [c["id"] for c in failed] == [  # eval_step's (initial-loss scores through it)
+        "initial-loss",
+        "train-eval-mode",
+        "batch-independence",
+    ]
     for check in failed:
         cause = exited(f"the {check['id']} check")
         assert (check["measured"], check["cause"]) == ("the process was asked to exit", cause)

@@ -167,7 +167,7 @@ class Context:
             with torch.no_grad():
                 outputs = self.evaluate()
             scores = logits_of(outputs, batch_size_of(self.batch), self.target.num_classes)
-        except Exception:  # the checks that run the model report its errors themselves
+        except (Exception, SystemExit):  # the checks that run the model report these themselves
             return None
         finally:
             for module, flag in flags.items():

@@ -40,6 +40,17 @@ CAUSES: dict[str, tuple[str, ...]] = {
 }
 
 
+def measured(result: Any) -> bool:
+    """Whether a failure is a measured fault, not the target's code raising or exiting inside
+    the check (each check that ran that code says so itself: one error, not a cascade)."""
+    details = result.details or {}
+    return not (
+        "frames" in details
+        or "location" in details
+        or result.measured == "the process was asked to exit"
+    )
+
+
 def roots_of(check: str, status: dict[str, str], seen: frozenset[str] = frozenset()) -> list[str]:
     """The failed checks at the bottom of ``check``'s causes (a cause that itself follows
     from another gives way to that one), in ladder order of the table."""
@@ -58,9 +69,9 @@ def attribute(results: Iterable[Any]) -> None:
     """Mark each failed or warning result whose causes failed: ``follows`` names the roots,
     the cause says "may follow from ROOT" first, and the fix says to fix the root first."""
     results = list(results)
-    status = {r.id: r.status for r in results}
+    status = {r.id: r.status if measured(r) else "raised" for r in results}
     for result in results:
-        if result.status not in (FAIL, WARN):
+        if result.status not in (FAIL, WARN) or not measured(result):
             continue
         roots = roots_of(result.id, status)
         if not roots:

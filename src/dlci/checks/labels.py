@@ -197,6 +197,35 @@ def _score_between_steps(ctx: Context, model: Any, val: list[Any]) -> Score:
     return score
 
 
+ONE_BATCH_STEPS = 60  # the probe of a loop that learns, when memorize did not run before
+ONE_BATCH_FALL = 0.25  # the share of the way to the floor its loss must fall
+
+
+def _learns(ctx: Context, batch: Any) -> tuple[bool, str]:
+    """Whether the loop fits one batch at its rate, whatever its labels say: memorize's
+    verdict when it ran before (it failing keeps this check from running), else a copy
+    trained ONE_BATCH_STEPS steps on ``batch``, whose loss there must fall a quarter of the
+    way from its start to the floor (a loop that learns nothing at its rate moves it by a
+    few percent: a tiny BERT at 5e-5 by 0.4%)."""
+    if ctx.shared.get("memorize") is True:
+        return True, "memorize passed: it overfits one batch"
+    import torch
+
+    state = torch.get_rng_state()
+    arm = Arm(ctx)
+    start = evaluate(ctx, arm.model, [batch]).loss
+    arm.train(ctx, [batch] * ONE_BATCH_STEPS)
+    end = evaluate(ctx, arm.model, [batch]).loss
+    torch.set_rng_state(state)
+    floor = min(0.0, end, arm.lowest)
+    learns = start > floor and start - end >= ONE_BATCH_FALL * (start - floor)
+    verb = "learns" if learns else "does not learn"
+    return learns, (
+        f"a copy trained {ONE_BATCH_STEPS} steps on one batch {verb} it (loss {fmt(start)} -> "
+        f"{fmt(end)})"
+    )
+
+
 def _shuffled(batches: list[Any]) -> list[Any]:
     """The batches with their labels permuted within each (a fixed seed: the same control)."""
     import torch
@@ -403,15 +432,28 @@ def label_alignment(ctx: Context) -> CheckResult:
     expected = f"true labels clearly better (loss at least {warn:.0%} of the way lower)"
     if reading.gain >= warn:
         return CheckResult("label-alignment", PASS, reading.text(), expected, details=details)
-    if reading.fit < FIT_PREMISE:
-        return _unjudged(
-            f"after {reading.steps} steps the copy trained on the true labels fits its own "
-            f"training batches (loss {fmt(reading.own)}) no better than the shuffled-label copy "
-            f"fits held-out data ({fmt(reading.control.loss)}): it has learned nothing beyond "
-            "the labels' overall mix yet, and two copies that learned nothing tie whatever the "
-            f"labels are{extension}",
-            details,
-            measured=reading.text(),
+    cause = (
+        "the copy trained on the true labels fits its own training batches but "
+        "generalises no better than one trained on shuffled labels: the labels do not belong "
+        "to their inputs"
+    )
+    if reading.fit < FIT_PREMISE:  # it learned nothing from its own batches: can it learn?
+        learns, how = _learns(ctx, batches[0])
+        details["loop_learns"] = how
+        if not learns:
+            return _unjudged(
+                f"after {reading.steps} steps the copy trained on the true labels fits its own "
+                f"training batches (loss {fmt(reading.own)}) no better than the shuffled-label "
+                f"copy fits held-out data ({fmt(reading.control.loss)}), and {how}: the loop "
+                "learns nothing at this rate in these steps, and two copies that learned "
+                f"nothing tie whatever the labels are{extension}",
+                details,
+                measured=reading.text(),
+            )
+        cause = (
+            f"the loop learns ({how}), yet after {reading.steps} steps neither copy has learned "
+            "anything from its labels beyond their overall mix: the labels do not belong to "
+            "their inputs (or the task needs far more steps than this check takes)"
         )
     return CheckResult(
         "label-alignment",
@@ -419,9 +461,7 @@ def label_alignment(ctx: Context) -> CheckResult:
         reading.text(),
         expected,
         details=details,
-        cause="the copy trained on the true labels fits its own training batches but "
-        "generalises no better than one trained on shuffled labels: the labels do not belong "
-        "to their inputs",
+        cause=cause,
         fix="check that inputs and labels are indexed together (a sort, a shuffle or a join that "
         "touched only one of them)",
     )

@@ -163,8 +163,10 @@ def combined_gate(
         gate["gpu_memory_pct"] = memory["value"]
     gate["checks"] = checks
     idle = [c for c in (util_gate, memory) if c is not None and c.get("applicable") is False]
-    gate["applicable"] = not idle
-    if idle:  # one note for the gates that did not apply, the bounds named once each
+    if idle:
+        gate["applicable"] = (
+            False  # one note for the gates that did not apply, the bounds named once each
+        )
         named = [f"min-gpu-util {util_gate['minimum']:g}%"] if util_gate else []
         named += [f"max-gpu-memory {max_gpu_memory:g}%"] if memory is not None else []
         bounds = ", ".join(named)

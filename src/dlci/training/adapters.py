@@ -48,8 +48,12 @@ class Layout:
         """The layout of ``batch``, the first batch of a loader; ``keys``: where a dict's
         targets may be (``every``: all of them are, together).
 
-        >>> Layout.of((1, 2), "x"), Layout.of([1, 2, 3], "x").size, Layout.of({"y": 1}, "x").key
-        (Layout(kind='pair', key='', size=2), 3, 'y')
+        >>> Layout.of((1, 2), "x").kind, Layout.of([1, 2, 3], "x").size
+        ('pair', 3)
+        >>> Layout.of({"y": 1}, "x").key
+        'y'
+        >>> Layout.of({"a": 1, "s": 2, "e": 3}, "x", ("s", "e"), every=True).names
+        ('s', 'e')
         """
         if isinstance(batch, tuple | list) and len(batch) >= 2 and keys == LABEL_KEYS:
             return cls("pair") if len(batch) == 2 else cls("tuple", size=len(batch))

@@ -345,7 +345,7 @@ def error_annotations(data: dict[str, Any]) -> list[tuple[str, str, str]]:
         out.append(("error", mem.get("reason", "the memorization test failed"), "memorization"))
     doctor = data["doctor"]
     if doctor:
-        checks = [c for c in doctor.get("checks", []) if isinstance(c, dict)]
+        checks = doctor.get("checks", [])  # its types checked (type_problems) before this
         for check in sorted(checks, key=lambda c: bool(c.get("follows"))):  # roots first
             if check.get("status") == "fail":
                 out.append(("error", f"{check['id']}: {check.get('cause', '')}", "dlci doctor"))
