@@ -103,13 +103,14 @@ class Context:
     def forward(self, model: Any = None, batch: Any = None) -> Any:
         return call_model(model or self.model, (batch or self.batch)[0])
 
-    def evaluate(self, batch: Any = None) -> Any:
-        """The model's outputs as the target scores them: its own ``eval_step`` when given
-        (a model whose forward needs the targets for its full outputs), else a forward."""
-        batch = batch or self.batch
+    def evaluate(self, batch: Any = None, model: Any = None) -> Any:
+        """The model's (or a copy's) outputs as the target scores them: its own
+        ``eval_step`` when given (a model whose forward needs the targets for its full
+        outputs), else a forward."""
+        batch, model = batch or self.batch, model or self.model
         if self.target.eval_step is not None:
-            return self.target.eval_step(self.model, batch)
-        return self.forward(batch=batch)
+            return self.target.eval_step(model, batch)
+        return self.forward(model, batch)
 
     def step(self, model: Any, optimizer: Any, batch: Any = None) -> float:
         """One training step: the user's own train_step when given, else the standard one."""

@@ -122,8 +122,8 @@ def batch_independence(ctx: Context) -> CheckResult:
     half = size // 2
     ctx.model.eval()
     with torch.no_grad():
-        full = _outputs(ctx, ctx.batch)
-        part = _outputs(ctx, tree_map(lambda t: t[:half], ctx.batch))
+        full = ctx.evaluate()
+        part = ctx.evaluate(tree_map(lambda t: t[:half], ctx.batch))
     full, part = logits_of(full, size), logits_of(part, half)  # a tuple's, a ModelOutput's
     if not isinstance(full, torch.Tensor) or not isinstance(part, torch.Tensor):
         return CheckResult(
@@ -154,7 +154,3 @@ def batch_independence(ctx: Context) -> CheckResult:
         fix="use running statistics at eval (BatchNorm's default track_running_stats=True) or a "
         "per-sample normalization such as LayerNorm",
     )
-
-
-def _outputs(ctx: Context, batch: Any) -> Any:
-    return ctx.evaluate(batch)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, fmt
-from dlci.training.batching import call_model, logits_of
+from dlci.training.batching import logits_of
 
 CONTROL_STEPS = 60  # training steps for each arm of the shuffled-label control
 LEAKAGE_STEPS = 20  # "very little training"
@@ -52,10 +52,7 @@ def evaluate(ctx: Context, model: Any, batches: list[Any]) -> Score:
     no_fit = ""
     with torch.no_grad():
         for batch in batches:
-            if ctx.target.eval_step is not None:
-                outputs = ctx.target.eval_step(model, batch)
-            else:
-                outputs = call_model(model, batch[0])
+            outputs = ctx.evaluate(batch, model)
             losses.append(float(ctx.target.loss_fn(outputs, batch[1])))  # type: ignore[misc]
             outputs = _scores(outputs, ctx.classes()[0] if classification else None)
             if classification and isinstance(outputs, torch.Tensor) and outputs.ndim == 2:

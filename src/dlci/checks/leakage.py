@@ -176,7 +176,7 @@ def _feature_group(ctx: Context, sample: Sample) -> Part:
     found = probe.group(t, yt, v, yv, classes)
     if found is None:
         return Part(PASS, "no group of one-class features")
-    single = probe.classify(t, yt, v, yv, classes).score
+    single = _classified(ctx, t, yt, v, yv, classes).score
     names = [feature_name(train, c) for c in found.columns]
     warn, fail = (
         ctx.policy.threshold("leakage", k) for k in ("warn-group-skill", "fail-group-skill")
@@ -208,6 +208,12 @@ def _feature_group(ctx: Context, sample: Sample) -> Part:
     )
 
 
+def _classified(ctx: Context, t: Any, yt: Any, v: Any, yv: Any, classes: int) -> probe.Probe:
+    """The one-feature probe of the class labels, once per doctor run (the group probe
+    compares itself with it)."""
+    return ctx.memo("one-feature-probe", lambda: probe.classify(t, yt, v, yv, classes))  # type: ignore[no-any-return]
+
+
 def _probe(ctx: Context, t: Any, yt: Any, v: Any, yv: Any) -> probe.Probe | None:
     if yt is None or yv is None:
         return None
@@ -215,7 +221,7 @@ def _probe(ctx: Context, t: Any, yt: Any, v: Any, yv: Any) -> probe.Probe | None
         classes = max(int(ctx.classes()[0] or 0), int(yt.max()) + 1, int(yv.max()) + 1)
         if min(int(yt.min()), int(yv.min())) < 0:
             return None
-        return probe.classify(t, yt, v, yv, classes)
+        return _classified(ctx, t, yt, v, yv, classes)
     one = yt.ndim == 1 or (yt.ndim == 2 and yt.shape[1] == 1)
     if yt.is_floating_point() and one and yt.numel() == t.shape[0]:
         return probe.regress(t, yt.flatten().float(), v, yv.flatten().float())
