@@ -34,8 +34,18 @@ def label_names(model: Any, trainer: Any = None) -> tuple[str, ...]:
     if not names:
         from transformers.utils.generic import find_labels
 
-        names = find_labels(type(model))  # type: ignore[no-untyped-call]
+        names = find_labels(type(peft_base(model)))  # type: ignore[no-untyped-call]
     return tuple(str(n) for n in names) or LABELS
+
+
+def peft_base(model: Any) -> Any:
+    """The Transformers model inside a PEFT wrapper (``peft.get_peft_model``: a LoRA or other
+    adapter over a ``PreTrainedModel``), else ``model`` itself. PEFT is not imported: its
+    wrapper is known by its class's module and its ``get_base_model``."""
+    wrapped = any(cls.__module__.startswith("peft.") for cls in type(model).__mro__)
+    if wrapped and callable(getattr(model, "get_base_model", None)):
+        return model.get_base_model()
+    return model
 
 
 def _is_trainer(obj: Any) -> bool:
@@ -63,9 +73,10 @@ def from_transformers(
             model, train_dataset, eval_dataset=eval_dataset, data_collator=data_collator,
             batch_size=batch_size, optimizer=optimizer, num_classes=num_classes,
         )  # fmt: skip
-    if not isinstance(model, transformers.PreTrainedModel):
+    if not isinstance(peft_base(model), transformers.PreTrainedModel):
         raise DlciError(
-            f"Target.from_transformers needs a PreTrainedModel or a Trainer, got "
+            f"Target.from_transformers needs a PreTrainedModel (a PEFT model over one "
+            f"included) or a Trainer, got "
             f"{type(model).__name__}",
             hint="for a plain torch.nn.Module use dlci.Target(model, optimizer, train_loader, "
             "loss_fn=...)",
@@ -183,7 +194,9 @@ def _default_optimizer(params: Any) -> Any:
 
 
 def classifier_classes(model: Any) -> int | None:
-    """The classes of a single-label sequence-classification head (``num_labels``)."""
+    """The classes of a single-label sequence-classification head (``num_labels``), a PEFT
+    model's included."""
+    model = peft_base(model)
     config = getattr(model, "config", None)
     labels = getattr(config, "num_labels", None)
     if (
