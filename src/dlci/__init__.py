@@ -11,10 +11,18 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Instruments", "Target", "__version__", "assert_memorizes", "profile"]
+__all__ = [
+    "Instruments",
+    "OptimizerFromModel",
+    "Target",
+    "__version__",
+    "assert_memorizes",
+    "profile",
+]
 
 _LAZY = {
     "Target": "dlci.training.target",
+    "OptimizerFromModel": "dlci.training.target",
     "assert_memorizes": "dlci.memorization.testing",
     "Instruments": "dlci.checks.instruments",
     "profile": "dlci.profiling.capture",

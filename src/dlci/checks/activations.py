@@ -12,13 +12,16 @@ from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, fmt
 from dlci.checks.units import MAX_SITES, UNDERSTOOD, Recording, Site, recording
 
 SHOWN = 20  # sites listed in the details, worst first
+CLAMPED_SHARE = 0.25  # class scores exactly 0 (none below) from which they are taken as clamped
 
 
 def activations(ctx: Context) -> CheckResult:
     warn = ctx.policy.threshold("activations", "warn-share")
     fail = ctx.policy.threshold("activations", "fail-share")
     expected = f"under {warn:.0%} dead or saturated units per layer"
-    record = _record(ctx)
+    record, outputs = _record(ctx)
+    if clamped := _clamped_scores(ctx, outputs):
+        return clamped
     sites = list(record.sites.values())
     if not sites:
         return _not_seen(ctx.model)
@@ -46,14 +49,48 @@ def _score(site: Site) -> float:
     return max(site.dead_share(), site.saturated_share())
 
 
-def _record(ctx: Context) -> Recording:
-    """One forward pass in eval mode, every understood activation call recorded."""
+def _record(ctx: Context) -> tuple[Recording, Any]:
+    """One forward pass in eval mode, every understood activation call recorded; and the
+    outputs."""
     import torch
 
     ctx.model.eval()
     with torch.no_grad(), recording(ctx.model) as record:
-        ctx.forward()
-    return record
+        outputs = ctx.evaluate()  # the target's eval_step, when its forward needs the targets
+    return record, outputs
+
+
+def _clamped_scores(ctx: Context, outputs: Any) -> CheckResult | None:
+    """Class scores clamped at zero (a ReLU on the last layer): at least CLAMPED_SHARE of
+    them exactly 0 and none below. A class whose score is clamped gets no gradient from the
+    cross-entropy, so an example whose true class sits there cannot be fitted."""
+    import torch
+
+    from dlci.training.batching import logits_of
+
+    if not ctx.is_classification():
+        return None
+    classes = ctx.classes()[0]
+    scores = logits_of(outputs, classes=classes)
+    if not (isinstance(scores, torch.Tensor) and scores.ndim >= 2 and scores.numel()):
+        return None
+    if scores.shape[-1] != classes or not scores.is_floating_point():
+        return None
+    zeros = float((scores == 0).float().mean())
+    if zeros < CLAMPED_SHARE or float(scores.min()) < 0:
+        return None
+    return CheckResult(
+        "activations",
+        WARN,
+        f"the class scores the loss reads are clamped at 0: {zeros:.0%} of them exactly 0, "
+        "none below",
+        "class scores (logits) free to go negative",
+        cause="the last layer ends in a ReLU (or another clamp): a class whose score is "
+        "clamped gets no gradient, so examples of it stop being fitted (cross-entropy wants "
+        "raw logits)",
+        fix="remove the activation after the last layer: return the logits as they are",
+        details={"zero_share": zeros, "classes": classes},
+    )
 
 
 def _not_seen(model: Any) -> CheckResult:

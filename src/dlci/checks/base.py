@@ -24,7 +24,7 @@ from dlci.training.batching import (
     tree_map,
 )
 from dlci.training.guard import user_code
-from dlci.training.target import Target
+from dlci.training.target import Target, build_optimizer
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 CRASHED = "crashed"  # the check itself raised: no verdict from it, never a catch
@@ -98,7 +98,7 @@ class Context:
     def optimizer(self, model: Any = None) -> Any:
         """A fresh optimizer from the user's factory, over the trainable parameters."""
         model = model or self.model
-        return self.target.optimizer([p for p in model.parameters() if p.requires_grad])
+        return build_optimizer(self.target.optimizer, model)
 
     def forward(self, model: Any = None, batch: Any = None) -> Any:
         return call_model(model or self.model, (batch or self.batch)[0])
@@ -112,14 +112,18 @@ class Context:
             return self.target.eval_step(model, batch)
         return self.forward(model, batch)
 
-    def step(self, model: Any, optimizer: Any, batch: Any = None) -> float:
-        """One training step: the user's own train_step when given, else the standard one."""
+    def step(
+        self, model: Any, optimizer: Any, batch: Any = None, target: Target | None = None
+    ) -> float:
+        """One training step: the user's own train_step when given, else the standard one;
+        ``target``'s (a rebuilt one, whose step keeps its own state) where given."""
         batch = batch or self.batch
-        if self.target.train_step is not None:
-            loss = self.target.train_step(model, batch, optimizer)
+        target = target or self.target
+        if target.train_step is not None:
+            loss = target.train_step(model, batch, optimizer)
         else:
             optimizer.zero_grad(set_to_none=True)
-            loss = self.target.loss_fn(call_model(model, batch[0]), batch[1])  # type: ignore[misc]
+            loss = target.loss_fn(call_model(model, batch[0]), batch[1])  # type: ignore[misc]
             loss.backward()
             optimizer.step()
         from dlci.training.stepping import loss_value

@@ -36,7 +36,15 @@ CAUSES: dict[str, tuple[str, ...]] = {
     # other way round: lr-range sweeps its own rates, whatever memorize found
     "memorize": (*_TRAINS, "train-eval-mode", "lr-range"),
     "lr-range": (*_TRAINS, "train-eval-mode", "shuffle"),
-    "label-alignment": (*_TRAINS, "train-eval-mode", "shuffle", "memorize", "lr-range"),
+    "label-alignment": (
+        *_TRAINS,
+        "train-eval-mode",
+        "shuffle",
+        "causality",
+        "memorize",
+        "lr-range",
+    ),  # a model that reads its labels (causality) fits shuffled ones as well as true ones
+    "leakage": ("causality",),
 }
 
 

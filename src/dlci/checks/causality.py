@@ -24,7 +24,6 @@ from dlci.training.batching import logits_of
 TOLERANCE = 1e-4  # of the output scale: float noise, not a dependence
 COPY_LOSS = 0.05  # the loss of outputs that copy their inputs, under which labels are unshifted
 TOKEN_KEYS = ("input_ids", "tokens", "idx", "x")
-IGNORE_INDEX = -100  # label positions a language-modelling loss skips
 
 
 def _tokens(inputs: Any) -> tuple[Any, str | None] | None:
@@ -63,11 +62,11 @@ def _autoregressive(model: Any, tokens: Any, targets: Any) -> str:
     if getattr(model, "is_causal", False) is True:
         return f"{name}.is_causal is True"
     if isinstance(targets, torch.Tensor) and targets.shape == tokens.shape:
-        kept = targets != IGNORE_INDEX
+        kept = targets >= 0  # a negative label is an ignore index (-100 Transformers', -1 ...)
         if bool(kept.any()) and bool((targets[kept] == tokens[kept]).all()):
             return "the targets are the inputs (the loss shifts them to the next token)"
         shifted, later = targets[:, :-1], tokens[:, 1:]
-        kept = shifted != IGNORE_INDEX
+        kept = shifted >= 0
         if bool(kept.any()) and float((shifted[kept] == later[kept]).float().mean()) >= 0.95:
             return "the targets are the inputs shifted by one (the next token)"
     return ""
@@ -96,17 +95,18 @@ def causality(ctx: Context) -> CheckResult:
     ctx.model.eval()
     with torch.no_grad():
         raw = ctx.evaluate()
-        before = logits_of(raw, rows)
-        again = logits_of(ctx.evaluate(), rows)
+        layout = _layout(ctx, raw, tokens, key)
+        if isinstance(layout, str):
+            return CheckResult("causality", SKIP, cause=layout)
+        before = layout(raw)
+        again = layout(ctx.evaluate())
         vocab = max(int(tokens.max()) + 1, before.shape[-1] if before.ndim == 3 else 0)
         if vocab < 2:
             return CheckResult("causality", SKIP, cause="a vocabulary of one token")
-        changed = tokens.clone()
-        generator = torch.Generator().manual_seed(0)
-        shift = torch.randint(1, vocab, changed[:, cut + 1 :].shape, generator=generator)
-        changed[:, cut + 1 :] = (changed[:, cut + 1 :] + shift.to(tokens.device)) % vocab
+        changed = _later_changed(tokens, cut, vocab)
         after_inputs = changed if key is None else {**inputs, key: changed}
-        after = logits_of(ctx.evaluate((after_inputs, targets)), rows)
+        after = layout(ctx.evaluate((after_inputs, targets)))
+        fed = _labels_read(ctx, layout, before, (inputs, targets), tokens, why, vocab)
     if not all(
         isinstance(t, torch.Tensor) and t.shape == before.shape for t in (before, again, after)
     ) or not (before.ndim >= 2 and before.shape[1] == length):
@@ -140,11 +140,16 @@ def causality(ctx: Context) -> CheckResult:
     if copying is not None:
         return copying
     if change <= TOLERANCE * scale:
+        if fed is not None:
+            return fed
         return CheckResult("causality", PASS, measured_text, expected, details=details)
     gaps = (before[:, : cut + 1] - after[:, : cut + 1]).abs().float().nan_to_num(nan=math.inf)
     per_position = gaps.reshape(rows, cut + 1, -1).amax(dim=(0, 2))
     first = int((per_position > TOLERANCE * scale).nonzero()[0]) if change < math.inf else 0
     details["first_position"] = first
+    if fed is not None:  # the targets it is given leak too: said beside the first finding
+        details["targets_read"] = True
+        measured_text += "; it also reads the targets it is given (see details)"
     return CheckResult(
         "causality",
         FAIL,
@@ -156,6 +161,114 @@ def causality(ctx: Context) -> CheckResult:
         fix="mask attention to later positions (is_causal=True in scaled_dot_product_attention, "
         "or a lower-triangular mask) and check the mask's orientation",
         details=details,
+    )
+
+
+def _later_changed(tokens: Any, cut: int, vocab: int) -> Any:
+    """``tokens`` with every token after position ``cut`` changed to another one."""
+    import torch
+
+    changed = tokens.clone()
+    generator = torch.Generator().manual_seed(0)
+    shift = torch.randint(1, vocab, changed[:, cut + 1 :].shape, generator=generator)
+    changed[:, cut + 1 :] = (changed[:, cut + 1 :] + shift.to(tokens.device)) % vocab
+    return changed
+
+
+def _layout(ctx: Context, raw: Any, tokens: Any, key: str | None) -> Any:
+    """A function from the model's outputs to its per-position scores (N, L, ...), or why
+    there is none. Outputs of one row per example are taken as they are; outputs flattened to
+    one row per token (``output.view(-1, vocab)``, as many language models return them) are
+    unflattened in the order a probe finds: every token of example 0 changed, the rows that
+    move are its positions (rows 0..L-1 batch-first, rows 0, N, 2N, ... time-major)."""
+    import torch
+
+    rows, length = tokens.shape
+    scores = logits_of(raw, rows)
+    if isinstance(scores, torch.Tensor) and scores.ndim >= 2 and scores.shape[0] == rows:
+        return lambda outputs: logits_of(outputs, rows)
+    flat = [t for t in _tensors(raw) if t.ndim >= 1 and t.shape[0] == rows * length]
+    if not flat or rows < 2:
+        return (
+            f"the outputs hold no per-position scores for the inputs' {length} positions "
+            f"(neither (N, L, ...) nor N*L = {rows * length} rows)"
+        )
+    index = _tensors(raw).index(flat[0])
+    probe = tokens.clone()
+    probe[0] = (probe[0] + 1) % max(int(tokens.max()) + 1, 2)
+    inputs, targets = ctx.batch
+    moved_raw = ctx.evaluate((probe if key is None else {**inputs, key: probe}, targets))
+    moved = _tensors(moved_raw)[index]
+    gaps = (moved - flat[0]).abs().reshape(rows * length, -1).amax(dim=1)
+    changed = set(
+        (gaps > TOLERANCE * max(float(flat[0].abs().max()), 1.0)).nonzero()[:, 0].tolist()
+    )
+    if changed and changed <= set(range(length)):
+        return lambda outputs: _tensors(outputs)[index].reshape(rows, length, -1)
+    if changed and changed <= set(range(0, rows * length, rows)):
+        return lambda outputs: _tensors(outputs)[index].reshape(length, rows, -1).transpose(0, 1)
+    return (
+        f"the outputs are flattened to {rows * length} rows (one per token), and changing one "
+        "example's tokens moved rows that are neither its positions batch-first nor "
+        "time-major, so which row is which position cannot be told"
+    )
+
+
+def _tensors(outputs: Any) -> list[Any]:
+    """The tensors of the outputs, in a fixed order (a tensor; a tuple or list's; a dict's or
+    ModelOutput's values)."""
+    import torch
+
+    if isinstance(outputs, torch.Tensor):
+        return [outputs]
+    if isinstance(outputs, tuple | list):
+        items: Any = outputs
+    elif isinstance(outputs, Mapping):
+        items = outputs.values()
+    else:
+        return []
+    return [t for t in items if isinstance(t, torch.Tensor)]
+
+
+def _labels_read(
+    ctx: Context, layout: Any, before: Any, batch: Any, tokens: Any, why: str, vocab: int
+) -> CheckResult | None:
+    """A model that is given its targets (a forward(inputs, target) with teacher forcing)
+    must not read the one it predicts: the output at a position may depend on earlier
+    targets only. The targets after a cut are changed, and the outputs up to the first
+    changed target compared (up to the position before it when the targets are the inputs,
+    whose loss shifts them)."""
+    import torch
+
+    inputs, targets = batch
+    if not (isinstance(targets, torch.Tensor) and targets.shape == tokens.shape):
+        return None
+    if targets.is_floating_point() or targets.dtype == torch.bool:
+        return None
+    length = tokens.shape[1]
+    cut = (length - 1) // 2
+    changed = _later_changed(targets.clamp(min=0), cut, vocab)
+    changed = torch.where(targets < 0, targets, changed)  # ignored positions stay ignored
+    after = layout(ctx.evaluate((inputs, changed)))
+    if not (isinstance(after, torch.Tensor) and after.shape == before.shape):
+        return None
+    upto = cut + 1 if why.startswith("the targets are the inputs shifted") else cut
+    change, scale = difference(before[:, : upto + 1], after[:, : upto + 1])
+    if change <= TOLERANCE * scale:
+        return None
+    return CheckResult(
+        "causality",
+        FAIL,
+        f"outputs at positions 0-{upto} moved by up to {fmt(change)} when only the targets "
+        f"after {cut} changed ({why}): the output at position {upto} reads the target it is "
+        "scored against",
+        "outputs that depend on earlier targets at most (teacher forcing shifts the targets right)",
+        cause="the model is given the labels it predicts: its forward takes the targets (a "
+        "decoder fed them for teacher forcing) without shifting them right, or without a "
+        "causal mask, so each position can copy its own label",
+        fix="feed the decoder the targets shifted right by one (a start token first) under a "
+        "causal mask, or train a decoder-only model on the inputs alone",
+        details={"cut": cut, "length": length, "why": why, "max_change": change, "targets": True},
     )
 
 

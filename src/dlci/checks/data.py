@@ -112,6 +112,24 @@ def _yields_in_order(batch_sampler: Any) -> bool:
     return len(indices) >= 8 and indices == list(range(indices[0], indices[0] + len(indices)))
 
 
+def _halves(full: Any, part: Any, size: int, start: int, stop: int) -> list[tuple[Any, Any]]:
+    """Examples ``start:stop``'s rows of the full batch's outputs beside those of the part
+    alone: one row per example; or outputs flattened to R rows per example (``view(-1,
+    vocab)`` of per-token scores), read batch-first (example by example) and time-major
+    (position by position)."""
+    if full.ndim == 0 or part.ndim == 0:
+        return []
+    if full.shape[0] == size and full[start:stop].shape == part.shape:
+        return [(full[start:stop], part)]
+    per, extra = divmod(full.shape[0], size)
+    count = stop - start
+    if extra or per < 2 or part.shape != (count * per, *full.shape[1:]):
+        return []
+    rest = full.shape[1:]
+    time_major = full.reshape(per, size, *rest)[:, start:stop].reshape(count * per, *rest)
+    return [(full[start * per : stop * per], part), (time_major, part)]
+
+
 def batch_independence(ctx: Context) -> CheckResult:
     """In eval mode, the first half's outputs must not change when the second half is dropped."""
     import torch
@@ -123,23 +141,30 @@ def batch_independence(ctx: Context) -> CheckResult:
     ctx.model.eval()
     with torch.no_grad():
         full = ctx.evaluate()
-        part = ctx.evaluate(tree_map(lambda t: t[:half], ctx.batch))
-    full, part = logits_of(full, size), logits_of(part, half)  # a tuple's, a ModelOutput's
-    if not isinstance(full, torch.Tensor) or not isinstance(part, torch.Tensor):
+        first = ctx.evaluate(tree_map(lambda t: t[:half], ctx.batch))
+        # the second half alone too: a mix that runs one way along the batch (an RNN fed
+        # batch-first data as time-major) leaves the first half as it was
+        second = ctx.evaluate(tree_map(lambda t: t[half:], ctx.batch))
+    full = logits_of(full, size)  # a tuple's, a ModelOutput's
+    first, second = logits_of(first, half), logits_of(second, size - half)
+    if not all(isinstance(t, torch.Tensor) for t in (full, first, second)):
         return CheckResult(
             "batch-independence",
             SKIP,
             cause="the outputs hold no tensor of scores with one row per example (a tensor, "
             "logits, or the first such tensor of a tuple)",
         )
-    if full[:half].shape != part.shape:
+    readings = [_halves(full, first, size, 0, half), _halves(full, second, size, half, size)]
+    if not all(readings):
         return CheckResult(
             "batch-independence",
             SKIP,
-            cause=f"the outputs of half a batch {tuple(part.shape)} do not match the first half "
-            f"of the full batch's {tuple(full[:half].shape)}",
+            cause=f"the outputs of half a batch {tuple(first.shape)} do not match the first "
+            f"half of the full batch's {tuple(full.shape)}: neither one row per example nor "
+            "the same number of rows (one per token) for each",
         )
-    diff, scale = difference(full[:half], part)  # a logit masked to -inf is no difference
+    # a logit masked to -inf is no difference; of two readings of flattened rows, the closer
+    diff, scale = max(min(difference(a, b) for a, b in pairs) for pairs in readings)
     tolerance = ctx.policy.threshold("batch-independence", "tolerance")
     expected = f"identical outputs (max difference below {number(tolerance)} of the output scale)"
     if diff <= tolerance * scale:

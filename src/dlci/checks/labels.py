@@ -3,7 +3,6 @@ too: the true-label copy is scored after 20 steps for it, with the fit of its ou
 
 from __future__ import annotations
 
-import copy
 import itertools
 import math
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from typing import Any
 
 from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, fmt
 from dlci.training.batching import logits_of
+from dlci.training.copying import model_copy
 
 CONTROL_STEPS = 60  # training steps for each arm of the shuffled-label control
 LEAKAGE_STEPS = 20  # "very little training"
@@ -55,9 +55,17 @@ def evaluate(ctx: Context, model: Any, batches: list[Any]) -> Score:
             outputs = ctx.evaluate(batch, model)
             losses.append(float(ctx.target.loss_fn(outputs, batch[1])))  # type: ignore[misc]
             outputs = _scores(outputs, ctx.classes()[0] if classification else None)
-            if classification and isinstance(outputs, torch.Tensor) and outputs.ndim == 2:
-                correct += int((outputs.argmax(dim=1) == batch[1]).sum())
-                total += int(batch[1].shape[0])
+            labels = batch[1]
+            if (
+                classification
+                and isinstance(outputs, torch.Tensor)
+                and isinstance(labels, torch.Tensor)
+                and outputs.ndim >= 2
+                and outputs.shape[:-1] == labels.shape  # (N, C) or per position (N, L, C)
+            ):
+                kept = labels >= 0  # a negative label is an ignore index
+                correct += int((outputs.argmax(dim=-1) == labels)[kept].sum())
+                total += int(kept.sum())
             elif not classification and not no_fit:
                 pair = _as_columns(outputs, batch[1])
                 if isinstance(pair, str):
@@ -148,7 +156,7 @@ class Arm:
     """One copy of the model in training, its optimizer kept, so it can train on."""
 
     def __init__(self, ctx: Context) -> None:
-        self.model = copy.deepcopy(ctx.model)
+        self.model = model_copy(ctx.model)
         self.model.train()
         self.optimizer = ctx.optimizer(self.model)
         self.losses: list[float] = []

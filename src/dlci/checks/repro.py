@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from dlci.checks.base import FAIL, PASS, WARN, CheckResult, Context, number
+from dlci.training.target import Target, build_optimizer
 
 STEPS = 3
 
@@ -20,7 +21,7 @@ def reproducibility(ctx: Context) -> CheckResult:
             seed_everything(0)
             target = ctx.factory()
             model = target.model.to(ctx.device)
-            runs.append(_train(ctx, model, target.optimizer))
+            runs.append(_train(ctx, model, target))  # its own step: state kept in a closure
         how = "two builds of the target with seed 0"
     else:  # the same starting point twice: the training step itself must be deterministic
         start = copy.deepcopy(ctx.model.state_dict())
@@ -28,7 +29,7 @@ def reproducibility(ctx: Context) -> CheckResult:
         for _ in range(2):
             ctx.model.load_state_dict(start)
             seed_everything(0)
-            runs.append(_train(ctx, ctx.model, ctx.target.optimizer))
+            runs.append(_train(ctx, ctx.model, ctx.target))
         how = "two runs from the same weights with seed 0"
     worst = max((_difference(a, b) for a, b in zip(runs[0], runs[1], strict=True)), default=0.0)
     measured = f"largest parameter difference {worst:.2g} after {STEPS} steps ({how})"
@@ -73,11 +74,11 @@ def _difference(a: Any, b: Any) -> float:
     return float(torch.where(same, 0.0, diff.nan_to_num(nan=math.inf, posinf=math.inf)).max())
 
 
-def _train(ctx: Context, model: Any, factory: Any) -> list[Any]:
+def _train(ctx: Context, model: Any, target: Target) -> list[Any]:
     model.train()
-    optimizer = factory([p for p in model.parameters() if p.requires_grad])
+    optimizer = build_optimizer(target.optimizer, model)
     for _ in range(STEPS):
-        ctx.step(model, optimizer)
+        ctx.step(model, optimizer, target=target)
     return [p.detach().clone() for p in model.parameters()]
 
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import copy
-
 from dlci.checks.base import FAIL, PASS, CheckResult, Context, layer_name
+from dlci.training.copying import model_copy
 
 
 def optimizer_coverage(ctx: Context) -> CheckResult:
@@ -34,7 +33,7 @@ def _given_parameters(ctx: Context) -> CheckResult | None:
     """A factory must build its optimizer over the parameters it is given: every copy the
     checks train (and the user's own copies) needs one of its own. One that closes over the
     model (``lambda params: model.configure_optimizers(...)``) trains the original instead."""
-    twin = copy.deepcopy(ctx.model)
+    twin = model_copy(ctx.model)
     given = {id(p) for p in twin.parameters() if p.requires_grad}
     held = [p for group in ctx.optimizer(twin).param_groups for p in group["params"]]
     if not held or all(id(p) in given for p in held):

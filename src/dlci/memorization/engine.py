@@ -36,7 +36,7 @@ from dlci.training.stepping import (
     optimizer_hparams,
     switch_off_regularization,
 )
-from dlci.training.target import Target
+from dlci.training.target import Target, build_optimizer
 
 __all__ = ["MemorizeConfig", "MemorizeResult", "memorize", "training_time"]
 
@@ -288,7 +288,7 @@ def _prepare(target: Target, config: MemorizeConfig, dist: Distributed) -> _Prep
     if not trainable:
         raise DlciError("the model has no trainable parameters", hint=DETACHED_HINT)
     with user_code("the optimizer factory"):
-        optimizer = target.optimizer(trainable)
+        optimizer = build_optimizer(target.optimizer, target.model)  # DDP shares its parameters
     hparams = optimizer_hparams(optimizer)  # as the user configured it, before changes
     changes = switch_off_regularization(model, optimizer)
     return _Prepared(

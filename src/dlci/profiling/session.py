@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from dlci.errors import DlciError
 from dlci.profiling.native_stderr import NativeStderr
+from dlci.training.target import build_optimizer
 
 TRACE_NAME = "trace.json.gz"
 MEMORY_TRACE_NAME = "trace-memory.json.gz"  # the memory pass's own trace (memcapture.py)
@@ -144,7 +145,7 @@ class Trainer:
         if not trainable:
             raise DlciError("the model has no trainable parameters")
         with user_code("the optimizer factory"):
-            self.optimizer = target.optimizer(trainable)
+            self.optimizer = build_optimizer(target.optimizer, self.model)
 
     def step(self, batches: Iterator[Any], step: int) -> None:
         """Step ``step`` (from 1), each part in its ``dlci/...`` annotation."""

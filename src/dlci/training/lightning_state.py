@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+DEFAULT_MAX_EPOCHS = 1000  # a Trainer's max_epochs when neither it nor max_steps is given
 # where Lightning's Fabric shim says an attribute of a Trainer is missing
 UNAVAILABLE = "not available when using Fabric"
 UNAVAILABLE_HINT = (
@@ -108,6 +109,7 @@ class TrainerState:
 
     dlci_step: int = 0
     dlci_batches: float = 1
+    dlci_model: Any = None
     dlci_logged: dict[str, Any]
     dlci_progress: dict[str, Any]
 
@@ -134,6 +136,22 @@ class TrainerState:
     @property
     def num_training_batches(self) -> float:
         return self.dlci_batches
+
+    @property
+    def model(self) -> Any:
+        """The module being trained (a Trainer's ``model``; no strategy wraps it here)."""
+        return self.dlci_model
+
+    @property
+    def lightning_module(self) -> Any:
+        return self.dlci_model
+
+    @property
+    def estimated_stepping_batches(self) -> float:
+        """As a Trainer with no ``max_steps`` and its default ``max_epochs`` (1000) counts
+        them: the training batches times 1000. dl-ci's runs take a few hundred steps, so a
+        schedule sized by this (OneCycleLR's total steps) never runs out."""
+        return self.dlci_batches * DEFAULT_MAX_EPOCHS
 
     training = True
     sanity_checking = False

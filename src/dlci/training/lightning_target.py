@@ -53,6 +53,7 @@ def from_lightning(
     val_dataloaders: Any = None,
     num_classes: int | None = None,
     loss_fn: Any = None,
+    eval_step: Any = None,
 ) -> dict[str, Any]:
     """The Target of a LightningModule, as dlci.Target's keyword arguments: its
     ``training_step``, ``configure_optimizers`` and batch hooks; its data from
@@ -61,6 +62,11 @@ def from_lightning(
     ``loss_fn`` (outputs of the module's forward, targets) -> loss is optional: training runs
     ``training_step`` either way; the checks that score the model's outputs (initial-loss,
     label-alignment, leakage's held-out score) use it.
+
+    ``eval_step`` (model, batch) -> outputs is optional too: the checks that score or probe
+    the outputs call it; without it they call the module's forward on the inputs, or on the
+    inputs and the targets when its forward needs both (``forward(self, inputs, target)``,
+    a sequence-to-sequence model's teacher forcing).
     """
     base = lightning_base(module)
     flavour = next(name for name in FABRIC_OF if base.__module__.startswith(name))
@@ -83,7 +89,32 @@ def from_lightning(
         loss_fn=loss_fn,
         num_classes=num_classes or module_num_classes(module, datamodule, train_view),
         train_step=steps.train_step,
+        eval_step=eval_step or _forward_of_pairs(module),
     )
+
+
+def _forward_of_pairs(module: Any) -> Any:
+    """An eval_step that calls ``forward(inputs, targets)`` for a module whose forward takes
+    two positional arguments without defaults; None for any other (one input is the rule)."""
+    import inspect
+
+    try:
+        parameters = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [p for p in parameters if p.kind in positional and p.default is p.empty]
+    if len(required) != 2:
+        return None
+
+    def eval_step(model: Any, batch: Any) -> Any:
+        import torch
+
+        model.eval()
+        with torch.no_grad():
+            return model(batch[0], batch[1])
+
+    return eval_step
 
 
 def _setup(module: Any, datamodule: Any) -> None:
@@ -146,7 +177,7 @@ class LightningSteps:
 
     def optimizer(self, params: Any) -> Any:
         """The module's ``configure_optimizers`` over ``params`` (the model's or a copy's)."""
-        with parameters_swapped(self.module, list(params)):
+        with parameters_swapped(self.module, list(params)), self._configuring(self.module):
             configured = self.module.configure_optimizers()
         optimizer, schedulers = parse_configure_optimizers(configured)
         optimizer.__dict__["_dlci_lightning"] = _OptimizerState(schedulers)
@@ -217,6 +248,20 @@ class LightningSteps:
         return loss
 
     @contextmanager
+    def _configuring(self, module: Any) -> Iterator[None]:
+        """The module attached to a Fabric while ``configure_optimizers`` runs, as the
+        Trainer's ``fit`` attaches it: ``self.trainer.model.parameters()`` and
+        ``self.trainer.estimated_stepping_batches`` (a OneCycleLR's total steps) answer."""
+        fabric = self._fabric(module)
+        fabric.dlci_model = module
+        module.fabric = fabric
+        try:
+            with trainer_state(module, self.base, fabric):
+                yield
+        finally:
+            module.fabric = None
+
+    @contextmanager
     def _attached(self, module: Any, optimizer: Any) -> Iterator[tuple[Any, Any]]:
         """The module attached to a Fabric for the step, so ``self.optimizers()`` gives the
         optimizer dl-ci chose; detached after, so copies and pickles carry no Fabric."""
@@ -225,6 +270,7 @@ class LightningSteps:
             self._wrapped = (optimizer, fabric.setup_optimizers(optimizer))
         wrapped = self._wrapped[1]
         fabric.dlci_losses = []
+        fabric.dlci_model = module
         # read by self.lr_schedulers() through Lightning's Trainer shim for Fabric
         fabric.lr_scheduler_configs = _state(optimizer).schedulers
         module.fabric = fabric

@@ -24,13 +24,52 @@ from dlci.training.guard import exited, raised_by_dlci, user_error
 CONTRACT_DOC = "docs/target.md"
 
 
+class OptimizerFromModel:
+    """An optimizer factory that is given the model (or the copy a check trains), not its
+    parameters: a project's own ``configure_optimizers`` method, called as written.
+
+    >>> import torch
+    >>> factory = OptimizerFromModel(lambda model: torch.optim.SGD(model.parameters(), lr=0.1))
+    >>> layer = torch.nn.Linear(2, 1)
+    >>> len(build_optimizer(factory, layer).param_groups[0]["params"])
+    2
+    """
+
+    def __init__(self, build: Callable[[Any], Any]) -> None:
+        if not callable(build):
+            raise DlciError(
+                f"OptimizerFromModel needs a function of the model, got {type(build).__name__}",
+                hint="OptimizerFromModel(lambda model: model.configure_optimizers(...))",
+            )
+        self.build = build
+
+    def __call__(self, params: Iterable[Any]) -> Any:
+        raise DlciError(
+            "an OptimizerFromModel factory was called with parameters: it is given the model",
+            hint="call dlci.training.target.build_optimizer(factory, model)",
+        )
+
+    def __repr__(self) -> str:
+        return f"OptimizerFromModel({self.build!r})"
+
+
+def build_optimizer(factory: Any, model: Any) -> Any:
+    """A fresh optimizer for ``model`` from the Target's factory: the factory given the
+    model (OptimizerFromModel), else its trainable parameters."""
+    if isinstance(factory, OptimizerFromModel):
+        return factory.build(model)
+    return factory([p for p in model.parameters() if p.requires_grad])
+
+
 @dataclass
 class Target:
     """A model and what it takes to train it, as the user's own code builds them.
 
     ``optimizer`` is a factory (``params -> Optimizer``), so dl-ci can build a fresh one for
-    each run. When ``train_step`` is given, dl-ci calls it instead of its standard step
-    (zero_grad, forward, ``loss_fn``, backward, step), so bugs inside it stay visible.
+    each run; ``OptimizerFromModel(model -> Optimizer)`` for one that reads the model (a
+    ``configure_optimizers`` method). When ``train_step`` is given, dl-ci calls it instead
+    of its standard step (zero_grad, forward, ``loss_fn``, backward, step), so bugs inside it
+    stay visible.
     """
 
     model: Any  # torch.nn.Module
@@ -98,6 +137,7 @@ class Target:
         val_dataloaders: Any = None,
         num_classes: int | None = None,
         loss_fn: Callable[[Any, Any], Any] | None = None,
+        eval_step: Callable[[Any, Any], Any] | None = None,
     ) -> Target:
         """A LightningModule's own ``training_step``, ``configure_optimizers`` and batch hooks,
         run without a Trainer (training/lightning_target.py; docs/target.md)."""
@@ -111,6 +151,7 @@ class Target:
                 val_dataloaders=val_dataloaders,
                 num_classes=num_classes,
                 loss_fn=loss_fn,
+                eval_step=eval_step,
             )
         )
 
