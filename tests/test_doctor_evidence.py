@@ -380,3 +380,53 @@ def test_a_rate_far_off_is_the_root_of_memorize_not_its_consequence() -> None:
     results = {r.id: r for r in run_checks(zoo.lr_far_too_low(), checks=select(ids), tier=TIER)}
     assert results["lr-range"].status == "fail" and results["lr-range"].follows == []
     assert results["memorize"].follows == ["lr-range"], results["memorize"]
+
+
+class _ConvLM(torch.nn.Module):
+    """A next-token model of one convolution over the sequence: causal (padded on the left) or
+    seeing one token ahead (padded on both sides); its scores returned per position, or
+    flattened to one row per token, batch-first or time-major (as RNN language models do)."""
+
+    def __init__(self, *, leak: bool, layout: str) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(8, 8)
+        self.conv = torch.nn.Conv1d(8, 8, 3)
+        self.head = torch.nn.Linear(8, 8)
+        self.leak, self.layout = leak, layout
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens).transpose(1, 2)
+        x = F.pad(x, (1, 1) if self.leak else (2, 0))
+        scores = self.head(self.conv(x).transpose(1, 2))  # (N, L, V)
+        if self.layout == "batch-first":
+            return scores.reshape(-1, 8)
+        if self.layout == "time-major":
+            return scores.transpose(0, 1).reshape(-1, 8)
+        return scores.reshape(-1, 8)[torch.randperm(scores.shape[0] * scores.shape[1])]
+
+
+def _flattened(leak: bool, layout: str) -> CheckResult:
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 8, (32, 9))
+    pairs = TensorDataset(tokens[:, :-1], tokens[:, 1:])
+    model = _ConvLM(leak=leak, layout=layout)
+    target = dlci.Target(
+        model,
+        lambda params: torch.optim.SGD(params, lr=0.1),
+        DataLoader(pairs, 16),
+        val_loader=DataLoader(pairs, 16),
+        loss_fn=lambda out, y: F.cross_entropy(out, y.reshape(-1)),
+    )
+    return _one(target, "causality")
+
+
+@pytest.mark.parametrize("layout", ["batch-first", "time-major"])
+def test_outputs_flattened_to_one_row_per_token_are_read_in_their_order(layout: str) -> None:
+    assert _flattened(leak=False, layout=layout).status == "pass"
+    seeing = _flattened(leak=True, layout=layout)  # the control: one token ahead is seen
+    assert seeing.status == "fail" and "the first position to change is" in seeing.measured
+
+
+def test_rows_in_no_order_dl_ci_can_tell_give_no_verdict_on_causality() -> None:
+    result = _flattened(leak=True, layout="shuffled")
+    assert result.status == "skip" and "cannot be told" in result.cause, result

@@ -62,7 +62,7 @@ def _record(ctx: Context) -> tuple[Recording, Any]:
 
 def _clamped_scores(ctx: Context, outputs: Any) -> CheckResult | None:
     """Class scores clamped at zero (a ReLU on the last layer): at least CLAMPED_SHARE of
-    them exactly 0 and none below. A class whose score is clamped gets no gradient from the
+    them exactly 0, none below, some above. A class whose score is clamped gets no gradient from the
     cross-entropy, so an example whose true class sits there cannot be fitted."""
     import torch
 
@@ -77,7 +77,9 @@ def _clamped_scores(ctx: Context, outputs: Any) -> CheckResult | None:
     if scores.shape[-1] != classes or not scores.is_floating_point():
         return None
     zeros = float((scores == 0).float().mean())
-    if zeros < CLAMPED_SHARE or float(scores.min()) < 0:
+    # every score 0 is a zero-initialised head (ReZero, adaLN-zero), not a clamp: a clamp
+    # leaves the scores above zero where they are
+    if not CLAMPED_SHARE <= zeros < 1 or float(scores.min()) < 0:
         return None
     return CheckResult(
         "activations",

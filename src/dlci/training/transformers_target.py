@@ -75,8 +75,8 @@ def from_transformers(
         )  # fmt: skip
     if not isinstance(peft_base(model), transformers.PreTrainedModel):
         raise DlciError(
-            f"Target.from_transformers needs a PreTrainedModel (a PEFT model over one "
-            f"included) or a Trainer, got "
+            f"Target.from_transformers needs a PreTrainedModel, a PEFT model over one, or a "
+            f"Trainer, got "
             f"{type(model).__name__}",
             hint="for a plain torch.nn.Module use dlci.Target(model, optimizer, train_loader, "
             "loss_fn=...)",
