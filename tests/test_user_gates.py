@@ -214,6 +214,7 @@ def test_an_exit_in_eval_step_fails_its_doctor_checks_and_the_others_still_run(
         "initial-loss",
         "train-eval-mode",
         "batch-independence",
+        "activations",  # its forward is the eval_step too (a forward(inputs, target))
     ]
     for check in failed:
         cause = exited(f"the {check['id']} check")
