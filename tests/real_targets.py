@@ -127,12 +127,19 @@ def lightning_transformer() -> dlci.Target:
     As written it sees the future twice (Lightning issue #20920): the encoder has no mask
     (its ``src_mask`` is built and never passed), and the decoder is fed the targets it
     predicts, unshifted."""
-    from lightning.pytorch.demos import LightningTransformer
     from lightning.pytorch.demos.transformer import Transformer
+
+    return _demo_target(Transformer)
+
+
+def _demo_target(transformer: type) -> dlci.Target:
+    """LightningTransformer with ``transformer`` (its Transformer class, or one fixed) at the
+    small size, on next-token data."""
+    from lightning.pytorch.demos import LightningTransformer
 
     torch.manual_seed(0)
     module = LightningTransformer(vocab_size=VOCAB)
-    module.model = Transformer(vocab_size=VOCAB, **SMALL_TRANSFORMER)
+    module.model = transformer(vocab_size=VOCAB, **SMALL_TRANSFORMER)
     train, val = next_token_loaders()
     return dlci.Target.from_lightning(
         module,
@@ -148,7 +155,6 @@ def lightning_transformer_fixed() -> dlci.Target:
     (which, for next-token targets, are the inputs)."""
     import math
 
-    from lightning.pytorch.demos import LightningTransformer
     from lightning.pytorch.demos.transformer import Transformer
 
     class Causal(Transformer):
@@ -160,16 +166,7 @@ def lightning_transformer_fixed() -> dlci.Target:
             )
             return F.log_softmax(self.decoder(out), dim=-1).view(-1, self.vocab_size)
 
-    torch.manual_seed(0)
-    module = LightningTransformer(vocab_size=VOCAB)
-    module.model = Causal(vocab_size=VOCAB, **SMALL_TRANSFORMER)
-    train, val = next_token_loaders()
-    return dlci.Target.from_lightning(
-        module,
-        train_dataloaders=train,
-        val_dataloaders=val,
-        loss_fn=lambda out, target: F.nll_loss(out, target.reshape(-1)),
-    )
+    return _demo_target(Causal)
 
 
 # ---- Lightning: examples/pytorch/basics/backbone_image_classifier.py (Lightning's own) -----
@@ -205,24 +202,12 @@ def _text():  # the example's word-level tokenizer and four-topic sentences (not
     return text
 
 
-def _bert_config(labels: int = 4):
-    from transformers import BertConfig
-
-    return BertConfig(
-        vocab_size=len(_text().tokenizer()),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=32,
-        num_labels=labels,
-    )
-
-
 def _bert(labels: int = 4):
-    from transformers import BertForSequenceClassification
+    """The transformers example's tiny BERT classifier (two layers of width 32)."""
+    _text()  # the example on sys.path
+    from transformers_example.model import tiny_bert
 
-    return BertForSequenceClassification(_bert_config(labels))
+    return tiny_bert(labels)
 
 
 @functools.cache
@@ -239,7 +224,7 @@ def _pretrained_encoder() -> dict[str, torch.Tensor]:
     rows = [{"input_ids": e["input_ids"]} for e in text.encoded(256, seed=5)]
     state = torch.random.get_rng_state()
     torch.manual_seed(1)
-    model = BertForMaskedLM(_bert_config())
+    model = BertForMaskedLM(_bert().config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for step in range(400):
         batch = collate(rows[(step * 32) % 256 : (step * 32) % 256 + 32])
