@@ -16,7 +16,12 @@
 #           first); not part of all (tests/e2e/test_torch_base.py runs it)
 #   venvbase a base whose torch is in a virtual environment first on PATH (python3 -m venv
 #           /opt/venv, the wheelhouse's torch installed there), offline; not part of all
-# Usage: scripts/e2e_setup.sh [all|engine|act|base|wheels|image|lightning|torchbase|venvbase]...
+#   shapes  three more shapes of base with torch, offline, sharing one image's layers (not part
+#           of all): a uv environment first on PATH (uv venv, no pip in it, torch installed by
+#           uv), a prefix install at /opt/conda first on PATH (a stand-in for conda's: no conda
+#           channel is reached here), and two pythons of which the second on PATH has torch
+# Usage: scripts/e2e_setup.sh [all|engine|act|base|wheels|image|lightning|torchbase|venvbase|
+#        shapes]...
 # (default: all, which is every part but torchbase)
 # Each part is skipped when it is already there, so a second run takes seconds.
 # Environment: VENV, PYTHON and TORCH_SPEC as in scripts/_venv.sh, and
@@ -26,6 +31,8 @@
 #   DLCI_E2E_LIGHTNING_IMAGE  tag of the kit image with lightning (default dl-ci:e2e-lightning)
 #   DLCI_E2E_TORCH_BASE       tag of the base with torch (default dlci-e2e-torchbase:bookworm)
 #   DLCI_E2E_VENV_BASE        tag of the base with torch in a venv (dlci-e2e-venvbase:bookworm)
+#   DLCI_E2E_SHAPES           repository of the shapes (dlci-e2e-shape: tags uv, conda, two-python)
+#   UV_SPEC                   uv's PyPI package for the uv shape (default uv==0.13.8)
 #   DLCI_E2E_SUITE            Debian suite of the base (default bookworm: python 3.11)
 #   DLCI_E2E_MIRROR           Debian mirror for debootstrap (default: the one apt uses here)
 #   DLCI_E2E_WHEEL_PYTHON     python version the wheels are for (default 3.11, bookworm's)
@@ -41,6 +48,8 @@ kit_image=${DLCI_E2E_IMAGE:-dl-ci:e2e}
 lightning_image=${DLCI_E2E_LIGHTNING_IMAGE:-dl-ci:e2e-lightning}
 torch_base=${DLCI_E2E_TORCH_BASE:-dlci-e2e-torchbase:bookworm}
 venv_base=${DLCI_E2E_VENV_BASE:-dlci-e2e-venvbase:bookworm}
+shapes=${DLCI_E2E_SHAPES:-dlci-e2e-shape}
+uv_spec=${UV_SPEC:-uv==0.13.8}
 suite=${DLCI_E2E_SUITE:-bookworm}
 wheel_python=${DLCI_E2E_WHEEL_PYTHON:-3.11}
 # what the bundled example needs in the image besides dl-ci (its data comes from scikit-learn)
@@ -375,6 +384,86 @@ RUN python3 -c "import sys, torch; print('torch', torch.__version__, torch.__fil
 EOF
 }
 
+# Three shapes of base in one image, offline (tests/e2e/test_base_shapes.py): torch twice, in a
+# uv environment (uv's own venv and install, from the wheelhouse) and in a prefix install at
+# /opt/conda (a stand-in for conda's, laid out as pytorch/pytorch lays it out: its own
+# interpreter, not a virtual environment, its own site folder); then one tag per shape, each
+# only a PATH: $shapes:uv (/opt/uv-env/bin first), $shapes:conda (/opt/conda/bin first) and
+# $shapes:two-python (the system python3, which has no torch, first; last /opt/alt/bin, which
+# holds only python3.11, a link to the stand-in's interpreter, as make altinstall lays one out).
+ensure_shapes() {
+  ensure_base
+  ensure_wheels
+  local start=$SECONDS log=$cache/shapes-build.log key have context=$cache/shapes-context
+  key="$torch_spec $uv_spec"
+  have=$(docker image inspect --format '{{index .Config.Labels "dlci.e2e.torch"}}' \
+    "$shapes:two-python" 2>/dev/null || true)
+  if [ "$have" = "$key" ]; then
+    say "shapes: $shapes:uv, :conda and :two-python are there ($key)"
+    return 0
+  fi
+  rm -rf "$context" && mkdir -p "$context/wheels"
+  : >"$log"
+  need_venv
+  with_heartbeat "downloading $uv_spec" "$venv/bin/python" -m pip download --quiet \
+    --disable-pip-version-check --no-deps --only-binary=:all: --dest "$context/wheels" \
+    "$uv_spec" >>"$log" 2>&1 || die "could not download $uv_spec (log: $log)"
+  local wheel
+  for wheel in "$wheelhouse"/*.whl; do
+    ln -f "$wheel" "$context/wheels/" 2>/dev/null || cp "$wheel" "$context/wheels/"
+  done
+  cat >"$context/Dockerfile" <<'EOF'
+ARG BASE
+FROM ${BASE} AS install
+ARG TORCH_SPEC
+COPY wheels/ /wheels/
+ENV UV_OFFLINE=1 UV_PYTHON_DOWNLOADS=never UV_NO_CACHE=1
+RUN python3 -m venv /opt/uv-tool \
+    && /opt/uv-tool/bin/pip install --no-cache-dir --no-index /wheels/uv-*.whl \
+    && /opt/uv-tool/bin/uv venv --python /usr/bin/python3.11 /opt/uv-env \
+    && /opt/uv-tool/bin/uv pip install --python /opt/uv-env/bin/python --no-index \
+       --find-links /wheels --link-mode copy "$TORCH_SPEC" \
+    && mkdir -p /opt/conda/bin /opt/conda/lib \
+    && cp /usr/bin/python3.11 /opt/conda/bin/python3.11 \
+    && ln -s python3.11 /opt/conda/bin/python3 && ln -s python3.11 /opt/conda/bin/python \
+    && cp -a /usr/lib/python3.11 /opt/conda/lib/python3.11 \
+    && rm -f /opt/conda/lib/python3.11/EXTERNALLY-MANAGED \
+    && /opt/uv-tool/bin/uv pip install --python /opt/conda/bin/python --no-index \
+       --find-links /wheels --find-links /usr/share/python-wheels --link-mode copy \
+       pip "$TORCH_SPEC"
+FROM ${BASE}
+COPY --from=install /opt/uv-env/ /opt/uv-env/
+COPY --from=install /opt/conda/ /opt/conda/
+RUN mkdir -p /opt/alt/bin && ln -s /opt/conda/bin/python3.11 /opt/alt/bin/python3.11 \
+    && /opt/uv-env/bin/python -c "import torch; print('uv env: torch', torch.__file__)" \
+    && /opt/conda/bin/python -m pip --version \
+    && /opt/conda/bin/python -c "import torch; print('conda stand-in: torch', torch.__file__)"
+EOF
+  say "shapes: building $shapes:uv, :conda and :two-python = $base_image + $torch_spec twice," \
+    "with no network (log: $log; about 3 minutes)"
+  if ! with_heartbeat "building the shapes" docker build --network none --force-rm \
+    --build-arg "BASE=$base_image" --build-arg "TORCH_SPEC=$torch_spec" \
+    --label dlci.e2e=shapes --tag "$shapes:all" "$context" >>"$log" 2>&1; then
+    tail -n 30 "$log" >&2
+    die "docker build of the shapes failed (log: $log)"
+  fi
+  rm -rf "$context"
+  local system=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin tag path
+  for tag in uv conda two-python; do
+    case $tag in
+    uv) path=/opt/uv-env/bin:$system ;;
+    conda) path=/opt/conda/bin:$system ;;
+    two-python) path=$system:/opt/alt/bin ;;
+    esac
+    printf 'FROM %s\nENV PATH=%s\n' "$shapes:all" "$path" |
+      docker build --network none --label dlci.e2e=shapes --label "dlci.e2e.torch=$key" \
+        --tag "$shapes:$tag" - >>"$log" 2>&1 ||
+      die "docker build of $shapes:$tag failed (log: $log)"
+  done
+  say "shapes: built after $(seconds_since "$start")"
+  docker image prune --force --filter label=dlci.e2e=shapes >/dev/null || true
+}
+
 [ "$#" -gt 0 ] || set -- all
 for part in "$@"; do
   case $part in
@@ -392,9 +481,10 @@ for part in "$@"; do
   lightning) ensure_lightning_image ;;
   torchbase) ensure_torchbase ;;
   venvbase) ensure_venvbase ;;
+  shapes) ensure_shapes ;;
   *)
     die "unknown part '$part' (all, engine, act, base, wheels, image, lightning, torchbase," \
-      "venvbase)"
+      "venvbase, shapes)"
     ;;
   esac
 done

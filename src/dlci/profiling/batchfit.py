@@ -17,8 +17,6 @@ import math
 from typing import Any
 
 from dlci.errors import DlciError
-from dlci.profiling.meter import PeakMeter, device_label, device_total
-from dlci.profiling.session import Trainer
 
 MARGIN = 0.10  # share of the device kept free: see docs/memory.md ("The margin")
 STEPS = 3  # measured steps at each size, after one warmup step
@@ -220,6 +218,10 @@ def batch_size_of_loader(loader: Any) -> int:
 
 def estimate(target: Any, *, device: str | None, seed: int) -> dict[str, Any]:
     """report["memory"]["batch_estimate"] for ``target``, measured on ``device``."""
+    # here, not at the top: dlci analyze reads this module's advice and never trains
+    from dlci.profiling.meter import PeakMeter, device_label, device_total
+    from dlci.profiling.session import Trainer
+
     trainer = Trainer(target, device, seed)
     cuda = trainer.device.type == "cuda"
     size = batch_size_of_loader(target.train_loader)
