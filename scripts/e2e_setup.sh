@@ -16,12 +16,14 @@
 #           first); not part of all (tests/e2e/test_torch_base.py runs it)
 #   venvbase a base whose torch is in a virtual environment first on PATH (python3 -m venv
 #           /opt/venv, the wheelhouse's torch installed there), offline; not part of all
+#   browser Chromium from Debian's packages, for the HTML report's test in a real browser
+#           (tests/e2e/test_report_browser.py; playwright drives it); not part of all
 #   shapes  three more shapes of base with torch, offline, sharing one image's layers (not part
 #           of all): a uv environment first on PATH (uv venv, no pip in it, torch installed by
 #           uv), a prefix install at /opt/conda first on PATH (a stand-in for conda's: no conda
 #           channel is reached here), and two pythons of which the second on PATH has torch
 # Usage: scripts/e2e_setup.sh [all|engine|act|base|wheels|image|lightning|torchbase|venvbase|
-#        shapes]...
+#        shapes|browser]...
 # (default: all, which is every part but torchbase)
 # Each part is skipped when it is already there, so a second run takes seconds.
 # Environment: VENV, PYTHON and TORCH_SPEC as in scripts/_venv.sh, and
@@ -384,6 +386,17 @@ RUN python3 -c "import sys, torch; print('torch', torch.__version__, torch.__fil
 EOF
 }
 
+# Chromium for the HTML report's test (Debian's package: no browser download, which playwright
+# would try and which fails here)
+ensure_browser() {
+  if command -v chromium >/dev/null 2>&1; then
+    say "browser: $(chromium --version 2>/dev/null | head -n 1) is there"
+    return 0
+  fi
+  apt_install chromium
+  say "browser: $(chromium --version 2>/dev/null | head -n 1) installed"
+}
+
 # Three shapes of base in one image, offline (tests/e2e/test_base_shapes.py): torch twice, in a
 # uv environment (uv's own venv and install, from the wheelhouse) and in a prefix install at
 # /opt/conda (a stand-in for conda's, laid out as pytorch/pytorch lays it out: its own
@@ -482,9 +495,10 @@ for part in "$@"; do
   torchbase) ensure_torchbase ;;
   venvbase) ensure_venvbase ;;
   shapes) ensure_shapes ;;
+  browser) ensure_browser ;;
   *)
     die "unknown part '$part' (all, engine, act, base, wheels, image, lightning, torchbase," \
-      "venvbase, shapes)"
+      "venvbase, shapes, browser)"
     ;;
   esac
 done

@@ -22,10 +22,10 @@ with_heartbeat "installing dl-ci[dev]" pip_install -e ".[dev]"
 
 echo "==> the real parts of the end-to-end tests (the first time can take 10 to 20 minutes:"
 echo "    debootstrap, the wheels, the kit image; later runs take seconds)"
-# every image the e2e tests use, torchbase, venvbase and the shapes included (`all` leaves them
-# out): with DLCI_E2E_SKIP_BUILD=1 below no fixture builds one, so what is not built here is
-# missing
-bash scripts/e2e_setup.sh all torchbase venvbase shapes
+# every image the e2e tests use, torchbase, venvbase and the shapes included, and the browser
+# (`all` leaves them out): with DLCI_E2E_SKIP_BUILD=1 below no fixture builds one, so what is
+# not built here is missing
+bash scripts/e2e_setup.sh all torchbase venvbase shapes browser
 # the images were just built from this tree: the tests need not run the (cached) builds again
 export DLCI_E2E_SKIP_BUILD=1
 

@@ -31,6 +31,7 @@ VERBS: dict[str, str] = {
     "doctor": "run the ordered debugging checks on a target",
     "profile": "record a torch.profiler trace of real training steps",
     "analyze": "compute GPU utilization and bottlenecks from a trace",
+    "report": "write one self-contained HTML report of a folder of dl-ci's reports",
     "compare-profiles": "compare two utilization reports (alias: diff)",
     "compare-runs": "compare two memorization runs: what changed and what it did (alias: compare)",
     "run": "run the whole job: tests, memorization, doctor, profile, analyze",

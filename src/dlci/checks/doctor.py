@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from dlci.checks.base import CheckResult
 from dlci.errors import DlciError
 from dlci.ladder.tiers import TierRequest
 from dlci.policy import Policy, threshold_table
+from dlci.report.text import clean
 
 NO_VERDICT = (
     "the doctor ended before a verdict: the process stopped inside the target's code "
@@ -42,11 +44,13 @@ class DoctorRequest:
 
 @dataclass
 class DoctorOutcome:
-    """The report, where its JSON went ("-": the caller prints it) and the exit code."""
+    """The report, where its JSON went ("-": the caller prints it), the exit code and the
+    folder's report.html (None when it was not written)."""
 
     report: dict[str, Any]
     json_path: str
     exit_code: int
+    html: Path | None = None
 
 
 def run_doctor(
@@ -102,9 +106,57 @@ def run_doctor(
         policy=policy_entry(policy),
     )
     _write(data, json_path, request.markdown)
+    html = None
+    if json_path != "-" and not crashes:
+        html = pictures(data, Path(json_path).parent, lambda: load_target(spec))
     if crashes:
         raise crashes[0]
-    return DoctorOutcome(data, json_path, 1 if data["verdict"] == "fail" else 0)
+    return DoctorOutcome(data, json_path, 1 if data["verdict"] == "fail" else 0, html)
+
+
+def pictures(data: dict[str, Any], folder: Path, factory: Callable[[], Any]) -> Path | None:
+    """The doctor's figures (figures/*.png, the training examples among them, from a fresh
+    build of the target) and the folder's report.html. Never the verdict's business: what
+    cannot be drawn is said on standard error, and the report stands as written."""
+    from dlci.report import figures, html
+
+    def say(line: str) -> None:
+        print(f"doctor: {clean(line)}", file=sys.stderr, flush=True)
+
+    try:
+        drawn = figures.doctor_figures(data, folder)["figures"]
+    except ImportError as exc:  # matplotlib: dl-ci's train extra
+        say(f"no figures: {exc} (pip install 'dl-ci[train]')")
+        drawn = []
+    else:
+        try:
+            example = _examples(factory(), folder)
+        except Exception as exc:  # the target's own code: no figure, not a crash
+            say(f"no figure of the training examples: {type(exc).__name__}: {exc}")
+            example = None
+        drawn += [example] if example else []
+        if drawn:
+            say(f"{len(drawn)} figures in {folder / figures.FOLDER}")
+    try:
+        return html.write_report(folder)
+    except (OSError, DlciError) as exc:
+        say(f"no {html.REPORT_NAME}: {exc}")
+        return None
+
+
+def _examples(target: Any, folder: Path) -> dict[str, str] | None:
+    """The figure of the target's first training batch, or None for a layout it cannot draw."""
+    from dlci.report.figures import examples_figure
+    from dlci.training.batching import as_pair
+
+    for raw in target.train_loader:
+        inputs, labels = as_pair(raw, 0)
+        if isinstance(inputs, dict):  # a Transformers batch: its token ids
+            inputs = inputs.get("input_ids")
+        if isinstance(labels, dict):
+            labels = labels.get("labels")
+        return examples_figure(inputs, labels, folder, vocab=getattr(target, "vocab", None))
+    return None
 
 
 def _write(data: dict[str, Any], json_path: str, markdown: str | None) -> None:

@@ -12,6 +12,8 @@ from dlci.checks.trajectory import STEPS, Trajectory, trajectory
 # ReZero's alpha, a zero head) gets its first gradient once that one has moved: step 2, or
 # step 3 behind two of them (a ReZero branch under a zero head)
 FLOW_STEPS = 5
+#: the layers whose per-step series the report keeps for the doctor's figures (the first, in order)
+SERIES_LAYERS = 64
 
 
 def zero_grad(ctx: Context) -> CheckResult:
@@ -118,7 +120,8 @@ def grad_flow(ctx: Context) -> CheckResult:
     none = [n for n in never if n not in grads]
     zero = [n for n in never if n in grads]
     bad = [n for n, g in grads.items() if not bool(g.isfinite().all())]
-    norms = {n: float(g.float().norm()) for n, g in grads.items()}
+    # in the model's order (the figure reads them input to output), not backward's
+    norms = {n: float(grads[n].float().norm()) for n, _ in trainable if n in grads}
     details: dict[str, Any] = {"grad_norms": {n: fmt(v) for n, v in norms.items()}}
     late = sorted(n for n, step in flow.flowing.items() if step > 1)
     if late:
@@ -204,6 +207,11 @@ def weight_norms(ctx: Context) -> CheckResult:
     value = growth[worst]
     measured = f"{layer_name(worst)} x{fmt(value)} in {STEPS} steps{_scale_note(path, worst)}"
     details: dict[str, Any] = {"growth": {layer_name(n): fmt(g) for n, g in growth.items()}}
+    # each layer's norm after 0..STEPS steps against what growth is measured by, for the figure
+    details["norm_by_step"] = {
+        layer_name(n): [float(f"{v / path.reference[n]:.4g}") for v in values]
+        for n, values in list(path.norms.items())[:SERIES_LAYERS]
+    }
     if path.zero_init:
         details["zero_initialised"] = {n: fmt(path.scale[n]) for n in path.zero_init}
     if value > fail:
@@ -246,6 +254,11 @@ def update_ratio(ctx: Context) -> CheckResult:
     details: dict[str, Any] = {
         "median_ratio": {layer_name(n): fmt(r) for n, r in medians.items()},
         "largest_ratio": {layer_name(n): fmt(r) for n, r in peaks.items()},
+        # each layer's ratio at every step, for the figure
+        "ratio_by_step": {
+            layer_name(n): [float(f"{r:.4g}") for r in v]
+            for n, v in list(ratios.items())[:SERIES_LAYERS]
+        },
     }
     if path.zero_init:
         details["zero_initialised"] = {n: fmt(path.scale[n]) for n in path.zero_init}

@@ -354,3 +354,17 @@ def no_gpu(args: argparse.Namespace, cpu_only: bool) -> str:
     if hardware != "cpu":
         return ""
     return "this machine has no GPU (hardware class cpu), so the trace holds no GPU work"
+
+
+def write_html(folder: Any, say: Callable[[str], None]) -> Any:
+    """The folder's report.html (dlci.report.html), said where it went; a report that cannot
+    be written is said too and never changes the verb's exit code. Returns its path or None."""
+    from dlci.report import html
+
+    try:
+        path = html.write_report(folder)
+    except (OSError, DlciError) as exc:
+        say(f"no {html.REPORT_NAME} in {folder}: {exc}")
+        return None
+    say(f"wrote {path}: the HTML report of this folder")
+    return path

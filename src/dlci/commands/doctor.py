@@ -64,6 +64,8 @@ def main(argv: Sequence[str]) -> int:
     else:
         report.print_table(outcome.report)
         print(f"report {clean(outcome.json_path)}")
+        if outcome.html is not None:
+            print(f"html   {clean(outcome.html)}")
     return outcome.exit_code
 
 

@@ -63,6 +63,10 @@ def main(argv: Sequence[str]) -> int:
     )
     with _common.stdout_for_the_report(args.json):
         outcome = run_memorize(request, say=_say)
+    if outcome.report is not None and outcome.json_path != "-":
+        from pathlib import Path
+
+        _common.write_html(Path(outcome.json_path).parent, (lambda _: None) if args.quiet else _say)
     _print_verdict(outcome)
     return outcome.exit_code
 

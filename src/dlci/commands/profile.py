@@ -22,7 +22,7 @@ def _parser() -> argparse.ArgumentParser:
         "(OUT/utilization.json, .md, .png). Then, unless --no-memory, a short memory pass of "
         "its own (OUT/trace-memory.json.gz, peak memory per step) and the largest batch that "
         "fits (docs/memory.md). On a machine without a GPU the trace is CPU-only and the "
-        "report says so.",
+        "report says so. OUT/report.html shows it all.",
     )
     _common.add_target(p)
     _common.add_tier_options(p)
@@ -35,12 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: the GPU if any)")
     p.add_argument("--seed", type=int, default=0, help="seed for every generator (default: 0)")
-    p.add_argument(
-        "--no-analyze",
-        dest="analyze",
-        action="store_false",
-        help="write the trace only, without the utilization report",
-    )
+    p.add_argument("--no-analyze", dest="analyze", action="store_false",
+                   help="write the trace only, without the utilization report")  # fmt: skip
     p.add_argument(
         "--no-memory",
         dest="memory",
@@ -104,6 +100,7 @@ def main(argv: Sequence[str]) -> int:
         on_written=lambda path: say(f"wrote {path}"),
         no_gpu=_common.no_gpu(args, result.cpu_only),
     )
+    _common.write_html(out, say)
     return analyze.show(analysis, say)
 
 

@@ -83,6 +83,9 @@ class Target:
     # the lowest value the loss can take, where it is not 0: a Gaussian NLL or a
     # log-likelihood goes below 0, and "fell to nearly nothing from its start" needs the floor
     loss_floor: float | None = None
+    # what the doctor's figure of training examples decodes token ids with: a tokenizer (its
+    # ``decode``) or a sequence of tokens by id; from_transformers takes the collator's
+    vocab: Any = None
 
     def __post_init__(self) -> None:
         import torch

@@ -174,6 +174,7 @@ def _target(
         num_classes=classes or classifier_classes(model),
         train_step=steps.train_step,
         eval_step=steps.eval_step,
+        vocab=getattr(collator, "tokenizer", None),  # the doctor's figure decodes ids with it
     )
 
 

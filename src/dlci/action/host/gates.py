@@ -50,6 +50,7 @@ GATE_FILES = {
 # What the host copies out of a gate's directory (also tensorboard/, wandb/) and the tests'.
 KEPT = frozenset([*(n for names in GATE_FILES.values() for n in names), "run.json", "profiler.log"])
 TESTS_FILES = ("run.json", "junit.xml", "coverage.xml")
+FIGURES = "figures"  # the doctor's figures folder (dlci.report.figures.FOLDER)
 FILE_LIMIT, TOTAL_LIMIT = 512 << 20, 1 << 30  # bytes: one file (a long trace fits), a container
 BAD = ("failed", "error", "interrupted", "running")
 
@@ -304,8 +305,12 @@ def reports_dir(record_path: str) -> Path:
 
 
 def _gate_file(path: str) -> bool:
-    """A file (or a folder, ending in /) that a gate writes to its --out."""
+    """A file (or a folder, ending in /) that a gate writes to its --out: its reports, the
+    trackers' folders, the doctor's figures (figures/NAME.png, one level; the host's
+    report.html embeds only what is a PNG by its bytes)."""
     top = path.partition("/")[0]
+    if top == FIGURES:
+        return path == f"{FIGURES}/" or (path.count("/") == 1 and path.endswith(".png"))
     return path in KEPT or (top in ("tensorboard", "wandb") and path.count("/") <= 6)
 
 

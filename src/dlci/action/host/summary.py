@@ -28,6 +28,7 @@ from dlci import jsonio
 from dlci.action.host.testfiles import coverage_rate, junit_counts
 from dlci.errors import DlciError
 from dlci.fsutil import NOT_ALLOWED, copy_beneath, read_input
+from dlci.report.text import md
 from dlci.trust import host as trusted
 
 MAX_TEST_ANNOTATIONS = 20
@@ -78,6 +79,8 @@ def summarize(
         into /= "dlci-artifacts"
         left = snapshot(folder, read_report(host_record) if host_record else None, into)
         data = collect(into, host_record)
+        # the job's HTML report: in the upload's folder, or (no host record) the one read
+        page = html_report(into if host_record is not None else folder)
     data["problems"] += [f"not copied: {why}" for why in left]
     data["verdict"] = "fail" if data["problems"] else "pass"
     values = outputs(data)
@@ -85,7 +88,26 @@ def summarize(
         values["artifact-name"] = artifact_name(artifact_prefix, data)
     if host_record is not None:
         values["artifacts-dir"] = str(into)
-    return Summary(render(data, title=title), values, error_annotations(data), data["verdict"])
+    markdown = render(data, title=title)
+    if page is not None:
+        where = (
+            f"the artifact `{md(values['artifact-name'])}`"
+            if values.get("artifact-name")
+            else md(str(page.parent))
+        )
+        markdown += f"\n\nThe job's HTML report, every figure inside it: `{page.name}` in {where}."
+    return Summary(markdown, values, error_annotations(data), data["verdict"])
+
+
+def html_report(folder: Path) -> Path | None:
+    """``folder``/report.html from the reports it holds (the host's copies), or None when it
+    cannot be written (the summary stands without it)."""
+    from dlci.report import html
+
+    try:
+        return html.write_report(folder)
+    except (OSError, DlciError):
+        return None
 
 
 def snapshot(folder: Path, record: dict[str, Any] | None, into: Path) -> list[str]:

@@ -1,0 +1,244 @@
+"""One self-contained HTML report for a folder of dl-ci's reports (``report.html``).
+
+It reads what the folder holds, written by ``dlci doctor``, ``dlci memorize``, ``dlci profile``
+and the action (``doctor.json``, ``figures/*.png``, ``memorization.json`` and its curve,
+``utilization.json`` and its PNG, ``comparison.md``, ``trend.svg`` and ``history.md``), and
+writes one file with every image inside it (``data:`` URIs) and no network reference, so it
+opens from a downloaded artifact. Sections, in order: the verdicts, the memorization curve, the
+doctor's checks and figures, utilization and memory, the comparison with the base branch, the
+history; a section whose files are not in the folder says so.
+
+Every value comes from files that a pull request's code may have written: the template
+escapes all of it (Jinja2's autoescape), a field of the wrong type shows as missing, an image
+is embedded only when it is a PNG (or, for the history's trend, an SVG) by its first bytes and
+under :data:`MAX_IMAGE` bytes, and shown only through ``<img>``, where nothing in it runs.
+No torch and no matplotlib: the host renders the job's report (``dlci summary``).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import math
+from pathlib import Path
+from typing import Any
+
+from dlci.report.figures import FOLDER, HEALTHY, TITLES
+from dlci.report.text import clean
+
+REPORT_NAME = "report.html"
+TEMPLATE = "report.html.j2"
+MAX_IMAGE = 8 << 20  # bytes: one embedded image
+MAX_TEXT = 64 << 10  # characters of a Markdown file shown as text
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+FIGURE_ORDER = ("examples", "lr-range", "grad-flow", "update-ratio", "activations", "weight-norms")
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    """A report as a dict, or None when it is missing, unreadable or not an object."""
+    from dlci import jsonio
+    from dlci.errors import DlciError
+    from dlci.fsutil import read_input
+
+    if not path.is_file():
+        return None
+    try:
+        data = jsonio.decode(read_input(path, what="a report"))
+    except (DlciError, OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _text(value: Any, limit: int = 400) -> str:
+    """Outside text for the page: one line, control characters shown, cut to ``limit``."""
+    if value is None or isinstance(value, dict | list):
+        return ""
+    return clean(value, limit=limit)
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value: Any, spec: str = ".4g") -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return ""
+    return format(value, spec)
+
+
+def image(path: Path, *, svg: bool = False) -> str | None:
+    """``path`` as a data URI when it is a PNG (or an SVG when ``svg``) within the size limit."""
+    try:
+        if not path.is_file() or path.is_symlink() or path.stat().st_size > MAX_IMAGE:
+            return None
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if data.startswith(PNG_MAGIC):
+        kind = "image/png"
+    elif svg and data.lstrip()[:5] in (b"<?xml", b"<svg ", b"<svg\n"):
+        kind = "image/svg+xml"
+    else:
+        return None
+    return f"data:{kind};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def _markdown_text(path: Path) -> str | None:
+    try:
+        if not path.is_file() or path.is_symlink():
+            return None
+        with path.open(encoding="utf-8", errors="replace") as handle:
+            text = handle.read(MAX_TEXT + 1)
+    except OSError:
+        return None
+    cut = len(text) > MAX_TEXT
+    text = "".join(c if c in "\n\t" or c >= " " else "\ufffd" for c in text[:MAX_TEXT])
+    return text + ("\n[cut]" if cut else "")
+
+
+def _verdict(kind: str, report: dict[str, Any] | None, what: str) -> dict[str, str]:
+    if report is None:
+        return {"gate": kind, "verdict": "not run", "reason": f"no {what} in this folder"}
+    verdict = _text(report.get("verdict"), 20) or "unknown"
+    return {"gate": kind, "verdict": verdict, "reason": _text(report.get("reason"), 600)}
+
+
+def _doctor(folder: Path, report: dict[str, Any] | None) -> dict[str, Any] | None:
+    if report is None:
+        return None
+    checks = []
+    for check in report.get("checks") or []:
+        if not isinstance(check, dict):
+            continue
+        checks.append({key: _text(check.get(key), 600) for key in
+                       ("id", "status", "measured", "expected", "cause", "fix")})  # fmt: skip
+    figures = []
+    for kind in FIGURE_ORDER:
+        uri = image(folder / FOLDER / f"{kind}.png")
+        if uri:
+            figures.append(
+                {"id": kind, "title": TITLES[kind], "healthy": HEALTHY[kind], "uri": uri}
+            )
+    counts = _dict(report.get("counts"))
+    tally = ", ".join(
+        f"{_number(counts.get(k), 'd') or 0} {k}" for k in ("fail", "warn", "pass", "skip")
+    )
+    return {"checks": checks, "figures": figures, "tally": tally}
+
+
+def _memorization(folder: Path, report: dict[str, Any] | None) -> dict[str, Any] | None:
+    if report is None:
+        return None
+    return {
+        "curve": image(folder / "memorization-curve.png"),
+        "facts": [
+            ("criterion", _text(report.get("criterion"))),
+            ("start loss", _number(report.get("start_loss"))),
+            ("best loss", _number(report.get("best_loss"))),
+            ("steps", _number(report.get("steps"), "d")),
+            ("training time (s)", _number(report.get("wall_time_s"), ".3g")),
+            ("device", _text(report.get("device"), 40)),
+        ],
+    }
+
+
+def _utilization(folder: Path, report: dict[str, Any] | None) -> dict[str, Any] | None:
+    if report is None:
+        return None
+    memory = _dict(report.get("memory"))
+    peak = memory.get("peak_allocated_bytes")
+    peak_mib = (
+        peak / 2**20 if isinstance(peak, int | float) and not isinstance(peak, bool) else None
+    )
+    facts = [
+        ("GPU utilization (%)", _number(report.get("gpu_utilization_pct"), ".1f") or "no GPU"),
+        ("profiled steps", _number(report.get("steps"), "d")),
+        ("memory peak allocated (MiB)", _number(peak_mib, ".1f")),
+        ("memory peak phase", _text(memory.get("peak_phase"), 40)),
+    ]
+    lines = []
+    for key in ("warnings", "recommendations"):
+        for item in report.get(key) or []:
+            text = item.get("message") if isinstance(item, dict) else item
+            if _text(text):
+                lines.append((key[:-1], _text(text, 600)))
+    return {"plot": image(folder / "utilization.png"), "facts": facts, "notes": lines[:20]}
+
+
+def _doctor_verdict(report: dict[str, Any] | None) -> dict[str, str]:
+    """The doctor's verdict, with its tally and the root causes it names."""
+    row = _verdict("doctor", report, "doctor.json")
+    if report is not None and not row["reason"]:
+        counts = _dict(report.get("counts"))
+        parts = [f"{_number(counts.get(k), 'd')} {k}" for k in ("fail", "warn", "pass", "skip")
+                 if _number(counts.get(k), "d")]  # fmt: skip
+        roots = [_text(r.get("id") if isinstance(r, dict) else r, 40)
+                 for r in report.get("roots") or []]  # fmt: skip
+        row["reason"] = ", ".join(parts) + (f"; root causes: {', '.join(roots)}" if roots else "")
+    return row
+
+
+def _profile_verdict(report: dict[str, Any] | None) -> dict[str, str]:
+    """The profile's gates (``report["gate"]``) when any was asked for, else what it measured."""
+    if report is None:
+        return _verdict("profile", None, "utilization.json")
+    util = _number(report.get("gpu_utilization_pct"), ".1f")
+    measured = f"GPU utilization {util}%" if util else "GPU utilization not measured (no GPU)"
+    gate = report.get("gate")
+    if not isinstance(gate, dict):
+        return {"gate": "profile", "verdict": "no gate", "reason": measured}
+    if gate.get("applicable") is False:
+        verdict = "not applicable"
+    else:
+        verdict = "pass" if gate.get("passed") is True else "fail"
+    return {
+        "gate": "profile",
+        "verdict": verdict,
+        "reason": _text(gate.get("message"), 600) or measured,
+    }
+
+
+def build_context(folder: str | Path) -> dict[str, Any]:
+    """What the template shows, from what ``folder`` holds (every value made safe here)."""
+    folder = Path(folder)
+    doctor = _read_json(folder / "doctor.json")
+    memorization = _read_json(folder / "memorization.json")
+    utilization = _read_json(folder / "utilization.json")
+    comparison = _markdown_text(folder / "comparison.md")
+    trend = image(folder / "trend.svg", svg=True)
+    history = _markdown_text(folder / "history.md")
+    return {
+        "title": f"dl-ci report: {clean(folder.resolve().name, limit=80)}",
+        "created": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "verdicts": [
+            _verdict("memorization", memorization, "memorization.json"),
+            _doctor_verdict(doctor),
+            _profile_verdict(utilization),
+        ],
+        "memorization": _memorization(folder, memorization),
+        "doctor": _doctor(folder, doctor),
+        "utilization": _utilization(folder, utilization),
+        "comparison": comparison,
+        "history": {"trend": trend, "text": history} if trend or history else None,
+    }
+
+
+def render(context: dict[str, Any]) -> str:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("dlci.report", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    return env.get_template(TEMPLATE).render(**context)
+
+
+def write_report(folder: str | Path, path: str | Path | None = None) -> Path:
+    """Render ``folder``'s report.html (or ``path``) and return where it went."""
+    from dlci.fsutil import atomic_write_text
+
+    target = Path(path) if path is not None else Path(folder) / REPORT_NAME
+    return atomic_write_text(target, render(build_context(folder)))

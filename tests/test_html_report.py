@@ -1,0 +1,143 @@
+"""The doctor's figures and the HTML report, from real reports (tests/data/reports: the digits
+example's doctor, memorize and profile, recorded here), and from hostile ones.
+
+What a browser makes of the page is tested in real headless Chromium
+(tests/e2e/test_report_browser.py); here: what is drawn, what is embedded, what is escaped.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dlci.cli import main
+from dlci.report import figures, html
+from dlci.report.memorization import plot_curve
+
+DATA = Path(__file__).parent / "data" / "reports"
+PNG = html.PNG_MAGIC
+HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+
+
+def _report(name: str) -> dict:
+    return json.loads((DATA / f"{name}.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def drawn(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """A folder as dlci memorize, doctor and profile leave it (figures drawn from the report),
+    drawn once for the module, and what doctor_figures said it drew."""
+    out = tmp_path_factory.mktemp("drawn")
+    for name in ("doctor", "memorization", "utilization"):
+        shutil.copy(DATA / f"{name}.json", out / f"{name}.json")
+    plot_curve(_report("memorization"), out / "memorization-curve.png")
+    return out, figures.doctor_figures(_report("doctor"), out)
+
+
+@pytest.fixture
+def folder(drawn: tuple[Path, dict], tmp_path: Path) -> Path:
+    """The drawn folder, a copy of its own for each test."""
+    return Path(shutil.copytree(drawn[0], tmp_path / "reports"))
+
+
+def test_every_instrument_is_drawn_from_a_real_report(drawn: tuple[Path, dict]) -> None:
+    folder, said = drawn
+    assert [f["id"] for f in said["figures"]] == list(figures.DRAWERS)
+    assert said["skipped"] == {}
+    for entry in said["figures"]:
+        assert (folder / entry["file"]).read_bytes().startswith(PNG)
+        assert entry["healthy"].startswith("healthy: ")
+
+
+def test_a_skipped_check_or_malformed_details_draw_nothing_and_say_why(tmp_path: Path) -> None:
+    report = _report("doctor")
+    hostile = {
+        "lr-range": {"lrs": ["a", None], "smoothed_loss": [1.0]},
+        "grad-flow": {"grad_norms": {"w": "nan", "v": [1]}},
+        "update-ratio": {"ratio_by_step": {"w": "x"}, "median_ratio": 3},
+        "activations": {"head": {"dead": "inf"}, "x": 4},
+        "weight-norms": "not a mapping",
+    }
+    for check in report["checks"]:
+        if check["id"] in hostile:
+            check["details"] = hostile[check["id"]]
+    drawn = figures.doctor_figures(report, tmp_path)
+    assert drawn["figures"] == []
+    assert set(drawn["skipped"]) == set(figures.DRAWERS)
+    assert not (tmp_path / "figures").exists()
+    report["checks"] = [dict(c, status="skip") for c in report["checks"]]
+    assert set(figures.doctor_figures(report, tmp_path)["skipped"].values()) == {
+        "the check was skipped"
+    }
+
+
+def test_the_page_holds_every_section_and_every_image_inside_it(folder: Path) -> None:
+    page = html.write_report(folder).read_text()
+    for section in ("verdicts", "memorization", "doctor", "utilization", "comparison", "history"):
+        assert f'<section id="{section}">' in page
+    images = page.count('<img src="data:image/png;base64,')
+    assert images == 1 + len(figures.DRAWERS) == page.count("<img ")  # curve + figures
+    assert "http://" not in page.replace("http-equiv", "") and "https://" not in page
+    assert "default-src 'none'" in page  # nothing may load from anywhere
+    assert "15 pass" in page and "loss at or below 30% of its start" in page
+    # the sections with nothing in this folder say so
+    assert "no comparison in this folder" in page and "no history in this folder" in page
+
+
+def test_outside_text_is_escaped_with_a_control(folder: Path) -> None:
+    report = _report("doctor")
+    report["checks"][0]["measured"] = HOSTILE
+    report["checks"][0]["status"] = HOSTILE
+    report["roots"] = [HOSTILE]
+    (folder / "doctor.json").write_text(json.dumps(report))
+    (folder / "history.md").write_text(f"# history\n{HOSTILE}\n")
+    page = html.write_report(folder).read_text()
+    assert "<script>" not in page and "onerror=alert" not in page.replace(
+        "onerror=alert(1)&gt;", ""
+    )
+    assert "&lt;script&gt;" in page
+    # control: the same context through the same template without escaping puts it in raw
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("dlci.report", "templates"), autoescape=False
+    )
+    raw = env.get_template(html.TEMPLATE).render(**html.build_context(folder))
+    assert "<script>alert" in raw
+
+
+def test_only_what_is_a_png_by_its_bytes_is_embedded(folder: Path, tmp_path: Path) -> None:
+    planted = folder / "figures" / "lr-range.png"
+    planted.write_text("<html><script>alert(1)</script></html>")  # a report dir is outside input
+    outside = tmp_path / "elsewhere.png"
+    shutil.copy(folder / "figures" / "grad-flow.png", outside)
+    link = folder / "figures" / "grad-flow.png"
+    link.unlink()
+    link.symlink_to(outside)  # a real PNG, through a link: not followed
+    page = html.write_report(folder).read_text()
+    assert page.count("<img ") == len(figures.DRAWERS) - 1  # curve + 5 figures - 2 refused
+    assert 'id="figure-lr-range"' not in page and 'id="figure-grad-flow"' not in page
+    # control: the same PNG as a plain file is embedded
+    link.unlink()
+    shutil.copy(outside, link)
+    assert 'id="figure-grad-flow"' in html.write_report(folder).read_text()
+
+
+def test_a_folder_with_no_reports_still_renders_and_says_what_is_missing(tmp_path: Path) -> None:
+    page = html.write_report(tmp_path).read_text()
+    assert page.count(">not run<") == 3  # memorization, doctor, profile
+    assert "dlci doctor did not run into this folder" in page
+
+
+def test_dlci_report_writes_the_page_and_refuses_a_missing_folder(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "elsewhere" / "page.html"
+    out.parent.mkdir()
+    assert main(["report", str(folder), "--output", str(out)]) == 0
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    assert main(["report", str(tmp_path / "none")]) == 1
+    assert "not a folder" in capsys.readouterr().err
