@@ -141,4 +141,7 @@ def test_lightnings_transformer_demo_sees_the_future_as_shipped() -> None:
     assert "the first position to change is" in causality.measured
     assert causality.details["targets_read"] is True  # the decoder's leak, measured too
     following = results["label-alignment"]
-    assert following.status == "fail" and following.follows == ["causality"], following
+    # both copies read the targets they predict, so true and shuffled labels score the same
+    # within the run's noise (a gain of -1% to +3% across thread counts): warn or fail, and
+    # in either case put down to causality
+    assert following.status in ("fail", "warn") and following.follows == ["causality"], following
