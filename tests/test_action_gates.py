@@ -443,6 +443,12 @@ def plant_in_gate_out(out: Path, secret: Path) -> None:
         giant.truncate((1 << 30) + 1)  # sparse: costs no disk, a GiB to read
     (out / "evil.pth").write_text("import os; os.system('touch /tmp/pwned')\n")
     (out / "utilization.json").write_text('{"gpu_utilization_pct": null}')
+    # the doctor's figures: a PNG one level down is kept; anything else under figures/ is not
+    (out / "figures" / "deep").mkdir(parents=True)
+    (out / "figures" / "lr-range.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    (out / "figures" / "report.html").write_text("<script>alert(1)</script>")
+    (out / "figures" / "deep" / "x.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    (out / "figures" / "link.png").symlink_to(secret)
 
 
 def everything_under(*folders: Path) -> str:
@@ -474,9 +480,10 @@ def test_the_host_copies_only_regular_files_of_the_gates_names(tmp_path, monkeyp
     assert host_env() not in everything_under(job.reports, art)
     kept = sorted(p.relative_to(job.reports).as_posix() for p in job.reports.rglob("*"))
     assert kept == [
-        "run.json", "tensorboard", "tensorboard/run", "tensorboard/run/events.out.tfevents.1",
-        "utilization.json",
+        "figures", "figures/lr-range.png", "run.json", "tensorboard", "tensorboard/run",
+        "tensorboard/run/events.out.tfevents.1", "utilization.json",
     ]  # fmt: skip
+    assert "figures/link.png: is a symbolic link" in "\n".join(record["refused"])
     assert not any(p.is_symlink() for p in [*job.reports.rglob("*"), *art.rglob("*")])
     refused = "\n".join(record["refused"])
     for name in ("leak", "evil.pth", "memorization.json", "doctor.json", "trace.json.gz"):

@@ -46,6 +46,8 @@ def test_the_example_passes_the_pr_tier_and_writes_its_artifacts(
         "weight decay off: param group 0 (0.01 -> 0)",
     ]
     assert (tmp_path / "memorization-curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = (tmp_path / "report.html").read_text()  # the folder's HTML report, the curve inside
+    assert page.count('<img src="data:image/png;base64,') == 1 and ">not run<" in page
     assert "memorization-passed=true" in outputs.read_text()
     out = capsys.readouterr().out
     assert out.startswith("memorization PASS: loss ")

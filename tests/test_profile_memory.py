@@ -117,7 +117,7 @@ def test_the_advice_needs_low_utilization_and_room() -> None:
 
     advice = batchfit.advice(report(20.0, 1000))
     assert advice is not None and advice["id"] == "batch-size"
-    assert "1,000 examples (15.6x the current 64" in advice["finding"]
+    assert "about 1,000 examples (16x the current 64" in advice["finding"]
     assert batchfit.advice(report(80.0, 1000)) is None  # control: the GPU is busy
     assert batchfit.advice(report(20.0, 100)) is None  # control: little headroom
     assert batchfit.advice(report(None, 1000)) is None  # control: no GPU

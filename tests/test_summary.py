@@ -390,3 +390,22 @@ def test_the_summary_states_the_memory_peak_and_the_batch_estimate(tmp_path: Pat
     summary.write_text("")
     main(["summary", "--artifacts", str(art), "--artifact-prefix", "dlci"])
     assert "| memory |" not in summary.read_text()
+
+
+def test_the_jobs_html_report_is_in_the_upload_folder_and_the_summary_says_so(
+    tmp_path: Path,
+) -> None:
+    """With the host's record, report.html goes into the host's upload folder (from the host's
+    copies), never the workspace's folder; without one (a local run), into the folder read."""
+    from dlci.action.host.summary import summarize
+
+    art = tmp_path / "art"
+    record = gated_job(art, tmp_path / "host", memorization())
+    done = summarize(art, host_record=record, artifact_prefix="dlci")
+    page = Path(done.outputs["artifacts-dir"]) / "report.html"
+    text = page.read_text()
+    assert text.count("<section id=") == 6 and 'class="status pass">pass<' in text
+    assert f"`report.html` in the artifact `{done.outputs['artifact-name']}`" in done.markdown
+    assert not (art / "report.html").exists()
+    local = summarize(art)
+    assert (art / "report.html").is_file() and "`report.html` in " in local.markdown

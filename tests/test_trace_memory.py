@@ -368,7 +368,7 @@ def test_the_markdown_shows_the_combined_gate_and_the_profiles_own_figures(tmp_p
     }
     text = render_markdown(report, gate=gate)
     assert "**Gate FAILED**" in text and "- max-gpu-memory: FAILED: GPU peak 95%" in text
-    assert "largest batch that fits: 512" in text and "peak reserved 4.0 GiB" in text
+    assert "largest batch that fits: about 512" in text and "peak reserved 4.0 GiB" in text
     assert "**Advice**: raise the batch size" in text
 
 

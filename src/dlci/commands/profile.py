@@ -60,7 +60,7 @@ def main(argv: Sequence[str]) -> int:
 
     from dlci.profiling.analysis import Destinations, analyze_trace
     from dlci.profiling.capture import profile_target
-    from dlci.profiling.gate import check_gate
+    from dlci.profiling.gate import MemoryFigures, check_gate
     from dlci.profiling.memcapture import measure_memory
     from dlci.training.target import load_target, resolve_spec
 
@@ -86,7 +86,7 @@ def main(argv: Sequence[str]) -> int:
     say(f"wrote {result.trace}: {kind}, {result.wall_time_s:.1f} s")
     if result.log is not None:
         say(f"wrote {result.log}: what torch.profiler printed")
-    memory = None
+    memory = MemoryFigures(skipped="--no-memory")
     if args.memory and args.analyze:  # the figures go into the report
         memory = measure_memory(target, out=out, device=args.device, seed=args.seed, say=say)
     if not args.analyze:

@@ -7,18 +7,44 @@ from typing import Any
 from dlci.profiling.launches import TINY_KERNEL_US
 
 DATA_LOADING_WARN_PCT = 5.0
+DATA_LOADING_MIN_US = 1000.0  # a step's data loading below this is never worth workers
+
+
+def data_loading_share(report: dict[str, Any]) -> tuple[float, float | None, str]:
+    """Data loading's share of host step time, its time per step (us; None when the trace has
+    no steps), and what they are of: the median step when there are three or more (one slow
+    step, such as the first batch of a fresh iterator, does not decide it), else the trace.
+
+    >>> steps = [{"host_duration_us": 100.0, "phases": {"data_loading_us": d}} for d in (20, 1, 2)]
+    >>> data_loading_share({"per_step": steps, "phases": {"pct": {"data_loading": 7.7}}})
+    (2.0, 2.0, 'median of 3 steps')
+    """
+    shares, times = [], []
+    for step in report.get("per_step") or []:
+        host = step.get("host_duration_us") or 0.0
+        data = (step.get("phases") or {}).get("data_loading_us")
+        if host > 0 and isinstance(data, int | float):
+            shares.append(100.0 * data / host)
+            times.append(float(data))
+    if len(shares) >= 3:
+        middle = len(shares) // 2
+        return sorted(shares)[middle], sorted(times)[middle], f"median of {len(shares)} steps"
+    whole = float(report.get("phases", {}).get("pct", {}).get("data_loading", 0.0))
+    return whole, (sorted(times)[len(times) // 2] if times else None), "the trace"
 
 
 def recommendations(report: dict[str, Any]) -> list[dict[str, str]]:
     recs: list[dict[str, str]] = []
-    phases = report.get("phases", {}).get("pct", {})
-    data_pct = phases.get("data_loading", 0.0)
-    if data_pct > DATA_LOADING_WARN_PCT:
+    data_pct, data_us, of = data_loading_share(report)
+    # under a millisecond a step (an in-memory data set), a worker process would cost more to
+    # hand a batch over than the loading it takes off the main process
+    if data_pct > DATA_LOADING_WARN_PCT and (data_us is None or data_us >= DATA_LOADING_MIN_US):
         recs.append(
             {
                 "id": "data-loading",
                 "finding": f"data loading takes {data_pct:.1f}% of host step time "
-                f"(above {DATA_LOADING_WARN_PCT:g}%)",
+                f"({of}; above {DATA_LOADING_WARN_PCT:g}%)"
+                + (f", {data_us / 1e3:.1f} ms a step" if data_us is not None else ""),
                 "advice": "raise DataLoader num_workers, set pin_memory=True and "
                 "persistent_workers=True, and move decoding and augmentation off the main process",
             }

@@ -17,6 +17,7 @@ import math
 from typing import Any
 
 from dlci.errors import DlciError
+from dlci.report.text import shown
 
 MARGIN = 0.10  # share of the device kept free: see docs/memory.md ("The margin")
 STEPS = 3  # measured steps at each size, after one warmup step
@@ -272,9 +273,9 @@ def advice(report: dict[str, Any]) -> dict[str, str] | None:
         return None
     return {
         "id": "batch-size",
-        "finding": f"GPU utilization {util:.1f}% with room in memory for a batch of about "
-        f"{largest:,} examples ({largest / size:.1f}x the current {size}; confidence "
-        f"{est.get('confidence')})",
+        "finding": f"GPU utilization {util:.1f}% with room in memory for a batch of "
+        f"{shown(largest, est.get('confidence'))} examples ({largest / size:.2g}x the current "
+        f"{size}; confidence {est.get('confidence')})",
         "advice": "raise the batch size (a larger batch cuts Python and launch overhead per "
         "example), scaling the learning rate with it, and check the new peak with dlci profile",
     }

@@ -37,6 +37,8 @@ class MemoryFigures:
     trace: Path | None = None
     capture: dict[str, Any] | None = None
     batch_estimate: dict[str, Any] | None = None
+    # the option that left the memory pass out (``--no-memory``), said in the report's note
+    skipped: str | None = None
 
 
 GATE_HINT = (
@@ -63,6 +65,12 @@ def add_memory(report: dict[str, Any], figures: MemoryFigures, *, max_size: int)
         from dlci.profiling.memory import blank_section
 
         section = blank_section("none", "the trace's memory events were not read")
+    if figures.skipped and section.get("source") == "none":  # not the pass it just turned off
+        section["note"] = (
+            f"no memory figures: the timed trace holds no [memory] events and the memory pass "
+            f"was left out ({figures.skipped}); run dlci profile without {figures.skipped} to "
+            "record them"
+        )
     section["capture"] = figures.capture
     section["batch_estimate"] = figures.batch_estimate
     report["memory"] = section

@@ -20,6 +20,7 @@ from dlci.profiling.batchfit import ResizeError, estimate, refused
 from dlci.profiling.gate import MemoryFigures
 from dlci.profiling.meter import PeakMeter, device_label, device_total
 from dlci.profiling.session import MEMORY_TRACE_NAME, Schedule, TraceSession
+from dlci.report.text import shown
 
 MEMORY_LOG_NAME = "profiler-memory.log"  # what torch.profiler printed during the memory pass
 MEMORY_STEPS = 3  # recorded steps of the memory pass, after one warmup step
@@ -95,7 +96,7 @@ def summary(capture: dict[str, Any], batch: dict[str, Any]) -> str:
     >>> for part in summary(cpu, {"largest_batch": 12345, "confidence": "low"}).split("; "):
     ...     print(part)
     memory peak 3.0 MiB resident (the whole process, peak RSS)
-    largest batch that fits: 12,345 (confidence low), 1.0 s
+    largest batch that fits: about 12,000 (confidence low), 1.0 s
     >>> gpu = dict(cpu, device="cuda:0", peak_reserved_bytes=4 << 20)
     >>> summary(gpu, {"largest_batch": None, "confidence": "none"}).split("; ")[0]
     'memory peak 3.0 MiB allocated, 4.0 MiB reserved (0.0% of cuda:0)'
@@ -111,10 +112,9 @@ def summary(capture: dict[str, Any], batch: dict[str, Any]) -> str:
             line += f", {reserved / mib:,.1f} MiB reserved"
         if total:
             line += f" ({100.0 * (reserved or peak) / total:.1f}% of {capture['device']})"
-    largest = batch.get("largest_batch")
-    shown = f"{largest:,}" if isinstance(largest, int) else "no estimate"
+    about = shown(batch.get("largest_batch"), batch.get("confidence"))
     return (
-        f"{line}; largest batch that fits: {shown} (confidence {batch['confidence']}), "
+        f"{line}; largest batch that fits: {about} (confidence {batch['confidence']}), "
         f"{capture['wall_time_s']:.1f} s"
     )
 

@@ -144,3 +144,19 @@ def criterion(record: dict[str, object], legacy_key: str = "max_loss") -> str:
     'loss < 1.0'
     """
     return str(record.get("criterion") or f"loss < {record.get(legacy_key)}")
+
+
+def shown(largest: object, confidence: object) -> str:
+    """The largest batch as it may be quoted: two significant figures at low confidence, three
+    at medium, with "about"; the report's JSON keeps the computed number.
+
+    >>> shown(283117, "low"), shown(283117, "medium"), shown(12, "low"), shown(None, "none")
+    ('about 280,000', 'about 283,000', 'about 12', 'no estimate')
+    """
+    if not isinstance(largest, int) or isinstance(largest, bool):
+        return "no estimate"
+    digits = 2 if confidence == "low" else 3
+    if largest >= 10**digits:
+        scale = 10 ** (len(str(largest)) - digits)
+        largest = round(largest / scale) * scale
+    return f"about {largest:,}"

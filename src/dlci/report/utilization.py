@@ -6,7 +6,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from dlci.report.text import bullets, label, md, md_code, table
+from dlci.report.text import bullets, label, md, md_code, shown, table
 
 REPORT_NAME = "utilization.json"
 MARKDOWN_NAME = "utilization.md"
@@ -236,8 +236,9 @@ def memory_fact(memory: object) -> str | None:
         if isinstance(share, int | float) and not isinstance(share, bool):
             line += f", {_pct(share)} of the device"
     if isinstance(estimate, dict) and isinstance(estimate.get("largest_batch"), int):
+        about = shown(estimate["largest_batch"], estimate.get("confidence"))
         line += (
-            f"; largest batch that fits about {estimate['largest_batch']:,} (batch "
+            f"; largest batch that fits {md(about)} (batch "
             f"{md(estimate.get('batch_size'))}, confidence "
             f"{md(estimate.get('confidence') or 'n/a')})"
         )
@@ -323,11 +324,10 @@ def _measured_lines(memory: dict[str, Any]) -> list[str]:
         )
     estimate = memory.get("batch_estimate")
     if isinstance(estimate, dict):
-        largest = estimate.get("largest_batch")
-        shown = f"{largest:,}" if isinstance(largest, int) else "not estimated"
+        about = shown(estimate.get("largest_batch"), estimate.get("confidence"))
         reason = estimate.get("confidence_reason")
         lines.append(
-            f"Batch size {md(estimate.get('batch_size'))}; largest batch that fits: {shown} "
+            f"Batch size {md(estimate.get('batch_size'))}; largest batch that fits: {md(about)} "
             f"(confidence {md(estimate.get('confidence') or 'n/a')}"
             + (f": {md(reason)}" if reason else "")
             + f"). {md(estimate.get('method') or '')}"
