@@ -38,24 +38,13 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "docker" / "kit-venv.sh"
 SHAPES = os.environ.get("DLCI_E2E_SHAPES", "dlci-e2e-shape")
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# the kit's venv as the Dockerfile makes it, then what it imports, as one JSON line
-KIT = (
-    "VIRTUAL_ENV=/tmp/kit bash /kit-venv.sh"
-    " && /tmp/kit/bin/python -c 'import json, os, sys, torch;"
-    ' print(json.dumps({"torch": os.path.realpath(torch.__file__), "prefix": sys.prefix}))\''
-    " && /tmp/kit/bin/python -m pip --version >/dev/null && echo pip-ok"
-)
 
 
-def _run(
-    image: str, script: str, *, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
+def _run(image: str, script: str) -> subprocess.CompletedProcess[str]:
     """``bash -c SCRIPT`` in ``image`` with no network and the kit's script mounted read-only."""
     argv = ["docker", "run", "--rm", "--network", "none"]
     argv += ["--label", f"{RUN_LABEL}=shapes-{uuid.uuid4().hex[:8]}"]
     argv += ["--volume", f"{SCRIPT}:/kit-venv.sh:ro"]
-    for key, value in (env or {}).items():
-        argv += ["--env", f"{key}={value}"]
     return subprocess.run(
         [*argv, image, "bash", "-c", script], capture_output=True, text=True, timeout=300
     )
@@ -76,58 +65,79 @@ def shapes(docker_engine: str) -> str:
     return SHAPES
 
 
-def _kit(image: str, **env: str) -> tuple[dict[str, str], str]:
-    proc = _run(image, KIT, env=env)
-    assert proc.returncode == 0, f"kit-venv.sh in {image}:\n{proc.stdout}{proc.stderr}"
-    lines = proc.stdout.splitlines()
-    assert lines[-1] == "pip-ok", proc.stdout  # the venv has pip, even where the base has none
-    return json.loads(lines[-2]), proc.stdout
+def _kit(venv: str, env: str = "") -> str:
+    """The kit's venv at ``venv`` as the Dockerfile makes it, then what it imports (one JSON
+    line) and whether it has pip."""
+    return (
+        f"{env} VIRTUAL_ENV={venv} bash /kit-venv.sh"
+        f" && {venv}/bin/python -c 'import json, os, sys, torch;"
+        ' print(json.dumps({"torch": os.path.realpath(torch.__file__), "prefix": sys.prefix}))\''
+        f" && {venv}/bin/python -m pip --version >/dev/null && echo pip-ok"
+    )
+
+
+def _session(image: str, *parts: str) -> list[str]:
+    """``parts`` in one container of ``image`` (one start, not one a part), each part's
+    output, standard error within it, in order."""
+    script = "; ".join(f"echo '=== part'; {{ {part}; }} 2>&1" for part in parts)
+    proc = _run(image, script)
+    assert proc.returncode == 0, f"{image}:\n{proc.stdout}{proc.stderr}"
+    return proc.stdout.split("=== part\n")[1:]
+
+
+def _made(out: str) -> dict[str, str]:
+    """The kit's venv's torch, from a ``_kit`` part that must have worked, with its pip."""
+    lines = out.splitlines()
+    assert lines[-1] == "pip-ok", out  # the venv has pip, even where the base has none
+    return json.loads(lines[-2])
 
 
 def test_uv_environment_first_on_path(shapes: str) -> None:
-    image = f"{shapes}:uv"
     # the premise: uv's venv has no pip, and a venv made from its python loses torch
-    premise = _run(
-        image,
-        "python3 -m pip --version; echo pip=$?;"
-        " python3 -m venv --system-site-packages /tmp/v && /tmp/v/bin/python -c 'import torch'",
+    premise, made = _session(
+        f"{shapes}:uv",
+        "python3 -m pip --version; echo pip=$?; python3 -m venv --system-site-packages /tmp/v"
+        " && /tmp/v/bin/python -c 'import torch'; echo torch=$?",
+        _kit("/tmp/kit"),
     )
-    assert "pip=1" in premise.stdout, premise.stdout + premise.stderr
-    assert premise.returncode != 0 and "No module named 'torch'" in premise.stderr
-    kit, out = _kit(image)
+    assert "pip=1" in premise and "No module named 'torch'" in premise, premise
+    assert "torch=1" in premise
+    kit = _made(made)
     assert kit["torch"].startswith("/opt/uv-env/lib/"), kit  # the environment's torch
     assert kit["prefix"] == "/tmp/kit"
-    assert "in the virtual environment /opt/uv-env" in out
+    assert "in the virtual environment /opt/uv-env" in made
 
 
 def test_conda_prefix_first_on_path(shapes: str) -> None:
-    image = f"{shapes}:conda"
-    premise = _run(image, "python -c 'import sys; print(sys.prefix, sys.base_prefix)'")
-    assert premise.stdout.split() == ["/opt/conda", "/opt/conda"]  # not a virtual environment
-    kit, out = _kit(image)
-    assert kit["torch"].startswith("/opt/conda/"), kit
-    assert "/opt/conda/bin/python3 has torch" in out and "virtual environment" not in out
-    # a derived image that dropped /opt/conda/bin from PATH: conda's python is still found
-    kit, out = _kit(image, PATH=SYSTEM_PATH)
-    assert kit["torch"].startswith("/opt/conda/"), kit
-    assert "/usr/bin/python3: no torch" in out and "/opt/conda/bin/python has torch" in out
+    premise, made, dropped = _session(
+        f"{shapes}:conda",
+        "python -c 'import sys; print(sys.prefix, sys.base_prefix)'",
+        _kit("/tmp/kit"),
+        # a derived image that dropped /opt/conda/bin from PATH: conda's python is still found
+        _kit("/tmp/kit2", env=f"PATH={SYSTEM_PATH}"),
+    )
+    assert premise.split() == ["/opt/conda", "/opt/conda"]  # not a virtual environment
+    assert _made(made)["torch"].startswith("/opt/conda/"), made
+    assert "/opt/conda/bin/python3 has torch" in made and "virtual environment" not in made
+    assert _made(dropped)["torch"].startswith("/opt/conda/"), dropped
+    assert "/usr/bin/python3: no torch" in dropped
+    assert "/opt/conda/bin/python has torch" in dropped
 
 
 def test_two_pythons_the_second_has_torch(shapes: str) -> None:
-    image = f"{shapes}:two-python"
-    # the premise: python3 and python, the names a search of those alone would try, have none
+    # the premise: python3 and python, the names a search of those alone would try, have none,
     # and a venv made through the python3.11 link looks for its library beside the link
-    premise = _run(
-        image,
-        "python3 -c 'import torch'; echo $?; command -v python || echo none;"
+    premise, made, named = _session(
+        f"{shapes}:two-python",
+        "python3 -c 'import torch' 2>/dev/null; echo $?; command -v python || echo none;"
         " /opt/alt/bin/python3.11 -m venv --system-site-packages /tmp/v"
-        " && /tmp/v/bin/python -c 'import torch'; echo $?",
+        " && /tmp/v/bin/python -c 'import torch' 2>/dev/null; echo $?",
+        _kit("/tmp/kit"),
+        # BASE_PYTHON names one with no torch: a located error, not a second torch
+        "BASE_PYTHON=python3 VIRTUAL_ENV=/tmp/kit3 bash /kit-venv.sh; echo rc=$?",
     )
-    assert premise.stdout.split() == ["1", "none", "1"], premise.stdout + premise.stderr
-    kit, out = _kit(image)
-    assert kit["torch"].startswith("/opt/conda/"), kit  # python3.11's, through its link
-    assert "/usr/bin/python3: no torch" in out and "/opt/alt/bin/python3.11 has torch" in out
-    # BASE_PYTHON names one with no torch: a located error, not a second torch
-    named = _run(image, KIT, env={"BASE_PYTHON": "python3"})
-    assert named.returncode == 1
-    assert "BASE_PYTHON=python3 (/usr/bin/python3) does not import torch" in named.stderr
+    assert premise.split() == ["1", "none", "1"], premise
+    assert _made(made)["torch"].startswith("/opt/conda/"), made  # python3.11's, by its link
+    assert "/usr/bin/python3: no torch" in made and "/opt/alt/bin/python3.11 has torch" in made
+    assert "rc=1" in named
+    assert "BASE_PYTHON=python3 (/usr/bin/python3) does not import torch" in named
