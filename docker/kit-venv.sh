@@ -29,10 +29,24 @@ die() {
   exit 1
 }
 
-# torch's file as the python $1 sees it ("" when it has none), within 120 s
+# torch's file as the python $1 sees it ("" when it has none), within 120 s; what else the
+# python prints (a wrapper's banner, a warning) is not read: the answer carries a marker. A
+# python that does not answer in time stops the build (a slow import is not "no torch", which
+# would install a second one).
 torch_file() {
-  timeout 120 "$1" -W ignore -c 'import os, torch; print(os.path.realpath(torch.__file__))' \
-    2>/dev/null || true
+  local out rc=0
+  out=$(timeout 120 "$1" -W ignore -c 'import os, torch
+print("dlci-torch:" + os.path.realpath(torch.__file__))' </dev/null 2>/dev/null) || rc=$?
+  if [ "$rc" = 124 ]; then
+    die "$1 did not finish importing torch within 120 s: name the python with the base's" \
+      "torch with BASE_PYTHON, or set TORCH_SPEC to install one"
+  fi
+  sed -n 's/^dlci-torch://p' <<<"$out" | tail -n 1
+}
+
+# why the python $1 cannot import torch: the last lines of its error
+import_error() {
+  timeout 120 "$1" -c 'import torch' </dev/null 2>&1 | tail -n 3 | tr '\n' ' ' || true
 }
 
 # every python3, python and python3.N in PATH's folders, in PATH order, newest python3.N first
@@ -62,7 +76,11 @@ if [ -n "${BASE_PYTHON:-}" ]; then
 else
   declare -A seen=()
   while read -r candidate; do
+    # one python per real file, but a venv's python (a link to its base interpreter) is its
+    # own: its environment may hold torch where the base interpreter has none
     real=$(realpath -m "$candidate")
+    env_dir=$(dirname "$candidate")/..
+    [ -f "$env_dir/pyvenv.cfg" ] && real="$real in $(realpath -m "$env_dir")"
     [ -z "${seen[$real]:-}" ] || continue
     seen[$real]=1
     file=$(torch_file "$candidate")
@@ -78,7 +96,8 @@ else
 fi
 
 if [ -z "$chosen" ]; then
-  say "no python of the base imports torch: a plain venv from python3 (torch is installed)"
+  say "no python of the base imports torch: a plain venv from python3 (torch is installed;" \
+    "if the base has a python with torch that was not found, name it with BASE_PYTHON)"
   python3 -m venv "$venv" || die "python3 -m venv $venv failed: the base needs python3's venv" \
     "module (Debian and Ubuntu: python3-venv)"
   exit 0
@@ -87,11 +106,20 @@ fi
 # The interpreters by their real files: a venv made through a link in another folder
 # (/opt/alt/bin/python3.11 -> /opt/python/bin/python3.11) would look for its standard library
 # beside the link, and fall back to another python's.
+# dl-ci needs Python 3.10 or newer (a Python 2 or 3.8 with torch would fail later, in pip)
+version=$("$chosen" -c 'import sys; print("dlci-version:%d.%d" % sys.version_info[:2])' \
+  </dev/null 2>/dev/null | sed -n 's/^dlci-version://p' | tail -n 1)
+case $version in
+3.1[0-9] | 3.[2-9][0-9]) ;;
+*) die "$chosen has torch but is Python ${version:-of an unknown version}; dl-ci needs 3.10 or" \
+  "newer: name another python with BASE_PYTHON, or set TORCH_SPEC to install torch" ;;
+esac
 mapfile -t env_of < <("$chosen" -c 'import os, sys, sysconfig
-print(int(sys.prefix != sys.base_prefix)); print(sys.prefix)
-print(os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable))
-print(sysconfig.get_path("purelib")); print(sysconfig.get_path("platlib"))
-print(os.path.realpath(sys.executable))')
+for line in (int(sys.prefix != sys.base_prefix), sys.prefix,
+             os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable),
+             sysconfig.get_path("purelib"), sysconfig.get_path("platlib"),
+             os.path.realpath(sys.executable)):
+    print("dlci-env:%s" % line)' </dev/null 2>/dev/null | sed -n 's/^dlci-env://p')
 [ "${#env_of[@]}" -eq 6 ] || die "$chosen could not say where its packages are"
 if [ "${env_of[0]}" = 1 ]; then
   maker=${env_of[2]}
@@ -117,8 +145,11 @@ if [ "$seen_torch" != "$chosen_torch" ] && [ -n "${TORCH_SPEC:-}" ]; then
   say "the venv does not see $chosen's torch; TORCH_SPEC=$TORCH_SPEC is installed into it"
   exit 0
 elif [ "$seen_torch" != "$chosen_torch" ]; then
+  why=""
+  [ -n "$seen_torch" ] || why=" ($(import_error "$venv/bin/python"))"
   die "$chosen imports torch from $chosen_torch, but the venv made from it" \
-    "${seen_torch:+imports $seen_torch}${seen_torch:-does not import torch}: set BASE_PYTHON" \
-    "to the python with the base's torch, or TORCH_SPEC=torch==<version> to install one"
+    "${seen_torch:+imports $seen_torch}${seen_torch:-does not import torch$why}: set" \
+    "BASE_PYTHON to the python with the base's torch, or TORCH_SPEC=torch==<version> to" \
+    "install one"
 fi
 say "the venv $venv imports the base's torch ($seen_torch)"

@@ -590,7 +590,8 @@ def test_the_upload_folder_holds_only_regular_files_the_host_wrote(tmp_path, mon
     summary = summarize(art, host_record=record, artifact_prefix="dlci")
     upload = Path(summary.outputs["artifacts-dir"])
     assert upload.name == "dlci-artifacts" and upload.parent.parent == record.parent
-    assert sorted(p.name for p in upload.iterdir()) == ["preflight.json"]
+    # the host's own files only: the copied report, and the job's page it rendered from them
+    assert sorted(p.name for p in upload.iterdir()) == ["preflight.json", "report.html"]
     assert CANARY not in everything_under(upload)
     assert summary.verdict == "fail"
     said = " ".join(a[1] for a in summary.annotations)

@@ -141,3 +141,62 @@ def test_dlci_report_writes_the_page_and_refuses_a_missing_folder(
     assert out.read_text().startswith("<!DOCTYPE html>")
     assert main(["report", str(tmp_path / "none")]) == 1
     assert "not a folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"checks": 5},
+        {"roots": 7},
+        {"counts": {"fail": 1.5, "pass": True}},
+        {"counts": {"fail": 1e308 * 10}},  # inf once decoded
+        {"checks": [{"id": 10**30, "status": ["x"], "measured": {"a": 1}}]},
+    ],
+)
+def test_hostile_field_types_show_as_missing_not_a_crash(folder: Path, change: dict) -> None:
+    """A pull request's report with fields of the wrong type: the page still renders (the
+    job's summary and upload must not fail on it), the field shown as missing."""
+    report = _report("doctor") | change
+    (folder / "doctor.json").write_text(json.dumps(report))
+    utilization = _report("utilization")
+    utilization["warnings"] = 3
+    utilization["memory"]["peak_allocated_bytes"] = 10**30
+    (folder / "utilization.json").write_text(json.dumps(utilization))
+    page = html.write_report(folder).read_text()
+    assert '<section id="doctor">' in page and "Traceback" not in page
+
+
+def test_an_unreadable_report_or_a_linked_one_is_named_as_such(
+    folder: Path, tmp_path: Path
+) -> None:
+    (folder / "doctor.json").write_text("{not json")
+    outside = tmp_path / "outside.json"
+    shutil.copy(DATA / "memorization.json", outside)
+    (folder / "memorization.json").unlink()
+    (folder / "memorization.json").symlink_to(outside)
+    page = html.write_report(folder).read_text()
+    assert page.count(">unreadable<") == 2
+    assert "doctor.json is not a report" in page and "memorization.json is not a report" in page
+
+
+def test_the_doctor_draws_into_out_only_and_a_figures_file_is_no_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its figures and report.html go into --out, beside doctor.json; with --json elsewhere
+    (or the null device) none are written; a file in the way of figures/ is said, and the
+    verdict stands (exit 0)."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    argv = ["doctor", "--target", "profile_targets:healthy", "--only", "grad-flow"]
+    out = tmp_path / "out"
+    assert main([*argv, "--out", str(out), "--json", str(tmp_path / "elsewhere.json")]) == 0
+    assert not out.exists() and not (tmp_path / "figures").exists()
+    assert not (tmp_path / "report.html").exists()
+    assert main([*argv, "--out", str(out), "--json", "/dev/null"]) == 0
+    assert not out.exists()
+    out.mkdir()
+    (out / "figures").write_text("in the way")
+    capsys.readouterr()
+    assert main([*argv, "--out", str(out)]) == 0
+    assert "no figures in" in capsys.readouterr().err
+    assert json.loads((out / "doctor.json").read_text())["verdict"] == "pass"
+    assert (out / "report.html").is_file()  # the page, without figures

@@ -409,3 +409,11 @@ def test_the_jobs_html_report_is_in_the_upload_folder_and_the_summary_says_so(
     assert not (art / "report.html").exists()
     local = summarize(art)
     assert (art / "report.html").is_file() and "`report.html` in " in local.markdown
+    # a report that claims a pass the host never collected: the page leads with the host's
+    # verdict, not the claim
+    write(art, "doctor.json", {"verdict": "pass", "reason": "all good", "checks": []})
+    done = summarize(art, host_record=record, artifact_prefix="dlci")
+    text = (Path(done.outputs["artifacts-dir"]) / "report.html").read_text()
+    assert done.verdict == "fail"
+    verdict = text.split('<p id="host-verdict">')[1].split("</p>")[0]
+    assert '<strong class="fail">fail</strong>' in verdict

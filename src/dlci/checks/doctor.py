@@ -107,8 +107,10 @@ def run_doctor(
     )
     _write(data, json_path, request.markdown)
     html = None
-    if json_path != "-" and not crashes:
-        html = pictures(data, Path(json_path).parent, lambda: load_target(spec))
+    from dlci.report.html import report_folder
+
+    if not crashes and report_folder(json_path, request.out):
+        html = pictures(data, Path(request.out), lambda: load_target(spec))
     if crashes:
         raise crashes[0]
     return DoctorOutcome(data, json_path, 1 if data["verdict"] == "fail" else 0, html)
@@ -127,6 +129,9 @@ def pictures(data: dict[str, Any], folder: Path, factory: Callable[[], Any]) -> 
         drawn = figures.doctor_figures(data, folder)["figures"]
     except ImportError as exc:  # matplotlib: dl-ci's train extra
         say(f"no figures: {exc} (pip install 'dl-ci[train]')")
+        drawn = []
+    except (OSError, DlciError, ValueError) as exc:  # figures/ not a folder, a full disk...
+        say(f"no figures in {folder / figures.FOLDER}: {exc}")
         drawn = []
     else:
         try:

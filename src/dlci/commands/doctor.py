@@ -25,7 +25,7 @@ def main(argv: Sequence[str]) -> int:
         "--out",
         default="dlci-artifacts",
         metavar="DIR",
-        help="directory for doctor.json (default: dlci-artifacts)",
+        help="directory for doctor.json, figures/ and report.html (default: dlci-artifacts)",
     )
     p.add_argument(
         "--only",

@@ -63,10 +63,10 @@ def main(argv: Sequence[str]) -> int:
     )
     with _common.stdout_for_the_report(args.json):
         outcome = run_memorize(request, say=_say)
-    if outcome.report is not None and outcome.json_path != "-":
-        from pathlib import Path
+    from dlci.report.html import report_folder
 
-        _common.write_html(Path(outcome.json_path).parent, (lambda _: None) if args.quiet else _say)
+    if outcome.report is not None and report_folder(outcome.json_path, args.out):
+        _common.write_html(args.out, (lambda _: None) if args.quiet else _say)
     _print_verdict(outcome)
     return outcome.exit_code
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -34,42 +35,67 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 FIGURE_ORDER = ("examples", "lr-range", "grad-flow", "update-ratio", "activations", "weight-norms")
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    """A report as a dict, or None when it is missing, unreadable or not an object."""
+UNREADABLE = "unreadable"  # what _read_json gives for a report that is there but unusable
+
+
+def _read_json(path: Path) -> dict[str, Any] | str | None:
+    """A report as a dict; None when it is missing; UNREADABLE when it is a link, too big,
+    not JSON or not an object (a report folder is a pull request's output)."""
     from dlci import jsonio
     from dlci.errors import DlciError
     from dlci.fsutil import read_input
 
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return None
+    if path.is_symlink() or not path.is_file():
+        return UNREADABLE
     try:
         data = jsonio.decode(read_input(path, what="a report"))
     except (DlciError, OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+        return UNREADABLE
+    return data if isinstance(data, dict) else UNREADABLE
 
 
 def _text(value: Any, limit: int = 400) -> str:
     """Outside text for the page: one line, control characters shown, cut to ``limit``."""
     if value is None or isinstance(value, dict | list):
         return ""
-    return clean(value, limit=limit)
+    try:
+        return clean(value, limit=limit)
+    except ValueError:  # an integer of more digits than Python turns into text
+        return ""
 
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _number(value: Any, spec: str = ".4g") -> str:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    """A number of a report as text, or "" for anything else: a bool, NaN, an integer format
+    of a float, a number too large to format (a report's 10**400)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return ""
-    return format(value, spec)
+    if spec.endswith("d") and not isinstance(value, int):
+        return ""
+    try:
+        if not math.isfinite(value):
+            return ""
+        return format(value, spec)
+    except (OverflowError, ValueError):
+        return ""
 
 
 def image(path: Path, *, svg: bool = False) -> str | None:
-    """``path`` as a data URI when it is a PNG (or an SVG when ``svg``) within the size limit."""
+    """``path`` as a data URI when it is a PNG (or an SVG when ``svg``) within the size limit;
+    a link, or a file in a linked folder, is not followed."""
     try:
-        if not path.is_file() or path.is_symlink() or path.stat().st_size > MAX_IMAGE:
+        if path.is_symlink() or path.parent.is_symlink():
+            return None
+        if not path.is_file() or path.stat().st_size > MAX_IMAGE:
             return None
         data = path.read_bytes()
     except OSError:
@@ -96,18 +122,21 @@ def _markdown_text(path: Path) -> str | None:
     return text + ("\n[cut]" if cut else "")
 
 
-def _verdict(kind: str, report: dict[str, Any] | None, what: str) -> dict[str, str]:
+def _verdict(kind: str, report: dict[str, Any] | str | None, what: str) -> dict[str, str]:
     if report is None:
         return {"gate": kind, "verdict": "not run", "reason": f"no {what} in this folder"}
+    if not isinstance(report, dict):
+        return {"gate": kind, "verdict": "unreadable", "reason": f"{what} is not a report "
+                "(a link, too big, not JSON or not an object)"}  # fmt: skip
     verdict = _text(report.get("verdict"), 20) or "unknown"
     return {"gate": kind, "verdict": verdict, "reason": _text(report.get("reason"), 600)}
 
 
-def _doctor(folder: Path, report: dict[str, Any] | None) -> dict[str, Any] | None:
-    if report is None:
+def _doctor(folder: Path, report: dict[str, Any] | str | None) -> dict[str, Any] | None:
+    if not isinstance(report, dict):
         return None
     checks = []
-    for check in report.get("checks") or []:
+    for check in _list(report.get("checks")):
         if not isinstance(check, dict):
             continue
         checks.append({key: _text(check.get(key), 600) for key in
@@ -126,8 +155,8 @@ def _doctor(folder: Path, report: dict[str, Any] | None) -> dict[str, Any] | Non
     return {"checks": checks, "figures": figures, "tally": tally}
 
 
-def _memorization(folder: Path, report: dict[str, Any] | None) -> dict[str, Any] | None:
-    if report is None:
+def _memorization(folder: Path, report: dict[str, Any] | str | None) -> dict[str, Any] | None:
+    if not isinstance(report, dict):
         return None
     return {
         "curve": image(folder / "memorization-curve.png"),
@@ -142,14 +171,12 @@ def _memorization(folder: Path, report: dict[str, Any] | None) -> dict[str, Any]
     }
 
 
-def _utilization(folder: Path, report: dict[str, Any] | None) -> dict[str, Any] | None:
-    if report is None:
+def _utilization(folder: Path, report: dict[str, Any] | str | None) -> dict[str, Any] | None:
+    if not isinstance(report, dict):
         return None
     memory = _dict(report.get("memory"))
-    peak = memory.get("peak_allocated_bytes")
-    peak_mib = (
-        peak / 2**20 if isinstance(peak, int | float) and not isinstance(peak, bool) else None
-    )
+    peak = _number(memory.get("peak_allocated_bytes"), ".6g")
+    peak_mib = float(peak) / 2**20 if peak else None
     facts = [
         ("GPU utilization (%)", _number(report.get("gpu_utilization_pct"), ".1f") or "no GPU"),
         ("profiled steps", _number(report.get("steps"), "d")),
@@ -158,30 +185,30 @@ def _utilization(folder: Path, report: dict[str, Any] | None) -> dict[str, Any] 
     ]
     lines = []
     for key in ("warnings", "recommendations"):
-        for item in report.get(key) or []:
+        for item in _list(report.get(key)):
             text = item.get("message") if isinstance(item, dict) else item
             if _text(text):
                 lines.append((key[:-1], _text(text, 600)))
     return {"plot": image(folder / "utilization.png"), "facts": facts, "notes": lines[:20]}
 
 
-def _doctor_verdict(report: dict[str, Any] | None) -> dict[str, str]:
+def _doctor_verdict(report: dict[str, Any] | str | None) -> dict[str, str]:
     """The doctor's verdict, with its tally and the root causes it names."""
     row = _verdict("doctor", report, "doctor.json")
-    if report is not None and not row["reason"]:
+    if isinstance(report, dict) and not row["reason"]:
         counts = _dict(report.get("counts"))
         parts = [f"{_number(counts.get(k), 'd')} {k}" for k in ("fail", "warn", "pass", "skip")
                  if _number(counts.get(k), "d")]  # fmt: skip
         roots = [_text(r.get("id") if isinstance(r, dict) else r, 40)
-                 for r in report.get("roots") or []]  # fmt: skip
+                 for r in _list(report.get("roots"))]  # fmt: skip
         row["reason"] = ", ".join(parts) + (f"; root causes: {', '.join(roots)}" if roots else "")
     return row
 
 
-def _profile_verdict(report: dict[str, Any] | None) -> dict[str, str]:
+def _profile_verdict(report: dict[str, Any] | str | None) -> dict[str, str]:
     """The profile's gates (``report["gate"]``) when any was asked for, else what it measured."""
-    if report is None:
-        return _verdict("profile", None, "utilization.json")
+    if not isinstance(report, dict):
+        return _verdict("profile", report, "utilization.json")
     util = _number(report.get("gpu_utilization_pct"), ".1f")
     measured = f"GPU utilization {util}%" if util else "GPU utilization not measured (no GPU)"
     gate = report.get("gate")
@@ -198,9 +225,17 @@ def _profile_verdict(report: dict[str, Any] | None) -> dict[str, str]:
     }
 
 
-def build_context(folder: str | Path) -> dict[str, Any]:
-    """What the template shows, from what ``folder`` holds (every value made safe here)."""
+def build_context(folder: str | Path, job: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the template shows, from what ``folder`` holds (every value made safe here).
+    ``job``: the host's own verdict on the job (``verdict``, ``problems``), shown above the
+    gates' reports, which are their claims about themselves."""
     folder = Path(folder)
+    host = None
+    if job is not None:
+        host = {
+            "verdict": _text(job.get("verdict"), 20) or "unknown",
+            "problems": [_text(p, 600) for p in _list(job.get("problems"))[:30]],
+        }
     doctor = _read_json(folder / "doctor.json")
     memorization = _read_json(folder / "memorization.json")
     utilization = _read_json(folder / "utilization.json")
@@ -209,6 +244,7 @@ def build_context(folder: str | Path) -> dict[str, Any]:
     history = _markdown_text(folder / "history.md")
     return {
         "title": f"dl-ci report: {clean(folder.resolve().name, limit=80)}",
+        "host": host,
         "created": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "verdicts": [
             _verdict("memorization", memorization, "memorization.json"),
@@ -236,9 +272,23 @@ def render(context: dict[str, Any]) -> str:
     return env.get_template(TEMPLATE).render(**context)
 
 
-def write_report(folder: str | Path, path: str | Path | None = None) -> Path:
-    """Render ``folder``'s report.html (or ``path``) and return where it went."""
+def report_folder(json_path: str, out: str | os.PathLike[str] | None) -> bool:
+    """Whether the figures and report.html go into ``out``: the report is a file there (not
+    standard output, the null device or a file elsewhere, which a page of ``out`` would not
+    show)."""
+    from dlci.fsutil import is_null_device
+
+    if json_path == "-" or not out or is_null_device(json_path):
+        return False
+    return Path(json_path).resolve().parent == Path(out).resolve()
+
+
+def write_report(
+    folder: str | Path, path: str | Path | None = None, *, job: dict[str, Any] | None = None
+) -> Path:
+    """Render ``folder``'s report.html (or ``path``) and return where it went; ``job`` as in
+    :func:`build_context`."""
     from dlci.fsutil import atomic_write_text
 
     target = Path(path) if path is not None else Path(folder) / REPORT_NAME
-    return atomic_write_text(target, render(build_context(folder)))
+    return atomic_write_text(target, render(build_context(folder, job)))

@@ -79,35 +79,42 @@ def summarize(
         into /= "dlci-artifacts"
         left = snapshot(folder, read_report(host_record) if host_record else None, into)
         data = collect(into, host_record)
-        # the job's HTML report: in the upload's folder, or (no host record) the one read
-        page = html_report(into if host_record is not None else folder)
-    data["problems"] += [f"not copied: {why}" for why in left]
-    data["verdict"] = "fail" if data["problems"] else "pass"
+        data["problems"] += [f"not copied: {why}" for why in left]
+        data["verdict"] = "fail" if data["problems"] else "pass"
+        # the job's HTML report, from the host's copies, with the host's verdict above the
+        # gates' own claims: in the upload's folder, or (no host record, a local run) beside
+        # the reports read
+        page = html_report(into, data, None if host_record is not None else folder)
     values = outputs(data)
     if artifact_prefix:
         values["artifact-name"] = artifact_name(artifact_prefix, data)
     if host_record is not None:
         values["artifacts-dir"] = str(into)
     markdown = render(data, title=title)
-    if page is not None:
+    if isinstance(page, Path):
         where = (
             f"the artifact `{md(values['artifact-name'])}`"
             if values.get("artifact-name")
             else md(str(page.parent))
         )
         markdown += f"\n\nThe job's HTML report, every figure inside it: `{page.name}` in {where}."
+    else:
+        markdown += f"\n\nNo HTML report for this job: {md(page, limit=300)}."
     return Summary(markdown, values, error_annotations(data), data["verdict"])
 
 
-def html_report(folder: Path) -> Path | None:
-    """``folder``/report.html from the reports it holds (the host's copies), or None when it
-    cannot be written (the summary stands without it)."""
+def html_report(folder: Path, data: dict[str, Any], beside: Path | None) -> Path | str:
+    """report.html from the reports in ``folder`` (the host's copies) and the host's verdict,
+    into ``folder`` or, given, ``beside``; where it went, or why it could not be written: the
+    summary, the outputs and the upload stand without it, whatever a report holds."""
     from dlci.report import html
 
+    out = (beside if beside is not None else folder) / html.REPORT_NAME
+    job = {"verdict": data.get("verdict"), "problems": data.get("problems")}
     try:
-        return html.write_report(folder)
-    except (OSError, DlciError):
-        return None
+        return html.write_report(folder, out, job=job)
+    except Exception as exc:  # a page is never worth the job's summary
+        return f"{type(exc).__name__}: {exc}"
 
 
 def snapshot(folder: Path, record: dict[str, Any] | None, into: Path) -> list[str]:
