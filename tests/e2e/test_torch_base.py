@@ -88,7 +88,8 @@ def torchless_kit(tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copy2(ROOT / name, kit / name)
     shutil.copytree(ROOT / "src", kit / "src", ignore=shutil.ignore_patterns("__pycache__"))
     (kit / "docker" / "wheelhouse").mkdir(parents=True)
-    shutil.copy2(ROOT / "docker" / "Dockerfile", kit / "docker" / "Dockerfile")
+    for name in ("Dockerfile", "kit-venv.sh"):  # what the Dockerfile copies from docker/
+        shutil.copy2(ROOT / "docker" / name, kit / "docker" / name)
     wheels = sorted((ROOT / "docker" / "wheelhouse").glob("*.whl"))
     assert any(w.name.startswith("torch-") for w in wheels), "the kit's wheelhouse has no torch"
     for wheel in wheels:
