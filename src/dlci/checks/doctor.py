@@ -81,8 +81,9 @@ def run_doctor(
     seed_everything(request.seed)
     crashes: list[BaseException] = []
     try:
+        target = load_target(spec)
         results = run_checks(
-            load_target(spec),
+            target,
             checks=selected,
             tier=tier,
             device=request.device,
@@ -110,16 +111,17 @@ def run_doctor(
     from dlci.report.html import report_folder
 
     if not crashes and report_folder(json_path, request.out):
-        html = pictures(data, Path(request.out), lambda: load_target(spec))
+        html = pictures(data, Path(request.out), target)
     if crashes:
         raise crashes[0]
     return DoctorOutcome(data, json_path, 1 if data["verdict"] == "fail" else 0, html)
 
 
-def pictures(data: dict[str, Any], folder: Path, factory: Callable[[], Any]) -> Path | None:
-    """The doctor's figures (figures/*.png, the training examples among them, from a fresh
-    build of the target) and the folder's report.html. Never the verdict's business: what
-    cannot be drawn is said on standard error, and the report stands as written."""
+def pictures(data: dict[str, Any], folder: Path, target: Any) -> Path | None:
+    """The doctor's figures (figures/*.png, the training examples among them: the first batch
+    of the target's training loader, iterated anew) and the folder's report.html. Never the
+    verdict's business: what cannot be drawn is said on standard error, and the report stands
+    as written."""
     from dlci.report import figures, html
 
     def say(line: str) -> None:
@@ -135,7 +137,7 @@ def pictures(data: dict[str, Any], folder: Path, factory: Callable[[], Any]) -> 
         drawn = []
     else:
         try:
-            example = _examples(factory(), folder)
+            example = _examples(target, folder)
         except Exception as exc:  # the target's own code: no figure, not a crash
             say(f"no figure of the training examples: {type(exc).__name__}: {exc}")
             example = None
