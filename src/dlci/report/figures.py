@@ -64,6 +64,13 @@ def _series(value: Any) -> list[float] | None:
     return None if any(n is None for n in numbers) else [n for n in numbers if n is not None]
 
 
+def _per_layer_series(value: Any) -> dict[str, list[float]]:
+    """``{layer: [numbers]}`` from a details mapping, hostile entries left out."""
+    if not isinstance(value, dict):
+        return {}
+    return {n: s for n, raw in value.items() if isinstance(n, str) and (s := _series(raw))}
+
+
 def _per_layer(value: Any) -> dict[str, float]:
     """``{layer: number}`` from a details mapping, hostile entries left out."""
     if not isinstance(value, dict):
@@ -145,12 +152,7 @@ def _grad_flow(details: dict[str, Any]) -> bytes | None:
 
 
 def _update_ratio(details: dict[str, Any]) -> bytes | None:
-    series = details.get("ratio_by_step")
-    lines = (
-        {n: s for n, raw in series.items() if (s := _series(raw))}
-        if isinstance(series, dict)
-        else {}
-    )
+    lines = _per_layer_series(details.get("ratio_by_step"))
     median = _per_layer(details.get("median_ratio"))
     if not lines and not median:
         return None
@@ -221,12 +223,7 @@ def _activations(details: dict[str, Any]) -> bytes | None:
 
 
 def _weight_norms(details: dict[str, Any]) -> bytes | None:
-    series = details.get("norm_by_step")
-    lines = (
-        {n: s for n, raw in series.items() if (s := _series(raw))}
-        if isinstance(series, dict)
-        else {}
-    )
+    lines = _per_layer_series(details.get("norm_by_step"))
     if not lines:
         return None
     fig, ax = _figure("weight-norms")
