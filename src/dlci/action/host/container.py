@@ -10,7 +10,7 @@ trust, a label for cleanup and a timeout; inside, it runs ``dlci run ...``.
 
 from __future__ import annotations
 
-import contextlib
+import codecs
 import functools
 import os
 import secrets
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dlci.action.host import scratch
 from dlci.action.host.cache import CACHE_PREFIX, UNTRUSTED, cache_mount, decide_trust
 from dlci.action.host.gates import RECORD_VARIABLE, Parts
 from dlci.action.host.gitview import hide_credentials, host_temp
@@ -85,9 +86,13 @@ def run_command(
     cache_prefix: str = CACHE_PREFIX,
     created: int = 0,
     hidden_files: Sequence[tuple[Path, str]] = (),
+    git_from: Path | None = None,
 ) -> list[str]:
     """The docker run command line (a function, so tests can check every flag).
 
+    ``workspace``: the folder mounted at /workspace (the job runs each part in a copy of the
+    checkout: dlci.action.host.scratch); ``git_from``: the checkout whose ``.git`` is mounted
+    read-only at /workspace/.git (default: ``workspace``'s own).
     ``hidden_files``: (host file, path relative to the workspace) mounted read-only over the
     workspace's own file (the sanitised git config of dlci.action.host.gitview), on top of the
     workspace's ``.git`` mounted read-only of its own (``mv .git .gitx`` fails: EBUSY).
@@ -112,9 +117,9 @@ def run_command(
     if gpus and gpus != "none":
         cmd += ["--gpus", gpus, "-e", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
     cmd += ["-v", f"{workspace.resolve()}:{WORKSPACE}"]
-    git = workspace / ".git"
+    git = (git_from or workspace) / ".git"
     if git.is_dir() and not git.is_symlink():  # a mount point: no container renames or edits it
-        cmd += ["-v", f"{workspace.resolve() / '.git'}:{WORKSPACE}/.git:ro"]
+        cmd += ["-v", f"{git.resolve()}:{WORKSPACE}/.git:ro"]
     for host, inside in hidden_files:
         cmd += ["-v", f"{host}:{WORKSPACE}/{inside}:ro"]
     cmd += ["--mount", cache_mount(trust, cache_prefix, created)]
@@ -196,7 +201,8 @@ def run(request: RunRequest) -> int:
                 hidden_files=hidden,
             )
             check = functools.partial(check_hidden, workspace, pins)
-            return _run_parts(parts, build, name, request.timeout_minutes, check)
+            copies = Copies(workspace, Path(tmp), [rel for _, rel in hidden])
+            return _run_parts(parts, build, name, request.timeout_minutes, check, copies)
     finally:
         parts.close()
 
@@ -218,29 +224,39 @@ def check_hidden(workspace: Path, pins: dict[str, tuple[int, int] | None]) -> No
             )
 
 
-NOT_CODE = frozenset({".git", "dlci-artifacts", "__pycache__", "build", ".pytest_cache"})
+@dataclass
+class Copies:
+    """Each part's own copy of the checkout (dlci.action.host.scratch): made before its
+    container, checked for planted git files and removed after it."""
 
+    workspace: Path
+    folder: Path  # the host's folder for the job's mounts (under RUNNER_TEMP)
+    hidden: Sequence[str] = ()  # what the git view covers: copied as empty files
+    git: dict[str, str] | None = None  # the checkout's git files, read before any container
 
-def tree_state(workspace: Path) -> dict[str, tuple[int, int, int]]:
-    """Each file of the workspace (not .git, the artifacts, caches, builds, egg-info) by inode,
-    size and ctime: a container can write a file and reset its mtime, never its ctime."""
-    state = {}
-    for folder, dirs, files in os.walk(workspace):
-        dirs[:] = [d for d in dirs if d not in NOT_CODE and not d.endswith(".egg-info")]
-        for name in files:
-            with contextlib.suppress(OSError):
-                info = os.lstat(os.path.join(folder, name))
-                rel = os.path.relpath(os.path.join(folder, name), workspace)
-                state[rel] = (info.st_ino, info.st_size, info.st_ctime_ns)
-    return state
+    def make(self, part: str) -> Path:
+        if self.git is None:
+            self.git = scratch.git_files(self.workspace)
+        copy = self.folder / f"workspace-{part}"
+        scratch.remove_copy(copy)
+        started = time.monotonic()
+        notes = scratch.make_copy(self.workspace, copy, empty=self.hidden)
+        took = time.monotonic() - started
+        size = f"{notes.files} files, {notes.bytes >> 20} MiB"
+        say(f"{part}: runs on a copy of the checkout ({size}, copied in {took:.1f} s)")
+        for why in notes.left_out[:5]:
+            say(f"{part}: not copied: {why}")
+        return copy
 
-
-def tree_changes(workspace: Path, before: dict[str, tuple[int, int, int]]) -> list[str]:
-    """What the tests step changed that a gate would run: a file that was there, new code."""
-    after = tree_state(workspace)
-    changed = [rel for rel, state in before.items() if after.get(rel) != state]
-    changed += [p for p in after if p not in before and p.endswith((".py", ".pth", ".so"))]
-    return sorted(changed)
+    def done(self, part: str, copy: Path) -> list[str]:
+        """What the part's container planted in its copy for git on the host; the copy gone."""
+        try:
+            found = scratch.planted(self.git or {}, copy)
+        except DlciError as exc:
+            found = [exc.message]
+        if not scratch.remove_copy(copy):
+            say(f"{part}: its copy of the checkout could not be removed whole ({copy})")
+        return found
 
 
 def _run_parts(
@@ -249,32 +265,40 @@ def _run_parts(
     name: str,
     timeout_minutes: float,
     check: Callable[[], None] = lambda: None,
+    copies: Copies | None = None,
 ) -> int:
-    """The tests container, then one per gate; the host's record after the last one."""
+    """The tests container, then one per gate, each on its own copy of the checkout; the
+    host's record after the last one."""
     deadline = time.monotonic() + timeout_minutes * 60
     planned = parts.plan()
-    worst, before = 0, tree_state(parts.workspace)
+    worst = 0
     try:
         for part in planned:
             if part.name != "tests" and not parts.installed():
                 parts.blocked = "not run: the install step failed"
                 break
-            changed = tree_changes(parts.workspace, before) if part.name != "tests" else []
-            if changed:  # fail closed: the gates would run what the tests step wrote
-                shown = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "")
-                parts.blocked = f"not run: the tests step changed the workspace ({shown})"
-                parts.refused.append(f"tests: {parts.blocked[9:]}: the gates did not run")
-                worst = worst or 1
-                break
             here = name if part.name == "tests" else f"{name}-{part.name}"
             check()
-            cmd = build(name=here, inner=["dlci", "run", *part.argv])
-            cmd[2:2] = part.flags  # after "docker run": the part's own mounts
-            say(shlex.join(cmd))
-            code, tail = _watch(cmd, here, timeout_minutes, deadline)
-            if code == 125:  # docker itself failed to start the container
-                raise _start_failure(tail)
-            parts.collect(part, code)
+            copy = copies.make(part.name) if copies else None
+            try:
+                mounts = {"workspace": copy, "git_from": parts.workspace} if copy else {}
+                cmd = build(name=here, inner=["dlci", "run", *part.argv], **mounts)
+                cmd[2:2] = part.flags  # after "docker run": the part's own mounts
+                say(shlex.join(cmd))
+                code, tail = _watch(cmd, here, timeout_minutes, deadline)
+                if code == 125:  # docker itself failed to start the container
+                    raise _start_failure(tail)
+                parts.collect(part, code, copy)
+            finally:
+                found = copies.done(part.name, copy) if copies and copy else []
+            if found:  # the copy is gone; the job fails, naming what git would have read
+                shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
+                parts.planted.append(
+                    f"the {part.name} step planted git files in its copy of the workspace "
+                    f"({shown}): git on the host would read them and run what they configure; "
+                    "discarded with the copy, never handed back"
+                )
+                worst = worst or 1
             worst = worst or code
             if code in (137, 143):
                 say(f"{here} was killed (exit code {code})")
@@ -288,15 +312,85 @@ def _kill(name: str) -> None:
     subprocess.run(["docker", "kill", name], capture_output=True, check=False, timeout=30)
 
 
+# What the host prints of one container's output: its lines are read in chunks, each line cut
+# at LINE_LIMIT bytes and the container's output at OUTPUT_LIMIT bytes, the rest counted and
+# dropped, so the host's memory stays flat whatever a container writes (a test that prints
+# 384 MiB with no newline took the host to 1.18 GB when lines were read whole).
+CHUNK = 1 << 16
+LINE_LIMIT = 64 << 10
+OUTPUT_LIMIT = 64 << 20
+TAIL_LINES, TAIL_LINE = 50, 2048  # kept for docker's own start-up errors
+
+
+def _mib(count: int) -> str:
+    return f"{count / (1 << 20):.1f} MiB" if count >= 1 << 20 else f"{count} bytes"
+
+
+class Output:
+    """A container's output, fed in chunks, written out within the caps; the tail kept."""
+
+    def __init__(
+        self,
+        write: Callable[[str], object],
+        line_limit: int = LINE_LIMIT,
+        limit: int = OUTPUT_LIMIT,
+    ) -> None:
+        self.write, self.line_limit, self.limit = write, line_limit, limit
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.printed = self.dropped = self.line = self.cut = 0
+        self.tail: list[str] = []
+        self.current = ""
+
+    def feed(self, chunk: bytes) -> None:
+        for piece in chunk.splitlines(keepends=True):
+            ends = piece.endswith(b"\n")
+            body = piece[:-1] if ends else piece
+            room = max(0, min(self.line_limit - self.line, self.limit - self.printed))
+            shown, extra = body[:room], len(body) - min(room, len(body))
+            if shown:
+                text = self.decoder.decode(shown)
+                self.write(text)
+                if len(self.current) < TAIL_LINE:
+                    self.current += text[: TAIL_LINE - len(self.current)]
+            self.printed += len(shown)
+            self.line += len(shown)
+            self.cut += extra
+            self.dropped += extra
+            if ends:
+                self.end_line()
+
+    def end_line(self) -> None:
+        text = self.decoder.decode(b"", final=True)
+        self.decoder.reset()
+        if self.cut and self.printed < self.limit:
+            text += f" [... {_mib(self.cut)} of this line dropped]"
+        if self.printed < self.limit or self.cut == 0:
+            self.write(text + "\n")
+            self.printed += 1
+        self.tail.append(self.current + "\n")
+        del self.tail[:-TAIL_LINES]
+        self.current, self.line, self.cut = "", 0, 0
+
+    def close(self) -> str:
+        """After the last chunk: the line that says what was dropped, or ''."""
+        if self.line or self.cut or self.current:
+            self.end_line()
+        if not self.dropped:
+            return ""
+        return (
+            f"dl-ci: {_mib(self.dropped)} of this container's output dropped (lines are cut "
+            f"at {self.line_limit >> 10} KiB, a container's output at {self.limit >> 20} MiB)"
+        )
+
+
 def _watch(
     cmd: list[str], name: str, timeout_minutes: float, deadline: float | None = None
 ) -> tuple[int, list[str]]:
     """Run the container, its output (stdout and stderr in order) streamed through between
     ``::stop-commands::TOKEN`` and ``::TOKEN::``: none of it is a workflow command. The token
-    is made after the container started, so it is in nothing the container was given."""
-    child = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
-    )
+    is made after the container started, so it is in nothing the container was given. The
+    output is read in chunks and printed within the caps of :class:`Output`."""
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     token = secrets.token_hex(16)
     print(f"::stop-commands::{token}", flush=True)
 
@@ -304,19 +398,22 @@ def _watch(
         _kill(name)
 
     previous = signal.signal(signal.SIGTERM, stop)
-    tail: list[str] = []
     lock, closed = threading.Lock(), threading.Event()
+
+    def write(text: str) -> None:
+        sys.stdout.write(text)
+
+    output = Output(write)
 
     def pump() -> None:
         assert child.stdout is not None
-        for line in child.stdout:
+        fd = child.stdout.fileno()
+        while chunk := os.read(fd, CHUNK):
             with lock:
                 if closed.is_set():
                     continue  # never after the resume line: it would be read as a command
-                sys.stdout.write(line)
+                output.feed(chunk)
                 sys.stdout.flush()
-            tail.append(line)
-            del tail[:-50]
 
     deadline = deadline or time.monotonic() + timeout_minutes * 60
     thread = threading.Thread(target=pump, daemon=True)
@@ -341,10 +438,13 @@ def _watch(
         thread.join(5)
         with lock:
             closed.set()
+            dropped = output.close()
             # on a line of its own: after a last line without a newline, "x::TOKEN::" would
             # not resume, and every later step's workflow commands would stay stopped
             print(f"\n::{token}::", flush=True)
-    return child.returncode, tail
+        if dropped:
+            say(f"{name}: {dropped}")
+    return child.returncode, output.tail
 
 
 def _start_failure(stderr_tail: list[str]) -> DlciError:

@@ -33,7 +33,7 @@ from dlci import jsonio
 from dlci.action.host.summary import read_report
 from dlci.action.host.verdicts import as_bool, held_to_gates, held_to_policy, judge
 from dlci.errors import DlciError
-from dlci.fsutil import NOT_ALLOWED, copy_beneath, mirror_beneath, read_input
+from dlci.fsutil import NOT_ALLOWED, copy_beneath, mirror_beneath, read_input, write_beneath
 from dlci.trust import host as trusted
 
 HOST_MOUNT = "/dlci/host"  # read-only: the host's decisions
@@ -53,6 +53,8 @@ TESTS_FILES = ("run.json", "junit.xml", "coverage.xml")
 FIGURES = "figures"  # the doctor's figures folder (dlci.report.figures.FOLDER)
 FILE_LIMIT, TOTAL_LIMIT = 512 << 20, 1 << 30  # bytes: one file (a long trace fits), a container
 BAD = ("failed", "error", "interrupted", "running")
+# Names in the artifacts folder that only the host writes: never taken from a container
+HOST_NAMES = frozenset([*KEPT, "preflight.json", "cleanup.json", "report.html"])
 
 
 @dataclass
@@ -82,6 +84,7 @@ class Parts:
     collected: dict[str, Path] = field(init=False, default_factory=dict)
     blocked: str = field(init=False, default="not run: the job was stopped")
     refused: list[str] = field(init=False, default_factory=list)  # what the host left out
+    planted: list[str] = field(init=False, default_factory=list)  # git files a part planted
     reports: Path = field(init=False)  # the host's folder of reports, outside the workspace
 
     def __post_init__(self) -> None:
@@ -136,13 +139,16 @@ class Parts:
             parts.append(Part(gate, argv, [*flags, "-v", f"{mine}:{OUT_MOUNT}"], mine))
         return parts
 
-    def collect(self, part: Part, code: int) -> None:
+    def collect(self, part: Part, code: int, copy: Path | None = None) -> None:
         """Note the container's exit code; copy out, now that it has gone, the regular files
-        it may write (a gate's reports, the tests' files), out of every later container's reach.
+        it may write (a gate's reports; the tests' files and what else they left in the
+        artifacts folder of ``copy``, the part's copy of the checkout), out of every later
+        container's reach.
         """
         self.exit_codes[part.name] = code
         kept = self.base / f"kept-{part.name}"
-        root, rel = (self.workspace, self._rel()) if part.out is None else (part.out, ".")
+        tests = copy or self.workspace
+        root, rel = (tests, self._rel()) if part.out is None else (part.out, ".")
         allowed = _tests_file if part.out is None else _gate_file
         if part.out is not None:
             self.collected[part.name] = kept
@@ -164,6 +170,8 @@ class Parts:
                 rel = item.relative_to(kept).as_posix()
                 if rel == "run.json" or not item.is_file():
                     continue  # copy_beneath made ``kept``: regular files and folders only
+                if gate == "tests" and rel not in TESTS_FILES:
+                    continue  # the tests' other files: into the workspace only, below
                 (self.reports / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(item, self.reports / rel)
                 if gate != "tests" and "/" not in rel and item.suffix == ".json":
@@ -172,9 +180,11 @@ class Parts:
         run = self._run_record(planned)
         jsonio.write(self.reports / "run.json", run)
         problems = [f"not copied: {why}" for why in self.refused if not why.endswith(NOT_ALLOWED)]
+        problems += self.planted
         try:  # for the steps after this one; never through a link a container left there
             planted = [n for names in GATE_FILES.values() for n in names]
             mirror_beneath(self.reports, self.workspace, self._rel(), planted)
+            self._hand_back(self.base / "kept-tests")
         except DlciError as exc:
             problems.append(f"{exc.message}: nothing more written into the workspace")
         record = {
@@ -187,12 +197,21 @@ class Parts:
             "reports": reports,
             "reports_dir": str(self.reports),
             "refused": self.refused,
+            "planted": self.planted,
             "problems": problems,
             "run": run,
         }
         if self.record_path:
             jsonio.write(Path(self.record_path), record)
         return record
+
+    def _hand_back(self, kept: Path) -> None:
+        """The tests' other files in their artifacts folder (regular files only, under the
+        caps, no git file, never a name the host writes) into the workspace's artifacts."""
+        for item in sorted(kept.rglob("*")) if kept.is_dir() else ():
+            rel = item.relative_to(kept).as_posix()
+            if item.is_file() and rel not in HOST_NAMES and rel not in TESTS_FILES:
+                write_beneath(self.workspace, f"{self._rel()}/{rel}", item.read_bytes())
 
     def _rel(self) -> str:
         return os.path.relpath(self.artifacts, self.workspace)
@@ -315,7 +334,13 @@ def _gate_file(path: str) -> bool:
 
 
 def _tests_file(path: str) -> bool:
-    return path in TESTS_FILES
+    """What the host takes back from the tests' artifacts folder in their copy: their
+    reports, and the other files their tests wrote there (for the workspace, never the host's
+    reports), never a git file at any depth (git on the host would read it)."""
+    parts = path.rstrip("/").split("/")
+    if any(p.lower().startswith(".git") for p in parts) or len(parts) > 8:
+        return False
+    return path.endswith("/") or parts[-1] not in HOST_NAMES or path in TESTS_FILES
 
 
 def _split(inner: list[str]) -> tuple[list[str], str, str]:
