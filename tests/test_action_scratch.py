@@ -13,8 +13,6 @@ import sys
 import tracemalloc
 from pathlib import Path
 
-import pytest
-
 from dlci.action.host import container, scratch
 from dlci.action.host.gates import Parts
 
@@ -206,7 +204,7 @@ def test_a_container_that_prints_a_giant_line_costs_the_host_no_memory(capsys) -
     cmd = [sys.executable, "-c", f"import os; os.write(1, b'a' * {SIZE})"]
     tracemalloc.start()
     try:
-        code, tail = container._watch(cmd, "unused", 1.0)
+        code, _ = container._watch(cmd, "unused", 1.0)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -613,3 +613,51 @@ def test_a_context_that_changes_while_it_is_sent_leaves_no_image(
     assert "error: the build context changed while it was sent" in err
     removed = [c for c in _calls(tmp_path) if c[:2] == ["image", "rm"]]
     assert removed and removed[-1][-1].startswith("dlci-local:untrusted-")
+
+
+# ------------------------------------------------ links in the pull request's build files (42)
+
+HOST_SECRET = "host-credentials-canary-42"
+
+
+@pytest.mark.parametrize(
+    "planted",
+    ["Dockerfile", "folder", "Dockerfile.dockerignore", ".dockerignore"],
+)
+def test_a_dockerfile_or_ignore_file_through_a_link_is_refused_with_its_name(
+    tmp_path: Path, monkeypatch, planted: str
+) -> None:
+    from dlci.action.host.image import build_sources
+
+    secret = tmp_path / "host" / ".credentials"
+    secret.parent.mkdir()
+    secret.write_text(HOST_SECRET + "\n")
+    ws = tmp_path / "ws"
+    (ws / "docker").mkdir(parents=True)
+    monkeypatch.chdir(ws)
+    name = "docker/Dockerfile"
+    (ws / name).write_text("FROM scratch\n")
+    if planted == "Dockerfile":
+        (ws / name).unlink()
+        (ws / name).symlink_to(secret)
+    elif planted == "folder":
+        (ws / "linked").symlink_to(secret.parent)
+        (secret.parent / "Dockerfile").write_text(HOST_SECRET)
+        name = "linked/Dockerfile"
+    elif planted == "Dockerfile.dockerignore":
+        (ws / "docker" / planted).symlink_to(secret)
+    else:
+        (ws / planted).symlink_to(secret)
+    with pytest.raises(DlciError, match="is a symbolic link") as caught:
+        build_sources(name, ".", "")
+    said = caught.value.message + (caught.value.hint or "")
+    assert HOST_SECRET not in said and "never read through a link" in said
+
+
+def test_control_the_old_read_takes_the_host_file_through_the_link(tmp_path: Path) -> None:
+    secret = tmp_path / ".credentials"
+    secret.write_text(HOST_SECRET)
+    (tmp_path / "Dockerfile").symlink_to(secret)
+    assert (tmp_path / "Dockerfile").read_bytes().decode() == HOST_SECRET  # the old read
+    with pytest.raises(DlciError, match="symbolic link"):  # the stream's read now
+        input_hash(tmp_path / "Dockerfile", tmp_path, {})

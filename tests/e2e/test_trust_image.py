@@ -173,3 +173,50 @@ def test_the_job_token_in_git_config_never_reaches_the_image(builds: Builds) -> 
 def test_the_tag_is_the_hash_of_the_stream_docker_received(builds: Builds) -> None:
     assert "the host's stream of it" in builds.pull_request.err
     assert builds.pull_request.tag.endswith(f":untrusted-{builds.stream_hash}")
+
+
+# ------------------------------------------------------------- a Dockerfile that is a link (42)
+
+CREDENTIALS = "runner-credentials-canary-e2e-42"
+
+
+def _build_link(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd) -> tuple[int, str]:
+    """``dlci container build`` of a pull request whose Dockerfile is a link to a host file
+    (a stand-in for the runner's .credentials), on a pull_request event; all it printed."""
+    host = tmp_path / "runner" / ".credentials"
+    host.parent.mkdir(parents=True)
+    host.write_text(f"{CREDENTIALS} is not a Dockerfile instruction\n")
+    ws = tree(tmp_path / "ws", planted=False)
+    (ws / "Dockerfile").unlink()
+    (ws / "Dockerfile").symlink_to(host)
+    monkeypatch.chdir(ws)
+    monkeypatch.setenv("GITHUB_EVENT_NAME", "pull_request")
+    monkeypatch.delenv("DLCI_NETWORK", raising=False)
+    argv = ["container", "build", "--dockerfile", "Dockerfile", "--context", "."]
+    code = main([*argv, "--repository", f"dlci-e2e-link-{uuid.uuid4().hex[:8]}"])
+    out, err = capfd.readouterr()  # the builder's own output too (the engine's parse error)
+    return code, out + err
+
+
+def test_a_dockerfile_linked_to_a_host_file_is_refused_before_a_byte_is_read(
+    tmp_path: Path, docker_engine: str, monkeypatch: pytest.MonkeyPatch, capfd
+) -> None:
+    code, said = _build_link(tmp_path, monkeypatch, capfd)
+    assert code == 1 and "Dockerfile is a symbolic link" in said
+    assert CREDENTIALS.upper() not in said.upper()
+
+
+def test_control_through_the_link_the_builder_prints_the_host_file(
+    tmp_path: Path, docker_engine: str, monkeypatch: pytest.MonkeyPatch, capfd
+) -> None:
+    """The old reads (no check of the path, ``Path.read_bytes``): the engine's parse error of
+    the first line puts the host file into the job's log."""
+    import dlci.action.host.archive as archive
+    import dlci.action.host.image as image
+
+    monkeypatch.setattr(image, "refuse_links", lambda path, what: None)
+    monkeypatch.setattr(
+        archive, "read_beneath", lambda root, name, **kw: (root / name).read_bytes()
+    )
+    code, said = _build_link(tmp_path, monkeypatch, capfd)
+    assert code == 1 and CREDENTIALS.upper() in said.upper()  # the legacy builder: upper case

@@ -33,12 +33,14 @@ from typing import Protocol
 from dlci import jsonio
 from dlci.action.ignore.rules import build_entries
 from dlci.errors import DlciError
+from dlci.fsutil import read_beneath
 
 DOCKERFILE = ".dlci-dockerfile"
 IGNORE = f"{DOCKERFILE}\n.dockerignore\n".encode()
 # 2000-01-01: fixed, so the same files give the same bytes; zip (a wheel built in the image)
 # refuses times before 1980
 MTIME = 946684800
+LIMIT = 4 << 20  # bytes of a Dockerfile, read without following a link
 HASH_VERSION = b"dlci-inputs-3\0"
 
 
@@ -70,7 +72,7 @@ def _info(name: str, kind: bytes, mode: int, size: int = 0, link: str = "") -> t
 def write_context(dockerfile: Path, context: Path, sink: Sink) -> None:
     """Write the context's tar stream to ``sink``: exactly what the build receives."""
     with tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
-        data = dockerfile.read_bytes()
+        data = read_beneath(dockerfile.parent, dockerfile.name, what="Dockerfile", limit=LIMIT)
         tar.addfile(_info(DOCKERFILE, tarfile.REGTYPE, 0o644, len(data)), io.BytesIO(data))
         tar.addfile(_info(".dockerignore", tarfile.REGTYPE, 0o644, len(IGNORE)), io.BytesIO(IGNORE))
         for entry in build_entries(dockerfile, context):

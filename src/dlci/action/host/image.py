@@ -114,11 +114,34 @@ def build_sources(dockerfile: str, context: str, kit: str) -> tuple[Path, Path]:
         file, folder = Path(kit) / "docker" / "Dockerfile", Path(context or kit)
     else:
         raise DlciError("give --image, --dockerfile or --kit", hint="dlci container build --help")
+    if dockerfile:  # the pull request's paths: no link followed (a host file read through one
+        refuse_links(file, "the Dockerfile")  # would land in the log in the builder's error)
+        refuse_links(file.with_name(file.name + ".dockerignore"), "the Dockerfile's ignore file")
+        refuse_links(folder / ".dockerignore", "the build context's .dockerignore")
     if not file.is_file():
         raise DlciError(f"{file}: no such Dockerfile", hint="check the dockerfile input")
     if not folder.is_dir():
         raise DlciError(f"{folder}: the build context is not a directory")
     return file, folder
+
+
+def refuse_links(path: Path, what: str) -> None:
+    """Refuse ``path`` when it, or a folder on its way from the working folder (the checkout),
+    is a symbolic link; an absolute path outside the working folder: its last name only."""
+    base = Path.cwd()
+    if path.is_absolute() and path.is_relative_to(base):
+        path = path.relative_to(base)
+    parts = path.parts
+    start = len(parts) - 1 if path.is_absolute() else 0
+    for index in range(start, len(parts)):
+        here = Path(*parts[: index + 1])
+        if here.name in ("", ".", ".."):
+            continue
+        if here.is_symlink():
+            raise DlciError(
+                f"{path}: {here} is a symbolic link; {what} is never read through a link",
+                hint="commit the file itself, not a link to it",
+            )
 
 
 # ---------------------------------------------------------------------------- provide
