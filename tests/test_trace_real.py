@@ -28,6 +28,8 @@ STEP = re.compile(r"ProfilerStep#(\d+)")
 KERNEL, COPIES = {"kernel"}, {"gpu_memcpy", "gpu_memset", "memcpy", "memset"}
 RUNTIME = {"cuda_runtime", "runtime", "cuda_driver"}
 STEP_CATS = {"cpu_op", "operator", "user_annotation"}
+HOST_WORK = re.compile(r"^(cuda|hip|cu)(Ext)?(Module)?(Launch|GraphLaunch|Mem(cpy|set))")
+MARK_PHASES = {"M", "C", "s", "t", "f", "i", "I", "R"}  # metadata, counters, flows, marks
 TOLERANCE_PP = 0.01  # the report rounds percentages to 4 decimals; float sums differ below
 
 
@@ -58,7 +60,21 @@ def reference(data: Any) -> dict[str, Any]:
     device: dict[Any, list[tuple[str, float, float, Any]]] = {}
     launches: dict[Any, float] = {}
     steps: dict[int, tuple[float, float]] = {}
+    step_pids: dict[Any, list[int]] = {}
     on_stream = 0  # events HTA counts as GPU events that are not device work (see below)
+    host_work = sum(
+        1
+        for e in spans
+        if str(e.get("cat", "")).lower() in RUNTIME and HOST_WORK.match(str(e.get("name", "")))
+    )
+    # events with no category that are neither metadata, counters, flows nor marks
+    everything = data["traceEvents"] if isinstance(data, dict) else data
+    no_category = sum(
+        1
+        for e in everything
+        if isinstance(e, dict) and not e.get("cat") and e.get("ph") not in MARK_PHASES
+    )
+    with_category = sum(1 for e in spans if e.get("cat"))
     for e in spans:
         cat, args = str(e.get("cat", "")).lower(), e.get("args") or {}
         if args.get("stream") not in (None, -1) and cat not in KERNEL | COPIES | {"cuda_sync"}:
@@ -72,6 +88,9 @@ def reference(data: Any) -> dict[str, Any]:
             launches[args["correlation"]] = e["ts"]
         elif cat in STEP_CATS and (m := STEP.fullmatch(str(e.get("name", "")))):
             steps[int(m.group(1))] = (e["ts"], e["ts"] + e["dur"])
+            step_pids.setdefault(e.get("pid"), []).append(int(m.group(1)))
+    if len(step_pids) > 1:  # a merged trace: steps per process, none at the top
+        steps = {}
     lo = min((s for s, _ in steps.values()), default=None)
     hi = max((e for _, e in steps.values()), default=None)
     if steps:  # TensorBoard: a step ends when the device work its host side launched ends
@@ -91,11 +110,20 @@ def reference(data: Any) -> dict[str, Any]:
             else None,
             "tb_pct": 100 * _union(kernels, lo, hi) / (hi - lo) if steps and hi > lo else None,  # type: ignore[operator]
         }
+    if no_category > with_category:
+        state = "not understood"
+    elif out:
+        state = "gpu"
+    else:
+        state = "gpu activity not recorded" if host_work else "cpu-only"
     return {
         "devices": out,
         "steps": sorted(steps),
+        "processes": {p: sorted(n) for p, n in step_pids.items()} if len(step_pids) > 1 else {},
         "memory": _memory(events, spans, list(steps.values())),
         "hta_extra": on_stream,
+        "state": state,
+        "no_category": no_category,
     }
 
 
@@ -147,8 +175,15 @@ def test_corpus_trace(trace: Path, tmp_path: Path) -> None:
     out = tmp_path / "u.json"
     assert main(["analyze", str(trace), "--json", str(out), "--quiet"]) == 0
     report = json.loads(out.read_text())
-    assert report["trace"]["cpu_only"] is (not expected["devices"])
+    assert report["trace"]["state"] == expected["state"]
+    assert report["trace"]["cpu_only"] is (expected["state"] == "cpu-only")
+    read = report["trace"]["read"]  # every event is used, not needed, or dropped for a reason
+    assert read["events"] == read["used"] + read["skipped"] + read["dropped"]
+    assert read["dropped"] == sum(read["dropped_by_reason"].values())
+    assert read["dropped_by_reason"]["no category"] == expected["no_category"]
     assert report["steps"]["numbers"] == expected["steps"]
+    processes = {p["pid"]: p["steps"]["numbers"] for p in report.get("processes", [])}
+    assert processes == expected["processes"]
     memory, want_memory = report["memory"], expected["memory"]
     assert (memory["source"] == "trace") is (want_memory is not None)
     if want_memory is not None and want_memory["lowest_peak"] is not None:

@@ -141,13 +141,31 @@ def write_reports(
 
 def summary_lines(report: dict[str, Any]) -> list[str]:
     """The report in a few console lines (not escaped: the caller prints them through clean)."""
+    from dlci.report.utilization import read_line, state_line
+
     steps = report["steps"]
     lines = [
         f"{report['trace']['events']:,} events, {steps['count']} profiled steps "
         f"(mean {steps['mean_step_us'] / 1e3:.2f} ms)"
     ]
-    if report["gpu_utilization_pct"] is None:
+    read = read_line(report["trace"])
+    if read is not None:
+        lines.append(read)
+    state = state_line(report["trace"])
+    if state is not None:
+        lines.append(state)
+    elif report["gpu_utilization_pct"] is None:
         lines.append("CPU-only trace, no GPU utilization")
+    for entry in report.get("processes") or []:
+        util = entry["gpu_utilization_pct"]
+        lines.append(
+            f"process {entry['pid']}"
+            + (f" (rank {entry['rank']})" if entry["rank"] is not None else "")
+            + f": {entry['steps']['count']} steps (mean {entry['steps']['mean_step_us'] / 1e3:.2f}"
+            " ms), "
+            + (f"GPU {entry['primary_device']} utilization {util:.1f}%" if util is not None
+               else "no GPU work")
+        )  # fmt: skip
     for device in report["devices"]:
         tb = device["temporal_breakdown"]
         lines.append(

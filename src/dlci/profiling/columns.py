@@ -40,6 +40,28 @@ _IGNORED = (
     "Overhead cpu_instant_event Memory cuda_profiler_range"
 )
 IGNORED_CATEGORIES = frozenset({"", *_IGNORED.split()})
+# Phases the figures never need, whatever the category: metadata, counters, flow arrows and
+# instant marks (a [memory] instant is taken before this applies). The reader uses complete
+# events ("X"); any other phase of a category it uses (begin/end pairs, async spans, object
+# snapshots, samples) is dropped and counted as "phase not handled".
+SKIPPED_PHASES = frozenset({"M", "C", "s", "t", "f", "i", "I", "R"})
+# Why an event was dropped: the keys of Columns.dropped (docs/profiling.md, "trace.read")
+NO_CATEGORY = "no category"
+PHASE_NOT_HANDLED = "phase not handled"
+UNKNOWN_CATEGORY = "unknown category"
+NO_TIMESTAMP = "no timestamp"
+NO_DURATION = "no duration"
+NOT_AN_OBJECT = "not an event object"
+BAD_MEMORY_EVENT = "unreadable [memory] event"
+DROP_REASONS = (
+    NO_CATEGORY,
+    PHASE_NOT_HANDLED,
+    UNKNOWN_CATEGORY,
+    NO_TIMESTAMP,
+    NO_DURATION,
+    NOT_AN_OBJECT,
+    BAD_MEMORY_EVENT,
+)
 STEP_PREFIX = "ProfilerStep#"
 FLUSH_EVENTS = 200_000  # events kept as Python lists before they become numpy chunks
 _I8, _I32, _I64, _F64 = "int8", "int32", "int64", "float64"
@@ -80,12 +102,16 @@ class Columns:
     op_name: Any
     op_annotation: Any
     steps: list[tuple[int, float, float, int, int]]  # (number, start, end, pid, tid)
+    step_ranks: dict[int, int] = field(default_factory=dict)  # pid -> args.rank of its steps
     gpu_step_starts: list[tuple[str, float]] = field(default_factory=list)
     header: dict[str, Any] = field(default_factory=dict)
     memory: MemoryColumns = field(default_factory=MemoryColumns.empty)  # [memory] events
     categories: Counter[str] = field(default_factory=Counter)
     unknown_categories: Counter[str] = field(default_factory=Counter)
     events: int = 0
+    used: int = 0  # events read into the columns: device events, runtime calls, ops, steps
+    skipped: int = 0  # events of kinds the figures do not need (SKIPPED_PHASES, _IGNORED)
+    dropped: Counter[str] = field(default_factory=Counter)  # reason -> events (DROP_REASONS)
     missing_duration: int = 0
     missing_timestamp: int = 0
     untyped_slices: int = 0
@@ -143,9 +169,13 @@ class ColumnBuilder:
         self.rt_chunks: list[list[Any]] = [[] for _ in range(6)]
         self.op_chunks: list[list[Any]] = [[] for _ in range(6)]
         self.steps: list[tuple[int, float, float, Any, Any]] = []
+        self.step_ranks: dict[Any, int] = {}
         self.gpu_step_starts: list[tuple[str, float]] = []
         self.categories: Counter[str] = Counter()
         self.unknown: Counter[str] = Counter()
+        self.used = 0
+        self.skipped = 0
+        self.dropped: Counter[str] = Counter()
         self.events = 0
         self.phased = False  # whether any event has a phase ("ph"): a trace event at all
         self.missing_duration = 0
@@ -181,27 +211,41 @@ class ColumnBuilder:
                 bucket = groups[event.cat] = []
             bucket.append(event)
         for cat, group in groups.items():
-            if cat in MEMORY_CATEGORIES:
-                self.memory.add(group, self._threads)
+            self.categories[cat] += len(group)
+            memory = self.memory.add(group, self._threads) if cat in MEMORY_CATEGORIES else 0
             if cat in IGNORED_CATEGORIES:
-                self.categories[cat] += len(group)
+                if cat:
+                    self.skipped += len(group) - memory
+                else:  # no category: metadata and marks are fine, anything else is lost
+                    self._unknown_phases(group, memory, 0, NO_CATEGORY)
                 if cat == "gpu_user_annotation":
                     self._gpu_steps(group)
                 continue
-            group = [e for e in group if e.ph == "X"]  # complete events; flows and marks aside
-            if not group:
-                continue
-            self.categories[cat] += len(group)
+            complete = [e for e in group if e.ph == "X"]  # flows and marks aside
             kind = DEVICE_CATEGORIES.get(cat)
-            if kind is None and cat not in _HOST_CATEGORIES:
-                self.unknown[cat] += len(group)
+            known = kind is not None or cat in _HOST_CATEGORIES
+            if len(complete) != len(group):  # rare: other phases in a category it uses
+                reason = PHASE_NOT_HANDLED if known else UNKNOWN_CATEGORY
+                lost = self._unknown_phases(group, memory, len(complete), reason)
+                if lost and not known:
+                    self.unknown[cat] += lost
+            if not complete:
                 continue
+            if not known:
+                self.unknown[cat] += len(complete)
+                self.dropped[UNKNOWN_CATEGORY] += len(complete)
+                continue
+            group = complete
             good = [e for e in group if e.ts is not None]
-            self.missing_timestamp += len(group) - len(good)
+            if len(good) != len(group):
+                self.missing_timestamp += len(group) - len(good)
+                self.dropped[NO_TIMESTAMP] += len(group) - len(good)
             nodur = sum(1 for e in good if e.dur is None)
             self.missing_duration += nodur
             if nodur and kind is not None:
                 good = [e for e in good if e.dur is not None]
+                self.dropped[NO_DURATION] += nodur
+            self.used += len(good)
             if kind is not None:
                 self._device(kind, good)
             elif cat in RUNTIME_CATEGORIES:
@@ -210,6 +254,16 @@ class ColumnBuilder:
                 self._ops(good, cat in ANNOTATION_CATEGORIES)
         if len(self.dev[0]) + len(self.rt[0]) + len(self.op[0]) > FLUSH_EVENTS:
             self.flush()
+
+    def _unknown_phases(self, group: list[Event], memory: int, complete: int, reason: str) -> int:
+        """Count the events of ``group`` that are neither [memory] events (``memory``, read)
+        nor ``complete`` events (handled by the caller): those of a phase the figures never
+        need are skipped, the others are dropped for ``reason``. Returns how many were."""
+        marks = sum(1 for e in group if e.ph in SKIPPED_PHASES) - memory  # [memory]: "i"
+        lost = len(group) - memory - complete - marks
+        self.skipped += marks
+        self.dropped[reason] += lost
+        return lost
 
     def _gpu_steps(self, group: list[Event]) -> None:
         """Starts of ProfilerStep annotations on the GPU timeline (HTA counts them)."""
@@ -274,6 +328,8 @@ class ColumnBuilder:
                 if name.startswith(STEP_PREFIX) and number.isascii() and number.isdigit():
                     end = e.ts + (e.dur or 0.0)  # type: ignore[operator]
                     self.steps.append((int(number[:18]), e.ts, end, e.pid, e.tid))  # type: ignore[arg-type]
+                    if e.args is not None and e.args.rank is not None:
+                        self.step_ranks[e.pid] = e.args.rank
                 else:
                     kept.append(e)
             group = kept
@@ -332,6 +388,9 @@ class ColumnBuilder:
                 chunk.clear()  # one field's chunks at a time: peak = columns + one field
             return out
 
+        memory = self.memory.columns()
+        if memory.skipped:
+            self.dropped[BAD_MEMORY_EVENT] += memory.skipped
         k, d, s, t, e, c, n, b = joined(self.dev_chunks, DEV_TYPES)
         rp, rt, rs, re_, rc, rn = joined(self.rt_chunks, RT_TYPES)
         op, ot, os_, oe, on, oa = joined(self.op_chunks, OP_TYPES)
@@ -364,12 +423,16 @@ class ColumnBuilder:
                 },
                 key=lambda row: row[1],
             ),
+            step_ranks={self.thread_id(pid): rank for pid, rank in self.step_ranks.items()},
             gpu_step_starts=self.gpu_step_starts,
             header=header,
-            memory=self.memory.columns(),
+            memory=memory,
             categories=self.categories,
             unknown_categories=self.unknown,
             events=self.events,
+            used=self.used + memory.size,
+            skipped=self.skipped,
+            dropped=self.dropped,
             missing_duration=self.missing_duration,
             missing_timestamp=self.missing_timestamp,
         )

@@ -5,7 +5,7 @@ A slice of well-typed events decodes straight into :class:`Event` structs; a sli
 field of an unexpected type is decoded event by event (:func:`loose`), and each odd event
 goes through :func:`coerce`. What odd values become:
 
-- an integer field (pid, tid, args.device, .stream, .correlation, .bytes, and the memory
+- an integer field (pid, tid, args.device, .stream, .correlation, .bytes, .rank, and the memory
   event's "Bytes", "Total Allocated", "Total Reserved", "Device Type", "Device Id") outside
   the 64 bits of the columns, or not an integer at all, is ignored, as if the event had none;
 - a time (ts, dur) that is not a number is missing (the reader counts and warns); a number
@@ -32,6 +32,7 @@ class Args(msgspec.Struct, gc=False):
     stream: Int64 | None = None
     correlation: Int64 | None = None
     bytes: Int64 | None = None
+    rank: Int64 | None = None  # a merged multi-rank trace's (TraceLens's TraceFuse sets it)
     # the fields of a ``[memory]`` instant event (torch.profiler's profile_memory=True)
     mem_bytes: Int64 | None = msgspec.field(default=None, name="Bytes")
     mem_allocated: Int64 | None = msgspec.field(default=None, name="Total Allocated")
@@ -119,6 +120,7 @@ def coerce(raw: Any) -> Event | None:
             stream=_integer(args.get("stream")),
             correlation=_integer(args.get("correlation")),
             bytes=_integer(args.get("bytes")),
+            rank=_integer(args.get("rank")),
             mem_bytes=_integer(args.get("Bytes")),
             mem_allocated=_integer(args.get("Total Allocated")),
             mem_reserved=_integer(args.get("Total Reserved")),

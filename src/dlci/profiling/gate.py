@@ -119,22 +119,30 @@ def memory_gate(report: dict[str, Any], maximum: float, no_gpu: str = "") -> dic
     """The --max-gpu-memory check: passed, message, hint, value. ``no_gpu`` (why this run
     has no GPU, when the hardware has none) makes a missing figure not applicable."""
     value, where = memory_percent(report)
-    if value is None and no_gpu:
+    unjudged = cannot_judge(report) if value is None else None
+    if value is None and no_gpu and unjudged is None:
         return not_applicable("max-gpu-memory", f"{maximum:g}%", no_gpu)
     if value is None:
+        why = (
+            unjudged[0]
+            if unjudged
+            else "the report has no GPU memory figures (a CPU run, or a trace without "
+            "[memory] events)"
+        )
         return {
             "name": "max-gpu-memory",
             "passed": False,
+            "judged": False,
             "value": None,
-            "message": "the GPU memory gate cannot be evaluated: the report has no GPU memory "
-            "figures (a CPU run, or a trace without [memory] events)",
-            "hint": GATE_HINT,
+            "message": f"could not judge: the GPU memory gate cannot be evaluated: {why}",
+            "hint": unjudged[1] if unjudged else GATE_HINT,
         }
     passed = value <= maximum
     relation = "<=" if passed else "is above the maximum of"
     return {
         "name": "max-gpu-memory",
         "passed": passed,
+        "judged": True,
         "value": value,
         "message": f"GPU peak memory {value:.1f}% of the device ({where}) {relation} {maximum:g}%",
         "hint": None if passed else "lower the batch size, or see the memory section",
@@ -154,11 +162,14 @@ def combined_gate(
     if util_gate is not None:
         checks.append(
             {"name": "min-gpu-util", "passed": bool(util_gate["passed"]),
+             "judged": bool(util_gate.get("judged", False)),
              "message": util_gate["message"], "hint": util_gate.get("hint")}
         )  # fmt: skip
     memory = None if max_gpu_memory is None else memory_gate(report, max_gpu_memory, no_gpu)
     if memory is not None:
-        checks.append({k: memory[k] for k in ("name", "passed", "message", "hint")})
+        checks.append(
+            {k: memory.get(k, False) for k in ("name", "passed", "judged", "message", "hint")}
+        )
     if not checks:
         return None
     gate: dict[str, Any] = {"minimum": None, "value": None, **(util_gate or {})}
@@ -183,6 +194,30 @@ def combined_gate(
     return gate
 
 
+def cannot_judge(report: dict[str, Any]) -> tuple[str, str] | None:
+    """Why the trace cannot support a GPU verdict at all, and what to do, or None: its GPU
+    activity was not recorded, or it was not understood (docs/profiling.md, trace.state)."""
+    trace = report.get("trace") or {}
+    read = trace.get("read") or {}
+    state = trace.get("state")
+    if state == "gpu activity not recorded":
+        return (
+            f"GPU activity not recorded: the host made {read.get('host_launches', 0):,} "
+            f"kernel launches and {read.get('host_copies', 0):,} copy or set calls, but the "
+            "trace holds no device events",
+            "record CUDA activity: torch.profiler.profile(activities=[ProfilerActivity.CPU, "
+            "ProfilerActivity.CUDA]) (dlci profile does on a GPU), and check that CUPTI starts",
+        )
+    if state == "not understood":
+        return (
+            f"the trace was not understood ({read.get('dropped', 0):,} of "
+            f"{read.get('events', 0):,} events dropped, {read.get('used', 0):,} used)",
+            "give a trace written by torch.profiler (export_chrome_trace or "
+            "tensorboard_trace_handler)",
+        )
+    return None
+
+
 def evaluate_gate(
     report: dict[str, Any], minimum: float | None, no_gpu: str = ""
 ) -> dict[str, Any] | None:
@@ -191,6 +226,17 @@ def evaluate_gate(
     if minimum is None:
         return None
     value = report["gpu_utilization_pct"]
+    unjudged = cannot_judge(report)
+    if unjudged is not None:  # not even on a CPU runner: the trace itself says too little
+        return {
+            "minimum": minimum,
+            "value": None,
+            "passed": False,
+            "judged": False,
+            "message": "could not judge: the GPU utilization gate cannot be evaluated: "
+            f"{unjudged[0]}",
+            "hint": unjudged[1],
+        }
     if value is None and no_gpu:
         entry = not_applicable("min-gpu-util", f"{minimum:g}%", no_gpu)
         entry.pop("name")
@@ -200,7 +246,9 @@ def evaluate_gate(
             "minimum": minimum,
             "value": None,
             "passed": False,
-            "message": "the GPU utilization gate cannot be evaluated: the trace has no GPU work",
+            "judged": False,
+            "message": "could not judge: the GPU utilization gate cannot be evaluated: the "
+            "trace has no GPU work (a CPU-only trace)",
             "hint": "profile on a GPU runner; on a machine without one (hardware class cpu) "
             "dlci profile reads the gate (--min-gpu-util, or the configuration's "
             "min-gpu-util) as not applicable, unless --strict-gates",
@@ -214,6 +262,7 @@ def evaluate_gate(
         "minimum": minimum,
         "value": value,
         "passed": passed,
+        "judged": True,
         "message": message if not passed else f"GPU utilization {value:.1f}% >= {minimum:g}%",
         "hint": "see the recommendations in utilization.md" if reasons else None,
     }

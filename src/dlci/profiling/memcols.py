@@ -84,13 +84,13 @@ class MemoryBuilder:
         self.chunks: list[list[Any]] = [[] for _ in TYPES]
         self.skipped = 0
 
-    def add(self, group: list[Event], threads: Callable[[list[Any]], list[int]]) -> None:
+    def add(self, group: list[Event], threads: Callable[[list[Any]], list[int]]) -> int:
         """Keep the [memory] events of ``group`` (events of one category); ``threads`` maps
         pids and tids to the integers of the other columns. Ranges are checked in
-        :meth:`flush`, on whole columns."""
+        :meth:`flush`, on whole columns. Returns how many [memory] events ``group`` held."""
         found = [e for e in group if e.name == MEMORY_NAME and e.ph in ("i", "I")]
         if not found:
-            return
+            return 0
         good = [e for e in found if e.ts is not None and e.args and e.args.mem_bytes is not None]
         self.skipped += len(found) - len(good)
         args: list[Args] = [e.args for e in good]  # type: ignore[misc]  # just checked
@@ -105,6 +105,7 @@ class MemoryBuilder:
         index.extend([-1 if a.mem_device_id is None else a.mem_device_id for a in args])
         if len(ts) > FLUSH_EVENTS:
             self.flush()
+        return len(found)
 
     def flush(self) -> None:
         """Move the lists into numpy chunks, leaving out (and counting) the events with a

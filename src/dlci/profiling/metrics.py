@@ -20,12 +20,21 @@ from dlci.profiling.columns import Columns
 from dlci.profiling.launches import last_step_warning, launches
 from dlci.profiling.memory import memory_section
 from dlci.profiling.names import GRAPH_LAUNCH, NameMasks
+from dlci.profiling.processes import merged_report, step_processes
+from dlci.profiling.readstate import (
+    CPU_ONLY,
+    NOT_UNDERSTOOD,
+    read_section,
+    state_warnings,
+    trace_state,
+)
 from dlci.profiling.steps import per_step, sum_over_steps
 from dlci.profiling.syncs import syncs
 from dlci.profiling.timeline import (
     Window,
     device_names,
     host_ops,
+    launch_rows,
     launch_times,
     step_windows,
     whole_span,
@@ -36,15 +45,33 @@ SCHEMA_VERSION = 1
 
 
 def analyze(cols: Columns, *, source: str = "") -> dict[str, Any]:
-    """The utilization report of one trace."""
+    """The utilization report of one trace; a trace whose ProfilerStep markers come from
+    several processes (a merged multi-rank trace) gets one report per process under
+    ``processes`` and no steps of its own (:mod:`dlci.profiling.processes`)."""
+    pids = step_processes(cols)
+    if len(pids) > 1:
+        return merged_report(cols, pids, source, analyze_one)
+    return analyze_one(cols, source=source)
+
+
+def analyze_one(
+    cols: Columns, *, source: str = "", refused: str | None = None, rows: Any = None
+) -> dict[str, Any]:
+    """The report of a trace whose steps (if any) are one process's; ``refused``: why the
+    trace's step markers were set aside (the whole trace is then one window); ``rows``:
+    the launch of each device event (:func:`~dlci.profiling.timeline.launch_rows`)."""
     names = NameMasks(cols.names)
     devices = sorted(set(cols.dev_device.tolist()))  # not np.unique: it imports numpy.ma
-    warnings = _trace_warnings(cols, devices)
+    state = trace_state(cols, names, devices)
+    warnings = _trace_warnings(cols, refused, state) + state_warnings(cols, names, state)
     host_pid = cols.steps[0][3] if cols.steps else None
-    launch_of = launch_times(cols)
+    launch_of = launch_times(cols, launch_rows(cols) if rows is None else rows)
     windows = step_windows(cols, cols.steps, launch_of)
     window = (windows[0][1], windows[-1][2]) if windows else whole_span(cols)
-    report = _trace_section(cols, source, devices, windows, window)
+    report = _trace_section(cols, source, state, windows, window)
+    report["trace"]["read"] = read_section(cols, names, windows)
+    if refused:
+        report["steps"]["refused"] = refused
 
     device_reports = [device_report(cols, names, d, window, launch_of) for d in devices]
     report["devices"] = device_reports
@@ -73,7 +100,7 @@ def analyze(cols: Columns, *, source: str = "") -> dict[str, Any]:
 def _trace_section(
     cols: Columns,
     source: str,
-    devices: list[int],
+    state: str,
     windows: list[Window],
     window: tuple[float, float],
 ) -> dict[str, Any]:
@@ -87,7 +114,9 @@ def _trace_section(
             "compressed": cols.compressed,
             "events": cols.events,
             "categories": dict(cols.categories.most_common()),
-            "cpu_only": not devices,
+            "state": state,
+            "cpu_only": state == CPU_ONLY,
+            "understood": state != NOT_UNDERSTOOD,
             "device_names": device_names(cols.header),
             # written into the trace by dlci profile (torch.profiler's add_metadata); a
             # diff of runs on two torch versions is flagged as not comparable
@@ -107,18 +136,15 @@ def _text(value: object) -> str | None:
     return value[:64] if isinstance(value, str) else None
 
 
-def _trace_warnings(cols: Columns, devices: list[int]) -> list[str]:
+def _trace_warnings(cols: Columns, refused: str | None, state: str) -> list[str]:
     """What the trace lacks or holds oddly, which limits what its numbers mean."""
     warnings: list[str] = []
-    if not cols.steps:
+    if refused:
+        warnings.append(refused)
+    elif not cols.steps and state != NOT_UNDERSTOOD:
         warnings.append(
             "no ProfilerStep#N markers: the trace was recorded without a schedule, so "
             "per-step numbers are missing and the whole trace is one window"
-        )
-    if not devices:
-        warnings.append(
-            "CPU-only trace: it holds no kernels, copies or sets on a GPU, so GPU utilization "
-            "and the device metrics are not available"
         )
     if cols.missing_duration:
         warnings.append(

@@ -11,6 +11,7 @@ NCCL = re.compile(r"nccl|rccl", re.IGNORECASE)
 LAUNCH = re.compile(r"^(cuda|hip|cu)(Ext)?(Module)?Launch(Kernel|CooperativeKernel)")
 ASYNC_WORK = re.compile(r"^(cuda|hip)Mem(cpy|set)[A-Za-z0-9]*Async")
 GRAPH_LAUNCH = re.compile(r"^(cuda|hip)GraphLaunch")
+COPY_CALL = re.compile(r"^(cuda|hip|cu)Mem(cpy|set)")  # copies and sets, sync or async
 BLOCKING_SYNC = re.compile(
     r"^(cuda|hip)(DeviceSynchronize|StreamSynchronize|EventSynchronize|Memcpy|MemcpyDtoH)$|"
     r"^cu(Ctx|Stream|Event)Synchronize$"

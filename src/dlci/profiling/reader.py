@@ -33,7 +33,13 @@ import msgspec
 
 from dlci.errors import DlciError
 from dlci.fsutil import open_input
-from dlci.profiling.columns import ColumnBuilder, Columns, ImpossibleTimeError, normalise_time
+from dlci.profiling.columns import (
+    NOT_AN_OBJECT,
+    ColumnBuilder,
+    Columns,
+    ImpossibleTimeError,
+    normalise_time,
+)
 from dlci.profiling.events import (
     PLAIN,
     RAW_LIST,
@@ -268,6 +274,9 @@ class _Slices:
             raise no_events(self.path, bare, self.not_objects, self.builder.events)
         columns = self.builder.columns(header)
         columns.untyped_slices = self.untyped
+        if self.not_objects:  # a number or a string among the events: read, not usable
+            columns.events += self.not_objects
+            columns.dropped[NOT_AN_OBJECT] += self.not_objects
         return columns
 
     def decode(self, chunk: bytes, offset: int) -> bool:

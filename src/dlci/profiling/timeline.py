@@ -31,21 +31,29 @@ def whole_span(cols: Columns) -> tuple[float, float]:
     return (float(min(starts)), float(max(ends)))
 
 
-def launch_times(cols: Columns) -> Any:
-    """For each device event, the start of the host call that launched it (NaN if unknown)."""
-    out = np.full(cols.dev_corr.size, np.nan)
+def launch_rows(cols: Columns) -> Any:
+    """For each device event, the index of the host call that launched it (through
+    ``args.correlation``), or -1 when the trace holds none."""
+    out = np.full(cols.dev_corr.size, -1, dtype=np.int64)
     if not cols.dev_corr.size or not cols.rt_corr.size:
         return out
-    valid = cols.rt_corr >= 0
-    corr, ts = cols.rt_corr[valid], cols.rt_ts[valid]
-    order = np.argsort(corr, kind="stable")
-    corr, ts = corr[order], ts[order]
-    pos = np.searchsorted(corr, cols.dev_corr)
-    pos = np.clip(pos, 0, max(corr.size - 1, 0))
-    found = (cols.dev_corr >= 0) & (corr.size > 0)
-    if corr.size:
-        found &= corr[pos] == cols.dev_corr
-        out[found] = ts[pos[found]]
+    rows = np.flatnonzero(cols.rt_corr >= 0)
+    if not rows.size:
+        return out
+    order = rows[np.argsort(cols.rt_corr[rows], kind="stable")]
+    corr = cols.rt_corr[order]
+    pos = np.clip(np.searchsorted(corr, cols.dev_corr), 0, corr.size - 1)
+    found = (cols.dev_corr >= 0) & (corr[pos] == cols.dev_corr)
+    out[found] = order[pos[found]]
+    return out
+
+
+def launch_times(cols: Columns, rows: Any = None) -> Any:
+    """For each device event, the start of the host call that launched it (NaN if unknown)."""
+    rows = launch_rows(cols) if rows is None else rows
+    out = np.full(rows.size, np.nan)
+    found = rows >= 0
+    out[found] = cols.rt_ts[rows[found]]
     return out
 
 

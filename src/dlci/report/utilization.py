@@ -6,7 +6,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from dlci.report.text import bullets, label, md, md_code, shown, table
+from dlci.report.text import bullets, clean, label, md, md_code, shown, table
 
 REPORT_NAME = "utilization.json"
 MARKDOWN_NAME = "utilization.md"
@@ -34,15 +34,76 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1f}%"
 
 
+def _count(value: object) -> int:
+    """A count from the report, 0 when it is not one (a report from elsewhere may hold
+    anything)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def read_line(trace: object) -> str | None:
+    """What the reader did with the trace's events, in one line (the console and the
+    Markdown say the same): used, not needed, dropped by reason, outside any step."""
+    read = trace.get("read") if isinstance(trace, dict) else None
+    if not isinstance(read, dict):
+        return None  # a report written before the counts existed
+    line = (
+        f"read {_count(read.get('events')):,} events: {_count(read.get('used')):,} used, "
+        f"{_count(read.get('skipped')):,} not needed (metadata, flows, marks), "
+        f"{_count(read.get('dropped')):,} dropped"
+    )
+    reasons = read.get("dropped_by_reason")
+    if isinstance(reasons, dict):
+        listed = [f"{_count(n):,} {clean(r, limit=40)}" for r, n in reasons.items() if _count(n)]
+        if listed:
+            line += " (" + ", ".join(listed) + ")"
+    outside = _count(read.get("outside_steps"))
+    if outside:
+        line += f"; {outside:,} outside any profiled step (not in the per-step figures)"
+    return line
+
+
+def state_line(trace: object) -> str | None:
+    """The trace's state when it is not a GPU trace, in words; None for a GPU trace."""
+    if not isinstance(trace, dict):
+        return None
+    state = trace.get("state")
+    found = trace.get("read")
+    read: dict[str, Any] = found if isinstance(found, dict) else {}
+    if state == "gpu activity not recorded":
+        return (
+            f"GPU activity not recorded: {_count(read.get('host_launches')):,} kernel launches "
+            f"and {_count(read.get('host_copies')):,} copy or set calls on the host, no device "
+            "events "
+            "(likely cause: CUDA activity was not enabled)"
+        )
+    if state == "not understood":
+        return (
+            f"trace not understood: {_count(read.get('dropped')):,} of "
+            f"{_count(read.get('events')):,} events dropped, {_count(read.get('used')):,} used"
+        )
+    if state == "cpu-only" or (state is None and trace.get("cpu_only") is True):
+        return "CPU-only trace, no GPU utilization"
+    return None
+
+
 def render_markdown(report: dict[str, Any], *, gate: dict[str, Any] | None = None) -> str:
     """The job-summary section of one utilization report."""
     title = "### Trace profile"
-    if report["trace"]["cpu_only"]:
+    state = state_line(report["trace"])
+    if report["trace"].get("state") == "cpu-only" or (
+        "state" not in report["trace"] and report["trace"]["cpu_only"]
+    ):
         title += " (CPU-only trace: no GPU work recorded)"
+    elif state is not None:
+        title += f" ({md(state)})"
     lines = [title, ""]
+    read = read_line(report["trace"])
+    if read is not None:
+        lines += [f"_{md(read[0].upper() + read[1:])}._", ""]
     if gate is not None:
         lines += _gate_lines(gate)
     lines += [*table(["metric", "value", "definition"], _metric_rows(report)), ""]
+    lines += _process_table(report.get("processes"))
     lines += _share_tables(report)
     for device in report["devices"]:
         lines += _gap_table(device) + _copy_table(device)
@@ -117,6 +178,34 @@ def _metric_rows(report: dict[str, Any]) -> list[list[str]]:
         ]
     )
     return rows
+
+
+def _process_table(processes: object) -> list[str]:
+    """A merged trace's processes (ranks), each with its own steps and GPU."""
+    if not isinstance(processes, list) or not processes:
+        return []
+    rows = []
+    for entry in processes:
+        if not isinstance(entry, dict):
+            continue
+        found = entry.get("steps")
+        steps: dict[str, Any] = found if isinstance(found, dict) else {}
+        mean = steps.get("mean_step_us")
+        util = entry.get("gpu_utilization_pct")
+        rows.append(
+            [
+                md(entry.get("pid")),
+                md(entry.get("rank") if entry.get("rank") is not None else "n/a"),
+                md(_count(steps.get("count"))),
+                _ms(mean) if isinstance(mean, int | float) else "n/a",
+                md(entry.get("primary_device") if entry.get("primary_device") is not None
+                   else "none"),
+                _pct(util) if isinstance(util, int | float) else "n/a",
+            ]
+        )  # fmt: skip
+    headers = ["process", "rank", "steps", "mean step", "GPU", "GPU utilization"]
+    title = "#### Processes (a merged trace: each one's own steps and GPU)"
+    return [title, "", *table(headers, rows), ""]
 
 
 def _share_tables(report: dict[str, Any]) -> list[str]:
@@ -384,7 +473,8 @@ def plot(report: dict[str, Any], path: Path) -> Path:
         if report["gpu_utilization_pct"] is not None:
             title += f": GPU utilization {report['gpu_utilization_pct']:.1f}%"
         else:
-            title += " (CPU-only)"
+            state = report["trace"].get("state")
+            title += f" ({state})" if isinstance(state, str) else " (CPU-only)"
         top.set_title(title)
         for ax in (top, bottom):
             ax.grid(alpha=0.3)
