@@ -9,7 +9,7 @@ read from that one run), with a control beside each protection.
   profiler) but whose launches were: GPU activity not recorded, the gate cannot pass even
   on a CPU runner; controls: the CPU-only trace stays CPU-only (and its gate is not
   applicable on a CPU runner), the same trace with one kernel per launch is a GPU trace.
-- ``tracelens_fused_hta_nccl_2ranks``: two ranks of an NCCL job merged by TraceLens's
+- ``hta_nccl_128ranks_merged_by_tracefuse``: two ranks of an NCCL job merged by TraceLens's
   TraceFuse: no steps chained across processes, each process analysed on its own;
   control: each process's figures are those of its rank's own file (cut the same way from
   the corpus trace the merge was made from).
@@ -39,7 +39,7 @@ REAL = Path(__file__).parent / "data" / "real"
 RPD = REAL / "rpd_mi_matmul_rpd2tracing.json.gz"
 CUPTI_RANGE = REAL / "hta_cupti_profiler_range.json.gz"
 CPU_ONLY = REAL / "hta_cpu_only_rank34.json.gz"
-FUSED = REAL / "tracelens_fused_hta_nccl_2ranks.json.gz"
+FUSED = REAL / "hta_nccl_128ranks_merged_by_tracefuse.json.gz"
 RANKS = [REAL / f"hta_nccl_128ranks_rank{r}.json.gz" for r in (0, 1)]
 GATE = "10"  # --min-gpu-util in every run below
 
@@ -106,7 +106,7 @@ def test_a_trace_without_categories_is_not_understood_not_cpu_only(runs: dict[st
     trace, read = run.report["trace"], run.report["trace"]["read"]
     assert trace["state"] == "not understood"
     assert trace["understood"] is False and trace["cpu_only"] is False
-    # 706 values: 211 complete events (and one empty object) without a category, dropped;
+    # 706 values: 210 complete events and one empty object without a category, dropped;
     # 319 counters, 170 flow arrows and 6 metadata events, not needed
     assert (read["events"], read["used"], read["skipped"]) == (706, 0, 495)
     assert read["dropped_by_reason"]["no category"] == 211 == read["dropped"]
