@@ -386,3 +386,58 @@ def test_a_profile_gated_more_loosely_than_the_trusted_configuration_fails_the_s
     assert profile_step(tmp_path / "b", monkeypatch, trusted, same)["status"] == "passed"
     strict = {"minimum": 60.0, "max_gpu_memory": 50.0}
     assert profile_step(tmp_path / "c", monkeypatch, trusted, strict)["status"] == "passed"
+
+
+# ------------------------------------------------- links to host files (issue 42)
+
+HOST_LINE = "host-credentials-canary-42 = ["
+
+
+@pytest.mark.parametrize("planted", ["pyproject.toml", "dlci.toml", "ladder", "ladder-folder"])
+def test_the_configuration_or_the_ladder_through_a_link_fails_the_preflight_with_its_name(
+    tmp_path, monkeypatch, planted: str
+) -> None:
+    from dlci.action.host.preflight import PreflightRequest, preflight
+
+    secret = tmp_path / "runner" / ".credentials"
+    secret.parent.mkdir()
+    secret.write_text(HOST_LINE + "\n")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("GITHUB_EVENT_NAME", "push")
+    ladder = None
+    if planted in ("pyproject.toml", "dlci.toml"):
+        (repo / planted).symlink_to(secret)
+    elif planted == "ladder":
+        (repo / "ladder.yaml").symlink_to(secret)
+        ladder = "ladder.yaml"
+    else:
+        (repo / "ladders").symlink_to(secret.parent)
+        (secret.parent / "pr.yaml").write_text(HOST_LINE)
+        ladder = "ladders/pr.yaml"
+    request = PreflightRequest(out=tmp_path / "out", docker=False, workdir=Path("."), ladder=ladder)
+    (tmp_path / "out").mkdir()
+    with pytest.raises(DlciError, match="is a symbolic link") as caught:
+        preflight(request)
+    assert HOST_LINE not in caught.value.message
+    assert HOST_LINE not in (tmp_path / "out" / "preflight.json").read_text()
+
+
+def test_control_without_the_check_the_host_file_reaches_the_report(tmp_path, monkeypatch) -> None:
+    import dlci.action.host.preflight as host_preflight
+
+    secret = tmp_path / ".credentials"
+    secret.write_text(HOST_LINE + "\n")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "ladder.yaml").symlink_to(secret)
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("GITHUB_EVENT_NAME", "push")
+    monkeypatch.setattr(host_preflight, "refuse_linked_files", lambda *args: None)
+    request = host_preflight.PreflightRequest(
+        out=tmp_path, docker=False, workdir=Path("."), ladder="ladder.yaml"
+    )
+    with pytest.raises(DlciError):
+        host_preflight.preflight(request)
+    assert "host-credentials-canary-42" in (tmp_path / "preflight.json").read_text()

@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,9 +63,12 @@ def preflight(request: PreflightRequest) -> dict[str, Any]:
     try:
         report["fork_guard"] = fork_guard(allow=request.allow_fork_prs)
         if request.workdir is not None:
+            refuse_linked_files(request.workdir, CONFIG_FILES, "the configuration file")
             report["config"] = trusted_configuration(request.workdir)
             if not request.ladder:  # the ladder input, else the configuration's (trusted) key
                 request = replace(request, ladder=report["config"]["values"].get("ladder"))
+        if request.ladder and request.ladder != "default":
+            refuse_linked_files(Path("."), [request.ladder], "the ladder")
         report.update(_tier_decision(request))
         report["warnings"] += report.get("config", {}).get("notes", [])
         report["gpu"] = report["tier"]["hardware_class"] != "cpu"
@@ -79,6 +83,21 @@ def preflight(request: PreflightRequest) -> dict[str, Any]:
         for dest in (str(request.out / REPORT_NAME), *request.copies):
             _emit(report, dest)
     return report
+
+
+CONFIG_FILES = ("dlci.toml", "pyproject.toml")
+
+
+def refuse_linked_files(folder: Path, names: Sequence[str], what: str) -> None:
+    """Refuse a file of the checkout the host reads (the configuration, the ladder) that is a
+    symbolic link, or lies under one, below the working folder: read through it, a host file
+    would land in the log in a parse error. A path outside the checkout is the runner's own."""
+    from dlci.action.host.image import refuse_links
+
+    for name in names:
+        path = folder / name
+        if os.path.lexists(path):
+            refuse_links(path, what)
 
 
 def _emit(report: dict[str, Any], dest: str) -> None:
