@@ -289,3 +289,43 @@ def test_async_spans_and_begin_end_pairs_are_counted_and_named(tmp_path: Path) -
     fewer = analyze(read_trace(t.write(tmp_path / "fewer.json")))
     assert fewer["trace"]["read"]["dropped"] > fewer["trace"]["read"]["used"]
     assert fewer["trace"]["state"] == "not understood"
+
+
+# ---------------------------------------------------------------------------- the doc
+
+
+DOC = Path(__file__).parent.parent / "docs" / "profiling.md"
+FREE_KEYS = ("categories", "dropped_by_reason", "device_names", "pct")  # keys are data
+
+
+def _keys(value: Any, out: set[str]) -> set[str]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            out.add(key)
+            if key not in FREE_KEYS:
+                _keys(item, out)
+    elif isinstance(value, list):
+        for item in value:
+            _keys(item, out)
+    return out
+
+
+def test_every_key_and_value_of_these_reports_is_in_the_doc(runs: dict[str, Run]) -> None:
+    """docs/profiling.md names every key these reports hold (memory's own keys are in
+    docs/memory.md), every dropped reason, state and gap cause they can hold. Control:
+    a key the doc does not name is found."""
+    doc = DOC.read_text()
+    keys: set[str] = set()
+    for run in runs.values():
+        _keys({k: v for k, v in run.report.items() if k != "memory"}, keys)
+
+    def named(key: str) -> bool:  # `key`, `devices[].key`, or a code span starting with it
+        return any(form in doc for form in (f"`{key}`", f".{key}`", f"`{key} "))
+
+    assert sorted(k for k in keys if not named(k)) == []
+    assert not named("no_such_key_anywhere")
+    from dlci.profiling.columns import DROP_REASONS
+    from dlci.profiling.readstate import STATES
+
+    values = [*DROP_REASONS, *STATES, "host", "device", "end of window", "unknown"]
+    assert [v for v in values if f"`{v}`" not in doc] == []
