@@ -254,6 +254,32 @@ def test_control_each_process_reads_as_its_ranks_own_file(
     assert merged["devices"] == own["devices"]
     assert merged["per_step"] == own["per_step"]
     assert merged["breakdown"] == own["breakdown"] and merged["phases"] == own["phases"]
+    # and the top-level figures of its GPU are its own, not the whole merged file's
+    top = runs[FUSED.name].report["devices"]
+    assert next(d for d in top if d["device"] == rank) == own["devices"][0]
+
+
+def test_ranks_on_two_machines_sharing_gpu_0_are_still_told_apart(
+    runs: dict[str, Run], tmp_path: Path
+) -> None:
+    """The same merge as if rank 1 ran on GPU 0 of another machine: the processes' figures
+    stay their own (through the launches), and the top-level GPU 0, which mixes them, is
+    named in a warning. Control: the real merge, one GPU per rank, has no such warning."""
+    data = _load(FUSED)
+    for e in data["traceEvents"]:
+        args = e.get("args") or {}
+        if args.get("rank") == 1 and "device" in args:
+            args["device"] = 0
+    report = analyze(read_trace(_write(data, tmp_path / "one_gpu_index.json")))
+    merged = runs[FUSED.name].report
+    for mine, real in zip(report["processes"], merged["processes"], strict=True):
+        assert mine["primary_device"] == 0
+        assert mine["gpu_utilization_pct"] == real["gpu_utilization_pct"]
+        assert mine["devices"][0]["temporal_breakdown"] == real["devices"][0]["temporal_breakdown"]
+    assert [d["device"] for d in report["devices"]] == [0]
+    assert any(w.startswith("GPU 0 holds device work launched by 2 processes") for w in
+               report["warnings"])  # fmt: skip
+    assert not any("launched by 2 processes" in w for w in merged["warnings"])
 
 
 # ---------------------------------------------------------------------------- phases, categories

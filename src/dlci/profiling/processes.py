@@ -8,7 +8,8 @@ process, the report's own steps are refused (the whole trace is one window, with
 that says why) and each process is analysed on its own under ``processes``: its host events,
 its step markers, and the device events its host calls launched (through
 ``args.correlation``; a device event no call launched goes with the process that launched
-the rest of that GPU's work, when only one did).
+the rest of that GPU's work, when only one did). The top-level figures of a GPU whose work
+one process launched are that process's, those its rank's own file gives.
 """
 
 from __future__ import annotations
@@ -110,12 +111,23 @@ def merged_report(
         for device in sub.dev_device.tolist():
             owners.setdefault(device, set()).add(pid)
     report["processes"] = entries
+    own = {
+        d["device"]: d
+        for entry in entries
+        for d in entry["devices"]
+        if len(owners.get(d["device"], ())) == 1
+    }
+    # a GPU one process launched to: its figures are that process's (its rank's own file's)
+    report["devices"] = [own.get(d["device"], d) for d in report["devices"]]
+    primary = max(report["devices"], key=lambda d: d["busy"]["busy_us"], default=None)
+    report["primary_device"] = primary["device"] if primary else None
+    report["gpu_utilization_pct"] = primary["gpu_utilization_pct"] if primary else None
     for device, found in sorted(owners.items()):
         if len(found) > 1:
             report["warnings"].append(
                 f"GPU {device} holds device work launched by {len(found)} processes: the "
                 "ranks' GPUs share an index in this merged trace (ranks on different "
-                "machines), so the top-level figures of GPU "
-                f"{device} mix them; each process's own figures are under processes"
+                f"machines), so the top-level figures of GPU {device} (over the whole trace) "
+                "mix them; each process's own figures are under processes"
             )
     return report
