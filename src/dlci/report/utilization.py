@@ -73,8 +73,7 @@ def state_line(trace: object) -> str | None:
         return (
             f"GPU activity not recorded: {_count(read.get('host_launches')):,} kernel launches "
             f"and {_count(read.get('host_copies')):,} copy or set calls on the host, no device "
-            "events "
-            "(likely cause: CUDA activity was not enabled)"
+            "events; likely cause: CUDA activity was not enabled"
         )
     if state == "not understood":
         return (
