@@ -5,6 +5,12 @@ events, runtime calls, host ops, ProfilerStep markers (and [memory] events: memc
 Python lists, and moves them into numpy chunks every ``FLUSH_EVENTS`` events (30-40 bytes
 an event instead of ~200);
 :meth:`ColumnBuilder.columns` joins the chunks into one :class:`Columns`.
+
+Every event is counted once as it passes: used (folded into a column), skipped (a kind the
+figures never need: metadata, counters, flows, marks, the ``_IGNORED`` categories) or
+dropped for one of ``DROP_REASONS``, from the lengths of the per-category groups the fold
+makes anyway; only a group whose events are not all complete ones is walked once more, for
+its phases (:meth:`ColumnBuilder._unknown_phases`).
 """
 
 from __future__ import annotations
@@ -224,7 +230,7 @@ class ColumnBuilder:
             complete = [e for e in group if e.ph == "X"]  # flows and marks aside
             kind = DEVICE_CATEGORIES.get(cat)
             known = kind is not None or cat in _HOST_CATEGORIES
-            if len(complete) != len(group):  # rare: other phases in a category it uses
+            if len(complete) != len(group):  # flows, marks or phases it does not read
                 reason = PHASE_NOT_HANDLED if known else UNKNOWN_CATEGORY
                 lost = self._unknown_phases(group, memory, len(complete), reason)
                 if lost and not known:
