@@ -282,6 +282,25 @@ def test_ranks_on_two_machines_sharing_gpu_0_are_still_told_apart(
     assert not any("launched by 2 processes" in w for w in merged["warnings"])
 
 
+def test_ranks_merged_under_one_process_id_have_their_steps_refused(
+    runs: dict[str, Run], tmp_path: Path
+) -> None:
+    """A merger that kept rank 1's events under rank 0's process id: the steps of two ranks
+    under one pid cannot be told apart, so they are refused with the reason, not chained.
+    Control: the real merge (a pid per rank) is analysed per process."""
+    data = _load(FUSED)
+    for e in data["traceEvents"]:
+        if (e.get("args") or {}).get("rank") == 1 and e.get("pid") == 104045:
+            e["pid"] = 4037
+    report = analyze(read_trace(_write(data, tmp_path / "one_pid.json")))
+    assert report["steps"]["count"] == 0 and "processes" not in report
+    assert (
+        "ProfilerStep markers of 2 ranks (0, 1) share process id 4037"
+        in (report["steps"]["refused"])
+    )
+    assert len(runs[FUSED.name].report["processes"]) == 2
+
+
 # ---------------------------------------------------------------------------- phases, categories
 
 

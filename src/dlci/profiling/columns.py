@@ -108,7 +108,8 @@ class Columns:
     op_name: Any
     op_annotation: Any
     steps: list[tuple[int, float, float, int, int]]  # (number, start, end, pid, tid)
-    step_ranks: dict[int, int] = field(default_factory=dict)  # pid -> args.rank of its steps
+    # pid -> the args.rank values of its ProfilerStep markers (a merged trace's)
+    step_ranks: dict[int, set[int]] = field(default_factory=dict)
     gpu_step_starts: list[tuple[str, float]] = field(default_factory=list)
     header: dict[str, Any] = field(default_factory=dict)
     memory: MemoryColumns = field(default_factory=MemoryColumns.empty)  # [memory] events
@@ -175,7 +176,7 @@ class ColumnBuilder:
         self.rt_chunks: list[list[Any]] = [[] for _ in range(6)]
         self.op_chunks: list[list[Any]] = [[] for _ in range(6)]
         self.steps: list[tuple[int, float, float, Any, Any]] = []
-        self.step_ranks: dict[Any, int] = {}
+        self.step_ranks: dict[Any, set[int]] = {}
         self.gpu_step_starts: list[tuple[str, float]] = []
         self.categories: Counter[str] = Counter()
         self.unknown: Counter[str] = Counter()
@@ -335,7 +336,7 @@ class ColumnBuilder:
                     end = e.ts + (e.dur or 0.0)  # type: ignore[operator]
                     self.steps.append((int(number[:18]), e.ts, end, e.pid, e.tid))  # type: ignore[arg-type]
                     if e.args is not None and e.args.rank is not None:
-                        self.step_ranks[e.pid] = e.args.rank
+                        self.step_ranks.setdefault(e.pid, set()).add(e.args.rank)
                 else:
                     kept.append(e)
             group = kept
@@ -429,7 +430,7 @@ class ColumnBuilder:
                 },
                 key=lambda row: row[1],
             ),
-            step_ranks={self.thread_id(pid): rank for pid, rank in self.step_ranks.items()},
+            step_ranks={self.thread_id(pid): ranks for pid, ranks in self.step_ranks.items()},
             gpu_step_starts=self.gpu_step_starts,
             header=header,
             memory=memory,

@@ -10,6 +10,7 @@ report (schema_version 1) is the dict that :func:`analyze` returns. Times are mi
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ from dlci.profiling.columns import Columns
 from dlci.profiling.launches import last_step_warning, launches
 from dlci.profiling.memory import memory_section
 from dlci.profiling.names import GRAPH_LAUNCH, NameMasks
-from dlci.profiling.processes import merged_report, step_processes
+from dlci.profiling.processes import merged_report, shared_process, step_processes
 from dlci.profiling.readstate import (
     CPU_ONLY,
     NOT_UNDERSTOOD,
@@ -48,6 +49,9 @@ def analyze(cols: Columns, *, source: str = "") -> dict[str, Any]:
     """The utilization report of one trace; a trace whose ProfilerStep markers come from
     several processes (a merged multi-rank trace) gets one report per process under
     ``processes`` and no steps of its own (:mod:`dlci.profiling.processes`)."""
+    shared = shared_process(cols)
+    if shared is not None:
+        return analyze_one(dataclasses.replace(cols, steps=[]), source=source, refused=shared)
     pids = step_processes(cols)
     if len(pids) > 1:
         return merged_report(cols, pids, source, analyze_one)

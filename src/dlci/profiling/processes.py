@@ -42,6 +42,22 @@ def step_processes(cols: Columns) -> list[int]:
     return sorted({s[3] for s in cols.steps})
 
 
+def shared_process(cols: Columns) -> str | None:
+    """Why the steps cannot be told apart by process, or None: step markers of several ranks
+    (``args.rank``) under one process id, as a merger that does not keep the ranks' process
+    ids apart writes them."""
+    for pid, ranks in sorted(cols.step_ranks.items()):
+        if len(ranks) > 1:
+            listed = ", ".join(str(r) for r in sorted(ranks)[:8])
+            return (
+                f"ProfilerStep markers of {len(ranks)} ranks ({listed}) share process id "
+                f"{pid}: a merged trace that does not keep the ranks apart; its steps are "
+                "refused (the whole trace is one window), and each rank's own trace gives "
+                "its steps"
+            )
+    return None
+
+
 def _memory_of(memory: MemoryColumns, keep: Any) -> MemoryColumns:
     arrays = [memory.ts, memory.tid, memory.pid, memory.bytes, memory.allocated]
     arrays += [memory.reserved, memory.device_type, memory.device_id]
@@ -105,7 +121,8 @@ def merged_report(
     for pid in pids:
         sub, sub_rows = process_columns(cols, pid, rows)
         own = analyze_one(sub, source=source, rows=sub_rows)
-        entry: dict[str, Any] = {"pid": pid, "rank": cols.step_ranks.get(pid)}
+        ranks = cols.step_ranks.get(pid, set())
+        entry: dict[str, Any] = {"pid": pid, "rank": min(ranks) if len(ranks) == 1 else None}
         entry.update({key: own[key] for key in PROCESS_KEYS})
         entries.append(entry)
         for device in sub.dev_device.tolist():
