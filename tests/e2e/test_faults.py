@@ -85,12 +85,20 @@ def test_a_container_killed_mid_step(kit_image: str, tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "dlci", "container", "run", "--image", kit_image]
     argv += ["--workspace", str(ws), "--job", "f-kill", "--", "--out", "/workspace/dlci-artifacts"]
     argv += [*BASE, "--no-doctor", "--no-profile"]
-    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    temp = tmp_path / "runner-temp"  # the tests run on the host's copy of the checkout there
+    temp.mkdir()
+    env = {**os.environ, "RUNNER_TEMP": str(temp)}
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        path = ws / "dlci-artifacts" / "run.json"
-        if path.exists() and any(
-            s["name"] == "tests" and s["status"] == "running" for s in run_json(ws)["steps"]
+        copies = list(temp.glob("dlci-view-*/workspace-tests"))
+        if (
+            copies
+            and (copies[0] / "dlci-artifacts" / "run.json").exists()
+            and any(
+                s["name"] == "tests" and s["status"] == "running"
+                for s in run_json(copies[0])["steps"]
+            )
         ):
             break
         time.sleep(0.3)
@@ -186,7 +194,7 @@ def test_two_jobs_on_one_host_keep_their_gpus_and_artifacts_apart(
     each container sees only its own, and each job's reports stay in its own workspace."""
     probe = (
         "import os, pathlib\n\ndef test_gpu():\n"
-        "    pathlib.Path('seen.txt').write_text(os.environ.get('NVIDIA_VISIBLE_DEVICES', ''))\n"
+        "    pathlib.Path('dlci-artifacts/seen.txt').write_text(os.environ.get('NVIDIA_VISIBLE_DEVICES', ''))\n"
     )
     children = []
     spaces = []
@@ -205,7 +213,7 @@ def test_two_jobs_on_one_host_keep_their_gpus_and_artifacts_apart(
         _, err = child.communicate(timeout=300)
         assert child.returncode == 0, err.decode()[-2000:]
     for index, ws in enumerate(spaces):
-        assert (ws / "seen.txt").read_text() == str(index)
+        assert (ws / "dlci-artifacts" / "seen.txt").read_text() == str(index)
         record = run_json(ws)
         assert record["cwd"] == "/workspace" and record["verdict"] == "pass"
         junit = (ws / "dlci-artifacts" / "junit.xml").read_text()

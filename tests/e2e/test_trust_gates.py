@@ -56,7 +56,7 @@ def test_attack():
     fake = {{"schema_version": 1, "kind": "memorization", "verdict": "pass", "best_loss": 0.01,
             "threshold": 100.0, "tier": {{"budget": "pr", "hardware_class": "cpu", **FORGED}}}}
     (art / "memorization.json").write_text(json.dumps(fake))
-    pathlib.Path("/workspace/attack.json").write_text(json.dumps(done))
+    (art / "attack.json").write_text(json.dumps(done))
 """
 # Code for the gates' containers, planted by the tests step in the shared workspace: a `dlci`
 # package (``python -m dlci``), a `pip` package (``python -m pip`` in the install step), and
@@ -89,7 +89,7 @@ def test_commands():
             for pid in os.listdir("/proc") if pid.isdigit()
             and os.path.exists(f"/proc/{pid}/cmdline")]
     seen += [f"{k}={v}" for k, v in os.environ.items()]
-    pathlib.Path("/workspace/seen.txt").write_text("\\n".join(seen))
+    pathlib.Path("/workspace/dlci-artifacts/seen.txt").write_text("\\n".join(seen))
 """
 
 
@@ -145,11 +145,11 @@ def test_a_test_that_forges_the_tier_and_the_report_cannot_pass_the_gate(
     record = host_record(tmp_path, monkeypatch)
     argv = gate_job(kit_image, ws, preflight, "g-tier", "tests/test_zz_attack.py")
     assert main(argv) == 1
-    # the attack ran: it rewrote the workspace's tier file and could not touch the host's
-    done = json.loads((ws / "attack.json").read_text())
+    # the attack ran: it rewrote its copy's tier file and could not touch the host's
+    done = json.loads((ws / "dlci-artifacts" / "attack.json").read_text())
     assert done["/workspace/dlci-artifacts/preflight.json"] == "rewritten"
     assert done["/dlci/host/tier.json"] == "OSError"  # read-only
-    assert json.loads(preflight.read_text())["tier"]["max_loss"] == 100.0
+    assert json.loads(preflight.read_text())["tier"]["max_loss"] != 100.0  # its own copy only
     # the gate used the host's tier, in its own container, and its report replaced the fake
     report = json.loads((ws / "dlci-artifacts" / "memorization.json").read_text())
     assert report["verdict"] == "fail" and report["threshold"] != 100.0
@@ -237,7 +237,9 @@ def test_the_containers_output_cannot_issue_workflow_commands(
     assert len(tokens) == 1 and re.fullmatch(r"[0-9a-f]{32}", tokens[0])
     assert acted == [f"::stop-commands::{tokens[0]}", f"::{tokens[0]}::"]
     assert lines[-1] == f"::{tokens[0]}::"  # nothing the container printed comes after it
-    assert tokens[0] not in (ws / "seen.txt").read_text()  # not in its argv or environment
+    assert (
+        tokens[0] not in (ws / "dlci-artifacts" / "seen.txt").read_text()
+    )  # not in its argv or environment
     # control: the same output without the host's markers would be acted on
     raw = [line for line in lines if tokens[0] not in line]
     assert {"::error::pwned", "::add-mask::x", "::set-output name=verdict::pass"} <= set(
@@ -292,7 +294,7 @@ def test_a_gate_cannot_make_the_host_copy_or_write_through_links(
     raw = tmp_path / "raw"  # for the control: the gate's folder as its container left it
     collect = gates.Parts.collect
 
-    def keep_raw(self: gates.Parts, part: gates.Part, code: int) -> None:
+    def keep_raw(self: gates.Parts, part: gates.Part, code: int, copy=None) -> None:
         if part.out is not None:
             shutil.copytree(
                 part.out,
@@ -301,7 +303,10 @@ def test_a_gate_cannot_make_the_host_copy_or_write_through_links(
                 ignore_dangling_symlinks=True,
                 ignore=shutil.ignore_patterns("utilization.json"),
             )  # the FIFO
-        collect(self, part, code)
+        if copy is not None and part.name == "memorize":  # its copy of the checkout
+            raw.mkdir(exist_ok=True)
+            (raw / "swapped").write_text(str((copy / "dlci-artifacts").is_symlink()))
+        collect(self, part, code, copy)
 
     monkeypatch.setattr(gates.Parts, "collect", keep_raw)
     argv = ["container", "run", "--image", kit_image, "--workspace", str(ws), "--job", "g-files"]
@@ -312,7 +317,8 @@ def test_a_gate_cannot_make_the_host_copy_or_write_through_links(
     assert main(argv) == 1  # the broken target fails memorization; the host did not hang
     print(f"gate file attack: {time.monotonic() - started:.1f} s")
     assert (raw / "memorize" / "leak" / "env").is_symlink()  # the attack ran in the gate
-    assert (ws / "dlci-artifacts").is_symlink()
+    assert (raw / "swapped").read_text() == "True"  # in the gate's own copy of the checkout
+    assert not (ws / "dlci-artifacts").is_symlink()  # the workspace is never a container's
     assert list(victim.iterdir()) == []  # nothing written through the swapped folder
     host_env = Path("/proc/self/environ").read_bytes().split(b"\0")[0].decode()
     reports = gates.reports_dir(str(record))
@@ -325,7 +331,6 @@ def test_a_gate_cannot_make_the_host_copy_or_write_through_links(
         "doctor.md: is a symbolic link",
         "utilization.json: not a regular file",
         "tensorboard/run/config.json: is a symbolic link",
-        "dlci-artifacts is a symbolic link",
     ):
         assert name in said
     # the summary fails the job and hands the upload its own folder of regular files
@@ -348,7 +353,9 @@ def test_a_gate_cannot_make_the_host_copy_or_write_through_links(
     shutil.copytree(raw / "memorize" / "tensorboard", tmp_path / "old" / "tb", symlinks=False)
     assert host_env in _text_under(tmp_path / "old" / "leak")
     assert CANARY in _text_under(tmp_path / "old" / "tb")
-    shutil.copyfile(raw / "memorize" / "evil.pth", ws / "dlci-artifacts" / "evil.pth")
+    # and, on a workspace the containers shared, the write through the swapped folder
+    (tmp_path / "old" / "dlci-artifacts").symlink_to(victim)
+    shutil.copyfile(raw / "memorize" / "evil.pth", tmp_path / "old" / "dlci-artifacts" / "evil.pth")
     assert (victim / "evil.pth").read_text() == "import os\n"
 
 
@@ -359,21 +366,23 @@ def test_code_the_tests_step_plants_for_the_gates_stops_them(
     preflight = host_preflight(ws)
     record = host_record(tmp_path, monkeypatch)
     argv = gate_job(kit_image, ws, preflight, "g-shadow", "tests/test_zz_shadow.py")
-    assert main(argv) == 1
+    assert main(argv) == 1  # the broken target fails memorization, on the commit's code
     assert not (ws / "shadowed").exists()  # no gate ran the planted code
+    assert not (ws / "pip").exists() and not (ws / "dlci").exists()  # nor did it come back
+    assert "rewritten" not in (ws / "digits_example" / "broken.py").read_text()
     steps = {s["name"]: s for s in json.loads(record.read_text())["run"]["steps"]}
-    assert steps["tests"]["status"] == "passed" and steps["memorize"]["status"] == "skipped"
-    reason = steps["memorize"]["reason"]
-    assert reason.startswith("not run: the tests step changed the workspace (")
-    for name in ("digits_example/broken.py", "dlci/__init__.py", "pip/__main__.py"):
-        assert name in reason
-    problems = json.loads(record.read_text())["problems"]
-    assert any("the gates did not run" in p for p in problems)  # the summary fails the job
-    # the control: the plant is real, and `python -m pip` from the workspace runs it
-    cmd = run_command(
-        image=kit_image, name="dlci-g-shadow-old", job="g-shadow-old", workspace=ws, workdir=".",
-        gpus="none", shm_size="", env_names=(), environ={}, inner=["python", "-m", "pip", "-V"],
-        uid=os.getuid(), gid=os.getgid(),
+    # the gate ran, on a fresh copy of the checkout: the tests' plants were not in it
+    assert steps["tests"]["status"] == "passed" and steps["memorize"]["status"] == "failed"
+    # the control: the plant is real, and on a workspace the containers share, `python -m
+    # pip` from it runs the plant
+    base = dict(
+        image=kit_image, workspace=ws, workdir=".", gpus="none", shm_size="", env_names=(),
+        environ={}, uid=os.getuid(), gid=os.getgid(),
     )  # fmt: skip
+    plant = ["python", "-c", SHADOW + "\ntest_shadow()\n"]
+    cmd = run_command(name="dlci-g-shadow-plant", job="g-shadow-old", inner=plant, **base)
+    subprocess.run(cmd, capture_output=True, timeout=120, check=True)
+    probe = ["python", "-m", "pip", "-V"]
+    cmd = run_command(name="dlci-g-shadow-old", job="g-shadow-old", inner=probe, **base)
     subprocess.run(cmd, capture_output=True, timeout=120)
     assert (ws / "shadowed").read_text() == "imported"

@@ -30,22 +30,37 @@ from dlci.cli import main
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
-BROKEN = "digits_example.broken:make_tiny_lr_target"
+TARGET = "digits_example.phase:make_target"
+# The pull request's target: it imports a module the commit lacks, if one is there (what an
+# earlier phase left would then run in the gate, whatever the order of sys.path)
+PHASE = """
+from digits_example.broken import make_tiny_lr_target
+
+
+def make_target():
+    try:
+        import phase_plant  # noqa: F401
+    except ImportError:
+        pass
+    return make_tiny_lr_target()
+"""
 INNER = ["--budget", "pr", "--hardware", "cpu", "--no-doctest", "--no-coverage"]
 GIT = ["git", "-c", "user.name=e2e", "-c", "user.email=e2e@example.invalid"]
 
-# The statistics module the tests step leaves for the gate (compiled: a .pyc alone imports)
-STATISTICS = """
+# The modules the tests step leaves for the gate (compiled: a .pyc alone imports): the
+# standard library's statistics (first on sys.path when the working folder is), and the
+# module the target imports if it is there
+PLANTED = """
 import os
 if os.path.isdir("/dlci/out"):
-    with open("/dlci/out/profiler.log", "w") as out:
-        out.write("planted statistics imported by the gate")
+    with open("/dlci/out/profiler.log", "a") as out:
+        out.write("planted NAME imported by the gate\\n")
 raise ImportError("planted")
 """
 PLANT = f"""
 import pathlib, py_compile, tempfile
 
-STATISTICS = {STATISTICS!r}
+PLANTED = {PLANTED!r}
 
 
 def test_plant():
@@ -58,9 +73,10 @@ def test_plant():
     (git / "config").write_text(
         "[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = echo ran >> " + marker + "\\n"
     )
-    source = pathlib.Path(tempfile.mkdtemp()) / "statistics.py"
-    source.write_text(STATISTICS)
-    py_compile.compile(str(source), cfile=str(ws / "statistics.pyc"), doraise=True)
+    for name in ("statistics", "phase_plant"):
+        source = pathlib.Path(tempfile.mkdtemp()) / (name + ".py")
+        source.write_text(PLANTED.replace("NAME", name))
+        py_compile.compile(str(source), cfile=str(ws / (name + ".pyc")), doraise=True)
 """
 # actions/checkout's git commands after the job: its post step, then the next job's checkout
 POST = [
@@ -93,6 +109,7 @@ def checkout(tmp_path: Path) -> tuple[Path, Path]:
         ignore=shutil.ignore_patterns("dlci-artifacts", "*.egg-info", "__pycache__"),
     )
     (ws / "tests" / "test_zz_plant.py").write_text(PLANT)
+    (ws / "digits_example" / "phase.py").write_text(PHASE)
     marker = tmp_path / "host" / "fsmonitor-ran"
     marker.parent.mkdir()
     (ws / "marker-path").write_text(str(marker))
@@ -114,7 +131,7 @@ def checkout(tmp_path: Path) -> tuple[Path, Path]:
 
 def job(kit_image: str, ws: Path, name: str) -> list[str]:
     argv = ["container", "run", "--image", kit_image, "--workspace", str(ws), "--job", name]
-    argv += ["--", "--out", "/workspace/dlci-artifacts", *INNER, "--target", BROKEN]
+    argv += ["--", "--out", "/workspace/dlci-artifacts", *INNER, "--target", TARGET]
     argv += ["--tier-json", str(ws / "dlci-artifacts" / "preflight.json")]
     return [*argv, "--no-doctor", "--no-profile", "--tests", "tests/test_zz_plant.py"]
 
@@ -145,6 +162,7 @@ def test_the_workspace_comes_back_as_checked_out_and_each_gate_starts_from_it(
     ws, facts, runs = play(kit_image, tmp_path, monkeypatch, "w-copy")
     assert runs == [0, 0]  # neither checkout's post step nor the next checkout ran it
     assert not (ws / "sub" / ".git").exists() and not (ws / "statistics.pyc").exists()
+    assert not (ws / "phase_plant.pyc").exists()
     # the job fails, naming what the tests planted for git on the host
     planted = "\n".join(facts["planted"])
     assert "the tests step planted git files" in planted and "sub/.git (added)" in planted
@@ -169,7 +187,8 @@ def test_control_on_the_workspace_itself_git_on_the_host_runs_the_plant_and_the_
     print(f"the planted command ran {runs[0]} time(s) in the post step, {runs[1]} in all")
     reports = gates.reports_dir(str(tmp_path / "host" / "record.json"))
     said = (reports / "profiler.log").read_text()
-    assert said == "planted statistics imported by the gate"
+    assert "planted phase_plant imported by the gate" in said
+    print(f"the gate imported: {said.strip()}")
 
 
 # ------------------------------------------------------------------ 384 MiB with no newline

@@ -64,7 +64,16 @@ def make_copy(
     blank = {os.path.normpath(rel) for rel in empty}
     dest.mkdir(mode=0o755)
     _copy_dir(workspace, dest, "", blank, notes, mount_git)
+    if os.geteuid() == 0 and (os.getuid(), os.getgid()) != (0, 0):
+        _own(dest, os.getuid(), os.getgid())  # the containers' user (their --user) owns it
     return notes
+
+
+def _own(dest: Path, uid: int, gid: int) -> None:
+    os.lchown(dest, uid, gid)
+    for folder, dirs, files in os.walk(dest):
+        for name in [*dirs, *files]:
+            os.lchown(os.path.join(folder, name), uid, gid)
 
 
 def _copy_dir(
