@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from dlci.errors import DlciError
+from dlci.ladder.goal import percent, smoothed
 from dlci.memorization.engine import MemorizeConfig, memorize, seed_everything
 from dlci.memorization.verdict import training_time
 from dlci.training.target import Target
@@ -46,11 +47,14 @@ def test_it_passes_and_stops_as_soon_as_the_threshold_is_reached() -> None:
     assert result.passed
     assert result.stopped_by == "threshold"
     assert result.steps < PR.max_epochs
-    assert result.losses[-1] < 0.5 <= min(result.losses[:-1])
+    # judged on the median of the last steps: the first step whose median is below the goal
+    judged = [smoothed(result.losses[: i + 1]) for i in range(result.steps)]
+    assert judged[-1] < 0.5 <= min(judged[:-1])
     assert result.reason.startswith(
         f"loss {result.losses[0]:.4g} -> {result.losses[-1]:.4g} at step {result.steps}, "
     )
-    assert "(memorised means loss < 0.5 and at or below 50% of its start) in " in result.reason
+    assert "(memorised means loss < 0.5 and at or below 50% of its start" in result.reason
+    assert result.judged_on.startswith("the median of the last 3 losses")
     assert result.reason.endswith(training_time(result.wall_time_s, result.setup_time_s))
     assert " of training (" in result.reason and " with the set-up of batch, model" in result.reason
 
@@ -94,10 +98,14 @@ def test_it_fails_when_the_loss_never_reaches_the_threshold() -> None:
     )
     assert (result.verdict, result.stopped_by, result.steps) == ("fail", "epochs", 20)
     start = result.losses[0]
+    # four classes of blobs: what the label priors alone reach is below a uniform start
+    assert result.blind_loss is not None and result.blind_loss < start
+    share = (start - result.loss_floor) / (result.blind_loss - result.loss_floor)
     assert result.reason == (
         f"the loss did not fall from its start: from {start:.4g} at step 1 to at best "
-        f"{start:.4g} at step 2 (100% of its start), in 20 epochs; memorised means loss < 0.5 "
-        "and at or below 50% of its start"
+        f"{start:.4g} at step 2 ({percent(share)} of the input-blind baseline), in 20 epochs; "
+        f"memorised means loss < 0.5 and at or below 50% of its start (above the floor "
+        f"{result.loss_floor:.4g}) and of the input-blind baseline {result.blind_loss:.4g}"
     )
     assert result.next_step.startswith("run dlci doctor --target <your target>; ")
 
@@ -107,7 +115,8 @@ def test_a_nan_loss_fails_at_once_naming_the_step() -> None:
     base = nn.CrossEntropyLoss()
 
     def loss_fn(outputs, targets):
-        calls["n"] += 1
+        # the training steps' calls (the model's Linear made the outputs), not the floor's
+        calls["n"] += type(outputs.grad_fn).__name__ == "AddmmBackward0"
         loss = base(outputs, targets)
         return loss * float("nan") if calls["n"] == 4 else loss
 
@@ -205,9 +214,8 @@ def test_an_error_in_the_users_model_is_a_user_error_with_its_location() -> None
     target.model = nn.Linear(3, 4)  # wrong input size
     with pytest.raises(DlciError) as info:
         memorize(target, PR)
-    assert info.value.message.startswith(
-        "step 1: the model raised RuntimeError: mat1 and mat2 shapes"
-    )
+    # the forward is first run before step 1, to confirm that dropout is off
+    assert info.value.message.startswith("the model raised RuntimeError: mat1 and mat2 shapes")
 
 
 def test_frozen_parameters_are_explained() -> None:

@@ -92,6 +92,7 @@ def run_job(job: Job, device: str) -> dict[str, Any]:
         steps=result.steps,
         stopped_by=result.stopped_by,
         loss_floor=result.loss_floor,
+        blind_loss=result.blind_loss,
         wall_time_s=result.wall_time_s,
         setup_time_s=result.setup_time_s,
         device=result.device,
@@ -106,9 +107,14 @@ def losses(record: dict[str, Any]) -> list[float]:
 
 
 def relative(record: dict[str, Any]) -> list[float]:
-    """A record's curve as shares of its start above the target's floor: what a tier judges."""
-    floor = record.get("loss_floor")
-    return relative_curve(losses(record), floor if isinstance(floor, int | float) else None)
+    """A record's curve as shares of its reference (the start, or the input-blind baseline
+    below it) above the loss's floor, smoothed as the gate smooths it: what a tier judges."""
+    floor, blind = record.get("loss_floor"), record.get("blind_loss")
+    return relative_curve(
+        losses(record),
+        floor if isinstance(floor, int | float) else None,
+        blind if isinstance(blind, int | float) else None,
+    )
 
 
 def kept_runs(

@@ -165,25 +165,32 @@ def seeds_needed(rate: float, confidence: float) -> int:
     return math.ceil(math.log(1 - confidence) / math.log1p(-rate))
 
 
-def relative_curve(losses: Sequence[float], floor: float | None) -> list[float]:
-    """``losses`` as shares of the first (the start) above ``floor``: what a tier judges.
+def relative_curve(
+    losses: Sequence[float], floor: float | None, blind: float | None = None
+) -> list[float]:
+    """``losses``, each judged as the gate judges it (the median of its last steps,
+    ladder/goal.smoothed), as shares of the reference (the first loss, the start, or the
+    input-blind baseline ``blind`` below it) above ``floor``: what a tier judges.
 
     A loss that cannot be judged against its start (below 0 with no declared floor, or a
     start at the floor) is NaN, where a gate stops (ladder/goal.py).
 
-    >>> relative_curve([2.0, 1.0, 0.1], None)
-    [1.0, 0.5, 0.05]
+    >>> relative_curve([2.0, 1.0, 0.1], None)  # the third: the median of 1.0 and 0.1
+    [1.0, 0.5, 0.275]
+    >>> relative_curve([2.0, 1.0, 0.1], 0.0, blind=1.0)  # the blind baseline below the start
+    [2.0, 1.0, 0.55]
     >>> relative_curve([0.5, -0.1], None)
     [1.0, nan]
     >>> relative_curve([1.0, -0.5], -1.0)
     [1.0, 0.25]
     """
-    from dlci.ladder.goal import Goal
+    from dlci.ladder.goal import Goal, smoothed
 
     if not losses:
         return []
-    goal, start = Goal(None, None, floor), losses[0]
-    values = [goal.relative(start, v) for v in losses]
+    goal, start = Goal(None, None, floor, blind), losses[0]
+    judged = [losses[0]] + [smoothed(list(losses[: i + 1])) for i in range(1, len(losses))]
+    values = [goal.relative(start, v) for v in judged]
     return [
         v if v is not None else (x if not math.isfinite(x) else math.nan)
         for v, x in zip(values, losses, strict=True)

@@ -1,13 +1,18 @@
-"""What "memorised" means: the loss fell from where it started to nearly nothing.
+"""What "memorised" means: the loss fell from where it started to nearly its floor.
 
 An absolute threshold alone (``max_loss: 1.0``) says nothing about learning: a binary
 classifier starts at ln 2 = 0.69, a regression on targets of scale 0.1 at 0.01, and both
 pass it at step 1 without a single useful update. So every verdict is measured against the
 loss at step 1, computed on the memorised batch before the first update (the *start*), and
-against the loss's *floor* (0 for cross-entropy, BCE, MSE; a Gaussian NLL can go below 0 and
-declares its own floor on the Target):
+against the loss's *floor*, the lowest loss the batch's targets allow (0 for hard-label
+cross-entropy and MSE; 0.50 for cross-entropy with label smoothing 0.1 over 10 classes; below
+0 for a Poisson NLL on counts above e). The floor is measured on the batch where the loss is
+separable from the step (memorization/floor.py), declared by the target where it is not, and
+else assumed 0 for a loss that stays >= 0. Where the *input-blind baseline* (the best loss of
+one output shared by every example, also measured) lies below the start, it is the reference
+instead: falling from a uniform start to the label priors is not memorisation.
 
-    relative loss = (loss - floor) / (start - floor)
+    relative loss = (loss - floor) / (reference - floor),  reference = min(start, blind)
 
 A pass needs, at a step after the first, the relative loss at or below the row's
 ``max_relative_loss`` (when the row states one), the loss below the row's ``max_loss``
@@ -36,7 +41,22 @@ class Goal:
 
     max_loss: float | None
     max_relative_loss: float | None
-    floor: float | None = None  # the Target's declared floor; None: 0, for a loss that stays >= 0
+    floor: float | None = None  # measured or declared; None: 0, for a loss that stays >= 0
+    blind: float | None = None  # the input-blind baseline; None: not measured
+
+    def reference(self, start: float) -> float:
+        """What the fall is measured from: the start, or the input-blind baseline below it.
+
+        >>> Goal(None, 0.1).reference(2.3), Goal(None, 0.1, 0.0, blind=1.5).reference(2.3)
+        (2.3, 1.5)
+        """
+        floor = 0.0 if self.floor is None else self.floor
+        if self.blind is not None and floor < self.blind < start:
+            return self.blind
+        return start
+
+    def blind_is_reference(self, start: float) -> bool:
+        return self.reference(start) != start
 
     @property
     def relative_limit(self) -> float:
@@ -61,7 +81,9 @@ class Goal:
         """
         relative = f"at or below {percent(self.relative_limit)} of its start"
         if self.floor is not None and self.floor != 0:
-            relative += f" (above the floor {self.floor:g})"
+            relative += f" (above the floor {self.floor:.4g})"
+        if self.blind is not None:
+            relative += f" and of the input-blind baseline {self.blind:.4g}"
         if self.max_loss is None:
             return f"loss {relative}"
         return f"loss < {self.max_loss:g} and {relative}"
@@ -81,7 +103,7 @@ class Goal:
             return None
         if self.floor is None and value < 0:
             return None
-        return max(0.0, (value - floor) / (start - floor))
+        return max(0.0, (value - floor) / (self.reference(start) - floor))
 
     def unjudged(self, start: float, value: float) -> str | None:
         """Why this loss cannot be judged against its start (None: it can).
@@ -124,3 +146,20 @@ def percent(share: float) -> str:
     ('5%', '50%', '0.1%', '2.5%')
     """
     return f"{share * 100:.3g}%"
+
+
+SMOOTHING = 3  # a loss is judged on the median of its last 3 steps after the start
+
+
+def smoothed(losses: list[float]) -> float:
+    """The loss a step is judged on: the median of the last SMOOTHING losses after step 1
+    (one lucky draw between two high neighbours is not memorisation).
+
+    >>> smoothed([2.0, 0.1]), smoothed([2.0, 1.0, 0.1, 1.2]), smoothed([2.0, 1.0, 0.5])
+    (0.1, 1.0, 0.75)
+    """
+    tail = sorted(losses[1:][-SMOOTHING:])
+    if not tail:
+        return losses[0] if losses else math.nan
+    middle = len(tail) // 2
+    return tail[middle] if len(tail) % 2 else (tail[middle - 1] + tail[middle]) / 2

@@ -29,13 +29,13 @@ from dlci.memorization.verdict import (
 )
 from dlci.training.batching import shard, take_batch, to_device
 from dlci.training.guard import user_code
-from dlci.training.stepping import (
-    DETACHED_HINT,
-    Stepper,
-    loss_value,
-    optimizer_hparams,
-    switch_off_regularization,
-)
+from dlci.memorization.before import Before, measure_before
+from dlci.memorization.curve import FLAT_STEPS, FLAT_TOLERANCE, PLATEAU_GAIN, PLATEAU_STEPS
+from dlci.memorization.floor import ASSUMED
+from dlci.ladder.goal import smoothed
+from dlci.training.draws import Draws
+from dlci.training.regularization import Switched, no_dropout, switch_off_regularization
+from dlci.training.stepping import DETACHED_HINT, Stepper, loss_value, optimizer_hparams
 from dlci.training.target import Target, build_optimizer
 
 __all__ = ["MemorizeConfig", "MemorizeResult", "memorize", "training_time"]
@@ -158,6 +158,9 @@ class _Prepared:
     changes: list[str]
     hparams: dict[str, Any]
     setup_s: float
+    draws: Draws
+    before: Before
+    switched: Switched
 
 
 @dataclass
@@ -190,8 +193,8 @@ def memorize(
 ) -> MemorizeResult:
     """Overfit one batch of ``target`` under ``config``; never raises for a failed test.
 
-    ``on_start`` receives the changes made to the target (dropout, weight decay) before the
-    first step; ``on_step`` receives each step's loss. With ``on_stuck``, a watchdog holds
+    ``on_start`` receives the changes made to the target (dropout, weight decay) and what was
+    measured (memorization/before.py) before the first step; ``on_step`` receives each step's loss. With ``on_stuck``, a watchdog holds
     the time cap inside a step: past it, ``on_stuck`` gets the partial result (the stuck
     thread's stack in it) and the process exits 1 (watchdog.py); without, nothing watches.
     """
@@ -207,10 +210,13 @@ def memorize(
                 dog.arm(config.time_cap_s + lag)
             prepared = live.prepared = _prepare(target, config, dist)
             if on_start is not None:
-                on_start(list(prepared.changes))
+                on_start([*prepared.changes, *prepared.before.lines])
             if dog is not None:
                 dog.arm(config.time_cap_s + lag)  # the cap counts the training steps
-            trained = _train(prepared, config, dist, on_step, live)
+            try:
+                trained = _train(prepared, config, dist, on_step, live)
+            finally:
+                prepared.switched.restore()
         finally:
             if dog is not None:
                 dog.stop()
@@ -230,6 +236,7 @@ def memorize(
         hparams=prepared.hparams,
         goal=prepared.goal,
         unjudged=trained.unjudged,
+        before=prepared.before,
     )
 
 
@@ -290,15 +297,33 @@ def _prepare(target: Target, config: MemorizeConfig, dist: Distributed) -> _Prep
     with user_code("the optimizer factory"):
         optimizer = build_optimizer(target.optimizer, target.model)  # DDP shares its parameters
     hparams = optimizer_hparams(optimizer)  # as the user configured it, before changes
-    changes = switch_off_regularization(model, optimizer)
+    switched = switch_off_regularization(model, optimizer)
+    draws = Draws.capture()  # every step runs on these draws (training/draws.py)
+    try:
+        before = measure_before(target, model, batch, examples, draws)
+    except BaseException:
+        switched.restore()
+        raise
+    refs = before.references
+    floor, blind = refs.floor, refs.blind
+    if dist.active:
+        floor, blind = _all_reduce_references(floor, blind, device, dist.world_size)
     return _Prepared(
         device=device,
         examples=examples,
         stepper=Stepper(target, model, optimizer, batch),
-        goal=Goal(config.max_loss, config.max_relative_loss, target.loss_floor),
-        changes=changes,
+        goal=Goal(
+            config.max_loss,
+            config.max_relative_loss,
+            None if refs.floor_source == ASSUMED else floor,
+            blind,
+        ),
+        changes=switched.changes,
         hparams=hparams,
         setup_s=time.perf_counter() - setup_start,
+        draws=draws,
+        before=before,
+        switched=switched,
     )
 
 
@@ -312,17 +337,23 @@ def _train(
     """The training loop: one step per epoch until memorised, the epochs or the time cap.
 
     Step 1's loss is computed on the batch before the first update: the start every later
-    loss is measured against (goal.py). A loss that cannot be judged against it (below 0 with
-    no declared floor) stops the run at once: training on could not change the verdict.
+    loss is measured against (goal.py). Every step runs on the same random draws, with every
+    dropout call at p = 0, and is judged on the median of its last steps (goal.smoothed). A
+    loss that cannot be judged against its start (below 0 with no floor) stops the run at
+    once, and so does one that has not moved at all in FLAT_STEPS steps: training on could
+    not change the verdict.
     """
     losses = live.losses
     best, best_step = math.inf, 0
+    plateau = _Plateau()
     stopped_by, unjudged = "epochs", None
     goal = prepared.goal
     start = time.perf_counter()
     for step in range(1, config.max_epochs + 1):
         live.step = step
-        value = loss_value(prepared.stepper(step), step)
+        prepared.draws.replay()
+        with no_dropout():
+            value = loss_value(prepared.stepper(step), step)
         timed_out = time.perf_counter() - start > config.time_cap_s
         if dist.active:
             value, timed_out = _all_reduce(value, timed_out, prepared.device, dist.world_size)
@@ -338,8 +369,14 @@ def _train(
         if unjudged is not None:
             stopped_by = "unjudged"
             break
-        if config.early_stop and goal.met(losses[0], value, step):
+        if config.early_stop and goal.met(losses[0], smoothed(losses), step):
             stopped_by = "threshold"
+            break
+        if config.early_stop and _flat(losses, prepared.before.still_random):
+            stopped_by = "flat"
+            break
+        if config.early_stop and plateau.reached(goal.relative(losses[0], smoothed(losses)), step):
+            stopped_by = "plateau"
             break
         if timed_out:
             stopped_by = "time"
@@ -355,3 +392,53 @@ def _all_reduce(value: float, timed_out: bool, device: Any, world: int) -> tuple
     packed = torch.tensor([value, 1.0 if timed_out else 0.0], dtype=torch.float64, device=device)
     torch_dist.all_reduce(packed)
     return float(packed[0]) / world, bool(packed[1] > 0)
+
+
+@dataclass
+class _Plateau:
+    """The best judged relative loss so far and the step it came; ``reached`` when it has
+    not improved by PLATEAU_GAIN in PLATEAU_STEPS steps.
+
+    >>> plateau = _Plateau()
+    >>> [plateau.reached(0.6, step) for step in (2, 30, 62, 63)]
+    [False, False, False, True]
+    """
+
+    best: float = math.inf
+    since: int = 1
+
+    def reached(self, relative: float | None, step: int) -> bool:
+        if relative is None or step < 2:
+            return False
+        if relative < self.best - PLATEAU_GAIN:
+            self.best, self.since = relative, step
+        elif self.best == math.inf:
+            self.best, self.since = relative, step
+        return step - self.since > PLATEAU_STEPS
+
+
+def _flat(losses: list[float], still_random: bool) -> bool:
+    """Whether the loss has not moved at all in FLAT_STEPS steps on replayed draws.
+
+    >>> _flat([0.7] * 26, False), _flat([0.7] * 25 + [0.69], False), _flat([0.7] * 26, True)
+    (True, False, False)
+    """
+    if still_random or len(losses) <= FLAT_STEPS:
+        return False
+    start = losses[0]
+    tolerance = FLAT_TOLERANCE * max(abs(start), 1e-12)
+    return all(abs(v - start) <= tolerance for v in losses)
+
+
+def _all_reduce_references(
+    floor: float | None, blind: float | None, device: Any, world: int
+) -> tuple[float | None, float | None]:
+    """Each rank measured its own shard: the mean of each, or None where a rank has none."""
+    import torch
+    import torch.distributed as torch_dist
+
+    values = [math.nan if v is None else v for v in (floor, blind)]
+    packed = torch.tensor(values, dtype=torch.float64, device=device)
+    torch_dist.all_reduce(packed)
+    mean = [float(v) / world for v in packed]
+    return tuple(v if math.isfinite(v) else None for v in mean)  # type: ignore[return-value]

@@ -11,7 +11,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dlci.ladder.goal import FLOOR_HINT, Goal, percent
+from dlci.ladder.goal import FLOOR_HINT, Goal, percent, smoothed
+from dlci.memorization import curve
 
 # what a failed gate's user does next: the doctor, and the checks that usually explain it
 DOCTOR = "run dlci doctor --target {target}"
@@ -26,6 +27,17 @@ NEXT_CHECKS = {
     "NaN or infinite (a loss on the wrong tensors, a learning rate far too high)",
     "unjudged": "the doctor cannot help here: " + FLOOR_HINT,
     "stuck": "a step outlived the time cap: the place it was stuck at says where to look",
+    "blind": "the loss fell only as far as a model that ignores its inputs can: check that "
+    "the inputs reach the model (not zeros, not detached, not overwritten), that the loss "
+    "compares the outputs with the targets, and, for a VAE, that its KL term is not weighted "
+    "far above its reconstruction (posterior collapse); batch-independence and "
+    "label-alignment look at the same path",
+    "still-falling": "the loop learns, more slowly than this tier allows: raise the learning "
+    "rate (lr-range shows the steepest), or size the ladder to this model with dlci calibrate "
+    "--target {target} (docs/calibration.md)",
+    "noisy": "the loss jumps between steps on the same batch and draws: a generator of the "
+    "model's own (torch.Generator, np.random.default_rng) draws anew at every step; draw from "
+    "the global generators, which the gate replays, or give the target's step a fixed seed",
 }
 
 
@@ -49,7 +61,14 @@ class MemorizeResult:
     start_loss: float | None = None  # step 1: on the batch, before the first update
     relative_loss: float | None = None  # the best later loss as a share of the start (goal.py)
     criterion: str = ""  # what memorised meant for this run, in words
-    loss_floor: float | None = None  # the Target's declared floor (None: 0)
+    loss_floor: float | None = None  # measured or declared (None: assumed 0)
+    floor_source: str = "assumed"  # measured (on the batch), declared (by the target), assumed
+    blind_loss: float | None = None  # the input-blind baseline (memorization/floor.py)
+    measured: list[str] = field(default_factory=list)  # what was measured before step 1
+    draws_replayed: bool = False  # every step ran on the same random draws
+    judged_on: str = ""  # which value of the curve the verdict reads
+    case: str = ""  # memorised, flat, blind, still-falling, noisy, slow, nonfinite, unjudged, ...
+    projected_epochs: int | None = None  # still falling: the epoch the goal would be reached
     next_step: str = ""  # a failed run: the command to run next and the checks to read
     stuck_at: str | None = None  # watchdog: file:line in function of the stuck thread
     stack: list[str] = field(default_factory=list)  # watchdog: that thread's Python stack
@@ -61,7 +80,7 @@ class MemorizeResult:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["losses"] = [_json_float(v) for v in self.losses]
-        for key in ("best_loss", "final_loss", "start_loss", "relative_loss"):
+        for key in ("best_loss", "final_loss", "start_loss", "relative_loss", "blind_loss"):
             data[key] = _json_float(data[key])
         return data
 
@@ -92,6 +111,9 @@ def _seconds(value: float) -> str:
     return f"{value:.1f} s" if value >= 1 else f"{value * 1000:.0f} ms"
 
 
+JUDGED_ON = "the median of the last 3 losses after step 1 (goal.smoothed)"
+
+
 def judge(
     config: Any,
     *,
@@ -108,25 +130,30 @@ def judge(
     hparams: dict[str, Any],
     goal: Goal | None = None,
     unjudged: str | None = None,
+    before: Any = None,
 ) -> MemorizeResult:
     goal = goal or Goal(config.max_loss, getattr(config, "max_relative_loss", None))
     steps = len(losses)
     final = losses[-1] if losses else None
     start = losses[0] if losses else None
     wall, setup = round(wall, 4), round(setup, 4)  # the reason says what the report keeps
-    later = _best_later(losses)  # the best loss after the first update, and its step
+    judged = [smoothed(losses[: i + 1]) for i in range(len(losses))]
+    later = _best_later(judged)  # the best judged loss after the first update, and its step
     rel = goal.relative(start, later[0]) if start is not None and later else None
-    met = [i + 1 for i, v in enumerate(losses) if start is not None and goal.met(start, v, i + 1)]
+    met = [i + 1 for i, v in enumerate(judged) if start is not None and goal.met(start, v, i + 1)]
+    shape = _shape(goal, start, judged, config)
     verdict, kind, reason = _decide(
         config,
         goal,
         stopped_by=stopped_by,
         losses=losses,
-        fell=_fall(start, later, rel),
+        fell=_fall(start, later, rel, goal),
         rel=rel,
         met=met,
         timing=training_time(wall, setup),
         detail=unjudged or _best_text(best, best_step),
+        shape=shape,
+        start_share=_start_share(goal, start, later),
     )
     return MemorizeResult(
         verdict=verdict,
@@ -148,8 +175,33 @@ def judge(
         relative_loss=rel,
         criterion=goal.describe(),
         loss_floor=goal.floor,
+        floor_source=before.references.floor_source if before is not None else "assumed",
+        blind_loss=goal.blind,
+        measured=list(before.lines) if before is not None else [],
+        draws_replayed=before is not None,
+        judged_on=JUDGED_ON,
+        case=kind or "memorised",
+        projected_epochs=shape.projected_step if kind == "still-falling" else None,
         next_step=next_step(kind) if kind else "",
     )
+
+
+def _shape(goal: Goal, start: float | None, judged: list[float], config: Any) -> curve.Shape:
+    if start is None or len(judged) < 2:
+        return curve.Shape(False, None, False, 0.0)
+    relative = [goal.relative(start, v) for v in judged[1:]]
+    values = [math.nan if v is None else v for v in relative]
+    return curve.read(values, goal.relative_limit, int(getattr(config, "max_epochs", 0) or 0))
+
+
+def _start_share(goal: Goal, start: float | None, later: tuple[float, int] | None) -> float | None:
+    """The best judged loss as a share of the start above the floor (not of the baseline)."""
+    if start is None or later is None:
+        return None
+    floor = goal.floor or 0.0
+    if start - floor <= 0:
+        return None
+    return max(0.0, (later[0] - floor) / (start - floor))
 
 
 def _decide(
@@ -163,11 +215,13 @@ def _decide(
     met: list[int],
     timing: str,
     detail: str,
+    shape: curve.Shape,
+    start_share: float | None,
 ) -> tuple[str, str, str]:
     """The verdict, the kind of failure (for the next step) and the reason in words."""
     steps, final = len(losses), losses[-1] if losses else None
     if stopped_by == "threshold" and final is not None:
-        share = f", {percent(rel)} of its start" if rel is not None else ""
+        share = f", {percent(rel)} {_of(goal, losses[0])}" if rel is not None else ""
         return (
             "pass",
             "",
@@ -186,17 +240,64 @@ def _decide(
         return "fail", "unjudged", f"cannot judge memorisation: {detail} (at step {steps})"
     if met:  # early stop switched off: the same criterion, judged after all epochs
         return "pass", "", f"{goal.describe()} reached at step {met[0]} of {steps}, {fell} {timing}"
-    kind = "flat" if rel is None or rel > 0.9 else "slow"
-    head = (
-        "the loss did not fall from its start"
-        if kind == "flat"
-        else ("the loss fell, but not far enough")
-    )
     criterion = f"memorised means {goal.describe()}"
+    kind, head = _failure(goal, losses, stopped_by, rel, shape, start_share, config)
     if stopped_by == "time":
         cap = f"time cap of {config.time_cap_s / 60:g} min reached at step {steps} of "
         return "fail", kind, f"{cap}{config.max_epochs}; {head}: {fell}; {criterion}"
+    if stopped_by == "plateau":
+        return "fail", kind, (
+            f"{head}: {fell}; it came no closer to its floor in the last {curve.PLATEAU_STEPS} "
+            f"steps, so more epochs cannot help (stopped at step {steps} of "
+            f"{config.max_epochs}); {criterion}"
+        )
+    if stopped_by == "flat":
+        return "fail", kind, (
+            f"{head}: {fell}; it did not move (by more than {curve.FLAT_TOLERANCE:g} of its "
+            f"start) in {steps} steps on the same batch and draws, so more epochs cannot help; "
+            f"{criterion}"
+        )
     return "fail", kind, f"{head}: {fell}, in {config.max_epochs} epochs; {criterion}"
+
+
+def _failure(
+    goal: Goal,
+    losses: list[float],
+    stopped_by: str,
+    rel: float | None,
+    shape: curve.Shape,
+    start_share: float | None,
+    config: Any,
+) -> tuple[str, str]:
+    """The kind of a failed run and its headline."""
+    if stopped_by == "flat":
+        return "flat", "the loss did not fall from its start"
+    if shape.still_falling:
+        epochs = getattr(config, "max_epochs", 0)
+        pace = (
+            f"; at its pace it would reach the goal near epoch {shape.projected_step}"
+            if shape.projected_step is not None
+            else ""
+        )
+        return "still-falling", (
+            f"the loss was still falling steadily when the tier's {epochs} epochs ended{pace}"
+        )
+    start = losses[0] if losses else math.nan
+    blind_ref = goal.blind is not None and goal.blind_is_reference(start)
+    if blind_ref and (rel is None or rel > 0.9) and start_share is not None and start_share < 0.9:
+        return "blind", (
+            f"the loss fell from its start, but not below the input-blind baseline "
+            f"{goal.blind:.4g} (the best loss of one output shared by every example, measured "
+            "on this batch): a model that ignores its inputs falls as far"
+        )
+    if rel is None or rel > 0.9:
+        return "flat", "the loss did not fall from its start"
+    if shape.noisy:
+        return "noisy", (
+            f"the loss fell, but it is noisy on the same batch and draws (steps differ by a "
+            f"median {percent(shape.jump)} of its reference)"
+        )
+    return "slow", "the loss fell, but not far enough, and flattened out above the goal"
 
 
 def next_step(kind: str, target: str = TARGET_SLOT) -> str:
@@ -206,8 +307,10 @@ def next_step(kind: str, target: str = TARGET_SLOT) -> str:
     'run dlci doctor --target pkg.train:make; opti'
     """
     checks = NEXT_CHECKS.get(kind, NEXT_CHECKS["flat"])
-    if kind in ("unjudged", "stuck"):
+    if kind in ("unjudged", "stuck", "noisy"):
         return checks
+    if kind == "still-falling":
+        return checks.format(target=target)
     return f"{DOCTOR.format(target=target)}; {checks}"
 
 
@@ -221,7 +324,9 @@ def _best_later(losses: list[float]) -> tuple[float, int] | None:
     return min(later) if later else None
 
 
-def _fall(start: float | None, later: tuple[float, int] | None, rel: float | None) -> str:
+def _fall(
+    start: float | None, later: tuple[float, int] | None, rel: float | None, goal: Goal | None = None
+) -> str:
     """How far the loss fell from its start, in words.
 
     >>> _fall(0.7463, (0.7463, 12), 1.0)
@@ -233,8 +338,15 @@ def _fall(start: float | None, later: tuple[float, int] | None, rel: float | Non
         return "no finite loss"
     if later is None:
         return f"from {start:.4g} at step 1, with no step after it"
-    share = f" ({percent(rel)} of its start)" if rel is not None else ""
+    share = f" ({percent(rel)} {_of(goal, start)})" if rel is not None else ""
     return f"from {start:.4g} at step 1 to at best {later[0]:.4g} at step {later[1]}{share}"
+
+
+def _of(goal: Goal | None, start: float) -> str:
+    """What a relative loss is a share of: the start, or the input-blind baseline below it."""
+    if goal is not None and goal.blind is not None and goal.blind_is_reference(start):
+        return "of the input-blind baseline"
+    return "of its start"
 
 
 def _best_text(best: float | None, best_step: int | None) -> str:

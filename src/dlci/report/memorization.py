@@ -119,6 +119,8 @@ def render_markdown(report: dict[str, Any]) -> str:
             f"{md(tier['max_epochs'])} epochs, {_fmt(tier['time_cap_minutes'], 'g')} min",
         ],
         ["start loss", f"{_fmt(report.get('start_loss'))} at step 1, before any update"],
+        ["floor", f"{_fmt(report.get('loss_floor'))} ({md(report.get('floor_source', ''))})"],
+        ["input-blind baseline", _fmt(report.get("blind_loss"))],
         ["best loss", f"{_fmt(report['best_loss'])} at step {md(report['best_step'])}"],
         ["final loss", f"{_fmt(report['final_loss'])} after {md(report['steps'])} steps"],
         [
@@ -130,6 +132,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         ["seed", md(report["config"]["seed"])],
     ]
     rows += [["changed", md(change)] for change in report["config"]["changes"]]
+    measured = report.get("measured")
+    if isinstance(measured, list):
+        rows += [["measured", md(line)] for line in measured[:20]]
     lines = [f"### {icon} Memorization test: {md(report['verdict'])}", "", md(report["reason"]), ""]
     if report["verdict"] != "pass" and report.get("next_step"):
         lines += [f"**Next:** {md(report['next_step'])}", ""]
@@ -150,6 +155,9 @@ def _threshold_lines(report: dict[str, Any]) -> list[tuple[float, str]]:
     >>> _threshold_lines({"threshold": None, "relative_threshold": 0.25, "start_loss": 2.0,
     ...                   "tier": {}})
     [(0.5, '25% of the start 2 (0.5)')]
+    >>> _threshold_lines({"threshold": None, "relative_threshold": 0.25, "start_loss": 2.0,
+    ...                   "blind_loss": 1.0, "loss_floor": 0.2, "tier": {}})
+    [(0.4, '25% of the input-blind baseline 1 above the floor 0.2 (0.4)')]
     """
     lines: list[tuple[float, str]] = []
     absolute = _number(report.get("threshold"))
@@ -157,9 +165,15 @@ def _threshold_lines(report: dict[str, Any]) -> list[tuple[float, str]]:
         lines.append((absolute, f"threshold {absolute:g}"))
     share, start = _number(report.get("relative_threshold")), _number(report.get("start_loss"))
     floor = _number(report.get("loss_floor")) or 0.0
+    blind = _number(report.get("blind_loss"))
     if share is not None and start is not None and start > floor:
-        value = floor + share * (start - floor)
-        lines.append((value, f"{share:.0%} of the start {start:.4g} ({value:.4g})"))
+        reference, what = start, f"the start {start:.4g}"
+        if blind is not None and floor < blind < start:
+            reference, what = blind, f"the input-blind baseline {blind:.4g}"
+        if floor:
+            what += f" above the floor {floor:.4g}"
+        value = floor + share * (reference - floor)
+        lines.append((value, f"{share:.0%} of {what} ({value:.4g})"))
     return lines
 
 

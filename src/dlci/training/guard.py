@@ -84,9 +84,15 @@ def where(frame: traceback.FrameSummary | None) -> str:
 
 
 def raised_by_dlci(exc: BaseException) -> bool:
-    """Whether dl-ci's own code raised ``exc`` (its innermost frame is in the package)."""
-    summaries = frames(exc.__traceback__)
+    """Whether dl-ci's own code raised ``exc`` (its innermost frame is in the package). A
+    torch function mode of dl-ci's (``__torch_function__``: it passes every op on) is not the
+    raiser: the op it called is."""
+    summaries = [f for f in frames(exc.__traceback__) if not _passes_ops_on(f)]
     return bool(summaries) and is_dlci(summaries[-1].filename)
+
+
+def _passes_ops_on(frame: traceback.FrameSummary) -> bool:
+    return frame.name == "__torch_function__" and is_dlci(frame.filename)
 
 
 def frames_text(summaries: list[traceback.FrameSummary], limit: int = 4) -> str:

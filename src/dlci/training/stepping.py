@@ -1,5 +1,6 @@
-"""The memorization test's optimizer and step: what it switches off, how one step runs, and
-the user mistakes a step turns into DlciErrors."""
+"""The memorization test's step: how one step runs, the optimizer's settings as the user made
+them, and the user mistakes a step turns into DlciErrors (regularization.py switches off
+what would keep a batch from being memorised)."""
 
 from __future__ import annotations
 
@@ -9,25 +10,6 @@ from dlci.errors import DlciError
 from dlci.training.batching import call_model
 from dlci.training.guard import user_code
 from dlci.training.target import Target
-
-
-def switch_off_regularization(model: Any, optimizer: Any) -> list[str]:
-    """Set dropout to 0 and weight decay to 0, returning one line per change made."""
-    from torch.nn.modules.dropout import _DropoutNd
-
-    changes = []
-    for name, module in model.named_modules():
-        if isinstance(module, _DropoutNd) and module.p > 0:
-            changes.append(
-                f"dropout off: {name or 'model'} ({type(module).__name__}, p={module.p:g} -> 0)"
-            )
-            module.p = 0.0
-    for index, group in enumerate(optimizer.param_groups):
-        decay = group.get("weight_decay", 0) or 0
-        if decay > 0:
-            changes.append(f"weight decay off: param group {index} ({decay:g} -> 0)")
-            group["weight_decay"] = 0.0
-    return changes
 
 
 # param-group keys that choose a kernel, not a hyperparameter

@@ -80,9 +80,10 @@ class Target:
     num_classes: int | None = None
     train_step: Callable[[Any, Any, Any], Any] | None = None
     eval_step: Callable[[Any, Any], Any] | None = None
-    # the lowest value the loss can take, where it is not 0: a Gaussian NLL or a
-    # log-likelihood goes below 0, and "fell to nearly nothing from its start" needs the floor
-    loss_floor: float | None = None
+    # the lowest value the loss can take on a batch, for a loss dl-ci cannot measure it of (a
+    # train_step of its own): a number, or a function of the batch; where the loss is a
+    # loss_fn the floor is measured on the gate's batch (memorization/floor.py)
+    loss_floor: float | Callable[[Any], float] | None = None
     # what the doctor's figure of training examples decodes token ids with: a tokenizer (its
     # ``decode``) or a sequence of tokens by id; from_transformers takes the collator's
     vocab: Any = None
@@ -115,12 +116,14 @@ class Target:
         ):
             problems.append(f"num_classes must be an integer >= 2, got {self.num_classes!r}")
         floor: object = self.loss_floor
-        if floor is not None and (
+        if floor is not None and not callable(floor) and (
             isinstance(floor, bool)
             or not isinstance(floor, int | float)
             or not math.isfinite(floor)
         ):
-            problems.append(f"loss_floor must be a finite number, got {floor!r}")
+            problems.append(
+                f"loss_floor must be a finite number or a function of the batch, got {floor!r}"
+            )
         if not hasattr(self.train_loader, "__iter__"):
             problems.append(
                 f"train_loader must be iterable, got {type(self.train_loader).__name__}"
