@@ -52,6 +52,7 @@ KEPT = frozenset([*(n for names in GATE_FILES.values() for n in names), "run.jso
 TESTS_FILES = ("run.json", "junit.xml", "coverage.xml")
 FIGURES = "figures"  # the doctor's figures folder (dlci.report.figures.FOLDER)
 FILE_LIMIT, TOTAL_LIMIT = 512 << 20, 1 << 30  # bytes: one file (a long trace fits), a container
+EXTRA_LIMIT, EXTRA_TOTAL = 16 << 20, 64 << 20  # the tests' other files handed back: each, all
 BAD = ("failed", "error", "interrupted", "running")
 # Names in the artifacts folder that only the host writes: never taken from a container
 HOST_NAMES = frozenset([*KEPT, "preflight.json", "cleanup.json", "report.html"])
@@ -154,6 +155,9 @@ class Parts:
             self.collected[part.name] = kept
         try:
             left = copy_beneath(root, rel, kept, allowed, limit=FILE_LIMIT, total=TOTAL_LIMIT)
+            if part.out is None and copy is not None:  # the tests' other files, smaller caps
+                extra = self.base / "kept-tests-extra"
+                copy_beneath(root, rel, extra, _tests_extra, limit=EXTRA_LIMIT, total=EXTRA_TOTAL)
         except DlciError as exc:  # the folder itself is a link (or gone)
             left = []
             self.refused.append(f"{part.name}: {exc.message}")
@@ -170,8 +174,6 @@ class Parts:
                 rel = item.relative_to(kept).as_posix()
                 if rel == "run.json" or not item.is_file():
                     continue  # copy_beneath made ``kept``: regular files and folders only
-                if gate == "tests" and rel not in TESTS_FILES:
-                    continue  # the tests' other files: into the workspace only, below
                 (self.reports / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(item, self.reports / rel)
                 if gate != "tests" and "/" not in rel and item.suffix == ".json":
@@ -184,7 +186,7 @@ class Parts:
         try:  # for the steps after this one; never through a link a container left there
             planted = [n for names in GATE_FILES.values() for n in names]
             mirror_beneath(self.reports, self.workspace, self._rel(), planted)
-            self._hand_back(self.base / "kept-tests")
+            self._hand_back(self.base / "kept-tests-extra")
         except DlciError as exc:
             problems.append(f"{exc.message}: nothing more written into the workspace")
         record = {
@@ -210,7 +212,7 @@ class Parts:
         caps, no git file, never a name the host writes) into the workspace's artifacts."""
         for item in sorted(kept.rglob("*")) if kept.is_dir() else ():
             rel = item.relative_to(kept).as_posix()
-            if item.is_file() and rel not in HOST_NAMES and rel not in TESTS_FILES:
+            if item.is_file() and _tests_extra(rel):
                 write_beneath(self.workspace, f"{self._rel()}/{rel}", item.read_bytes())
 
     def _rel(self) -> str:
@@ -334,13 +336,17 @@ def _gate_file(path: str) -> bool:
 
 
 def _tests_file(path: str) -> bool:
-    """What the host takes back from the tests' artifacts folder in their copy: their
-    reports, and the other files their tests wrote there (for the workspace, never the host's
-    reports), never a git file at any depth (git on the host would read it)."""
+    return path in TESTS_FILES
+
+
+def _tests_extra(path: str) -> bool:
+    """The other files the tests left in the artifacts folder of their copy, handed back to
+    the workspace: never a git file at any depth (git on the host would read it), never a
+    name the host writes there, at most 8 folders deep."""
     parts = path.rstrip("/").split("/")
     if any(p.lower().startswith(".git") for p in parts) or len(parts) > 8:
         return False
-    return path.endswith("/") or parts[-1] not in HOST_NAMES or path in TESTS_FILES
+    return path.endswith("/") or path not in (*HOST_NAMES, *TESTS_FILES)
 
 
 def _split(inner: list[str]) -> tuple[list[str], str, str]:
