@@ -617,7 +617,7 @@ def test_a_context_that_changes_while_it_is_sent_leaves_no_image(
 
 # ------------------------------------------------ links in the pull request's build files (42)
 
-HOST_SECRET = "host-credentials-canary-42"
+HOST_SECRET = "host-credentials-canary-42"  # pragma: allowlist secret (a test value)
 
 
 @pytest.mark.parametrize(
