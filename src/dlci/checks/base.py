@@ -103,11 +103,14 @@ class Context:
     def forward(self, model: Any = None, batch: Any = None) -> Any:
         return call_model(model or self.model, (batch or self.batch)[0])
 
-    def evaluate(self, batch: Any = None, model: Any = None) -> Any:
+    def evaluate(self, batch: Any = None, model: Any = None, draws: Any = None) -> Any:
         """The model's (or a copy's) outputs as the target scores them: its own
         ``eval_step`` when given (a model whose forward needs the targets for its full
-        outputs), else a forward."""
+        outputs), else a forward. ``draws`` (training/draws.py's ``Draws``) are replayed
+        first: the same input then meets the same random draws (a VAE's noise)."""
         batch, model = batch or self.batch, model or self.model
+        if draws is not None:
+            draws.replay()
         if self.target.eval_step is not None:
             return self.target.eval_step(model, batch)
         return self.forward(model, batch)

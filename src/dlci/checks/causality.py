@@ -14,6 +14,7 @@ inputs shifted by one (the next token at each position).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Mapping, MutableMapping
 from typing import Any
@@ -26,27 +27,71 @@ COPY_LOSS = 0.05  # the loss of outputs that copy their inputs, under which labe
 TOKEN_KEYS = ("input_ids", "tokens", "idx", "x")
 
 
-def _tokens(inputs: Any) -> tuple[Any, str | None] | None:
-    """The (N, L) integer token tensor of the inputs and its key in a dict (None: the inputs
-    are that tensor), or None."""
+def _is_tokens(t: Any) -> bool:
     import torch
 
-    def is_tokens(t: Any) -> bool:
-        return (
-            isinstance(t, torch.Tensor)
-            and t.ndim == 2
-            and not t.is_floating_point()
-            and t.dtype != torch.bool
-            and t.shape[1] >= 2
-        )
+    return (
+        isinstance(t, torch.Tensor)
+        and t.ndim == 2
+        and not t.is_floating_point()
+        and t.dtype != torch.bool
+        and t.shape[1] >= 2
+    )
 
-    if is_tokens(inputs):
-        return inputs, None
-    if isinstance(inputs, Mapping):
-        for key in TOKEN_KEYS:
-            if is_tokens(inputs.get(key)):
-                return inputs[key], key
+
+def _children(value: Any) -> list[tuple[Any, Any]]:
+    """(key, child) of a dict (the usual token keys first), a tuple or list, a dataclass."""
+    if isinstance(value, Mapping):
+        keys = [k for k in TOKEN_KEYS if k in value] + [k for k in value if k not in TOKEN_KEYS]
+        return [(k, value[k]) for k in keys]
+    if isinstance(value, tuple | list):
+        return list(enumerate(value))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)]
+    return []
+
+
+def _tokens(inputs: Any, depth: int = 0) -> tuple[Any, tuple[Any, ...]] | None:
+    """The (N, L) integer token tensor of the inputs and where it sits: the path of keys,
+    indices and fields into dicts, tuples or lists and dataclasses (``()``: the inputs are
+    that tensor); None when there is none. ``model(X, Y)`` (nanoGPT's forward given the
+    targets) is found at ``(0,)``."""
+    if _is_tokens(inputs):
+        return inputs, ()
+    if depth >= 3:
+        return None
+    for key, child in _children(inputs):
+        found = _tokens(child, depth + 1)
+        if found is not None:
+            return found[0], (key, *found[1])
     return None
+
+
+def _with(inputs: Any, path: tuple[Any, ...], new: Any) -> Any:
+    """``inputs`` with the tensor at ``path`` replaced by ``new``, in the same structure."""
+    if not path:
+        return new
+    key, rest = path[0], path[1:]
+    if isinstance(inputs, Mapping):
+        return {**inputs, key: _with(inputs[key], rest, new)}
+    if isinstance(inputs, tuple | list):
+        items = list(inputs)
+        items[key] = _with(items[key], rest, new)
+        return type(inputs)(items) if isinstance(inputs, list) else tuple(items)
+    return dataclasses.replace(inputs, **{key: _with(getattr(inputs, key), rest, new)})
+
+
+def _kinds(inputs: Any) -> str:
+    """What the inputs hold, briefly, for a message: ``(float (16, 3, 8, 8), int (16,))``."""
+    import torch
+
+    if isinstance(inputs, torch.Tensor):
+        kind = "float" if inputs.is_floating_point() else str(inputs.dtype).replace("torch.", "")
+        return f"{kind} {tuple(inputs.shape)}"
+    children = _children(inputs)
+    if not children:
+        return type(inputs).__name__
+    return "(" + ", ".join(f"{k}: {_kinds(c)}" for k, c in children[:6]) + ")"
 
 
 def _autoregressive(model: Any, tokens: Any, targets: Any) -> str:
@@ -75,13 +120,19 @@ def _autoregressive(model: Any, tokens: Any, targets: Any) -> str:
 def causality(ctx: Context) -> CheckResult:
     import torch
 
+    from dlci.training.draws import Draws
+
     inputs, targets = ctx.batch
     found = _tokens(inputs)
     if found is None:
         return CheckResult(
-            "causality", SKIP, cause="the inputs are not (N, L) token sequences of integers"
+            "causality",
+            SKIP,
+            cause="the inputs hold no (N, L) token sequences of integers (looked inside "
+            f"tuples, dicts and dataclasses; the inputs are {_kinds(inputs)})",
         )
     tokens, key = found
+    draws = Draws.capture()  # the same tokens meet the same random draws on every call
     why = _autoregressive(ctx.model, tokens, targets)
     if not why:
         return CheckResult(
@@ -94,19 +145,18 @@ def causality(ctx: Context) -> CheckResult:
     cut = (length - 1) // 2  # positions 0..cut keep their tokens; at least one after changes
     ctx.model.eval()
     with torch.no_grad():
-        raw = ctx.evaluate()
-        layout = _layout(ctx, raw, tokens, key)
+        raw = ctx.evaluate(draws=draws)
+        layout = _layout(ctx, raw, tokens, key, draws)
         if isinstance(layout, str):
             return CheckResult("causality", SKIP, cause=layout)
         before = layout(raw)
-        again = layout(ctx.evaluate())
+        again = layout(ctx.evaluate(draws=draws))
         vocab = max(int(tokens.max()) + 1, before.shape[-1] if before.ndim == 3 else 0)
         if vocab < 2:
             return CheckResult("causality", SKIP, cause="a vocabulary of one token")
         changed = _later_changed(tokens, cut, vocab)
-        after_inputs = changed if key is None else {**inputs, key: changed}
-        after = layout(ctx.evaluate((after_inputs, targets)))
-        fed = _labels_read(ctx, layout, before, (inputs, targets), tokens, why, vocab)
+        after = layout(ctx.evaluate((_with(inputs, key, changed), targets), draws=draws))
+        fed = _labels_read(ctx, layout, before, (inputs, targets), tokens, why, vocab, draws)
     if not all(
         isinstance(t, torch.Tensor) and t.shape == before.shape for t in (before, again, after)
     ) or not (before.ndim >= 2 and before.shape[1] == length):
@@ -175,7 +225,7 @@ def _later_changed(tokens: Any, cut: int, vocab: int) -> Any:
     return changed
 
 
-def _layout(ctx: Context, raw: Any, tokens: Any, key: str | None) -> Any:
+def _layout(ctx: Context, raw: Any, tokens: Any, key: tuple[Any, ...], draws: Any) -> Any:
     """A function from the model's outputs to its per-position scores (N, L, ...), or why
     there is none. Outputs of one row per example are taken as they are; outputs flattened to
     one row per token (``output.view(-1, vocab)``, as many language models return them) are
@@ -197,7 +247,7 @@ def _layout(ctx: Context, raw: Any, tokens: Any, key: str | None) -> Any:
     probe = tokens.clone()
     probe[0] = (probe[0] + 1) % max(int(tokens.max()) + 1, 2)
     inputs, targets = ctx.batch
-    moved_raw = ctx.evaluate((probe if key is None else {**inputs, key: probe}, targets))
+    moved_raw = ctx.evaluate((_with(inputs, key, probe), targets), draws=draws)
     moved = _tensors(moved_raw)[index]
     gaps = (moved - flat[0]).abs().reshape(rows * length, -1).amax(dim=1)
     changed = set(
@@ -231,7 +281,14 @@ def _tensors(outputs: Any) -> list[Any]:
 
 
 def _labels_read(
-    ctx: Context, layout: Any, before: Any, batch: Any, tokens: Any, why: str, vocab: int
+    ctx: Context,
+    layout: Any,
+    before: Any,
+    batch: Any,
+    tokens: Any,
+    why: str,
+    vocab: int,
+    draws: Any,
 ) -> CheckResult | None:
     """A model that is given its targets (a forward(inputs, target) with teacher forcing)
     must not read the one it predicts: the output at a position may depend on earlier
@@ -249,7 +306,9 @@ def _labels_read(
     cut = (length - 1) // 2
     changed = _later_changed(targets.clamp(min=0), cut, vocab)
     changed = torch.where(targets < 0, targets, changed)  # ignored positions stay ignored
-    after = layout(ctx.evaluate((inputs, changed)))
+    # the targets given to the forward too (nanoGPT's model(X, Y)) change with them
+    inputs = _replace_equal(inputs, targets, changed)
+    after = layout(ctx.evaluate((inputs, changed), draws=draws))
     if not (isinstance(after, torch.Tensor) and after.shape == before.shape):
         return None
     upto = cut + 1 if why.startswith("the targets are the inputs shifted") else cut
@@ -270,6 +329,23 @@ def _labels_read(
         "causal mask, or train a decoder-only model on the inputs alone",
         details={"cut": cut, "length": length, "why": why, "max_change": change, "targets": True},
     )
+
+
+def _replace_equal(inputs: Any, old: Any, new: Any, depth: int = 0) -> Any:
+    """``inputs`` with every tensor equal to ``old`` (the targets, given to the forward as
+    well) replaced by ``new``."""
+    import torch
+
+    if isinstance(inputs, torch.Tensor):
+        same = inputs.shape == old.shape and inputs.dtype == old.dtype
+        return new if same and bool(torch.equal(inputs, old)) else inputs
+    if depth >= 3:
+        return inputs
+    for key, child in _children(inputs):
+        replaced = _replace_equal(child, old, new, depth + 1)
+        if replaced is not child:
+            inputs = _with(inputs, (key,), replaced)
+    return inputs
 
 
 def _copy_loss(

@@ -41,10 +41,13 @@ def val_batches(ctx: Context) -> list[Any]:
     return ctx.loader_batches(ctx.target.val_loader, EVAL_BATCHES)
 
 
-def evaluate(ctx: Context, model: Any, batches: list[Any]) -> Score:
-    """Mean validation loss, accuracy for classification, else the fit of the outputs."""
+def evaluate(ctx: Context, model: Any, batches: list[Any], draws: Any = None) -> Score:
+    """Mean validation loss, accuracy for classification, else the fit of the outputs;
+    ``draws`` replayed first, so two models scored on them meet the same random draws."""
     import torch
 
+    if draws is not None:
+        draws.replay()
     model.eval()
     losses, correct, total = [], 0, 0
     classification = ctx.is_classification()
@@ -147,8 +150,8 @@ def _auc(scores: Any, labels: Any) -> float:
 
 
 NEVER_TRAINED = 1e-6  # weights moved by less than this share of their norm: no training at all
-EXTENDED_STEPS = 240  # the most each copy trains when 60 steps gave no pass
-EXTEND_SECONDS = 30.0  # the extension runs when projected (from the first 60 steps) within this
+EXTENDED_STEPS = 240  # the most each copy trains when 60 steps gave no pass (counted in
+# steps, never in seconds: the verdict is the same on a loaded machine and an idle one)
 FIT_PREMISE = 0.1  # how far the true-label copy must fit its own batches for a failure to count
 
 
@@ -342,9 +345,13 @@ class Reading:
 
 
 def _read(ctx: Context, true: Arm, shuffled: Arm, own: list[Any], val: list[Any]) -> Reading:
-    true_score = evaluate(ctx, true.model, val)
-    control = evaluate(ctx, shuffled.model, val)
-    own_loss = evaluate(ctx, true.model, own).loss
+    from dlci.training.draws import Draws
+
+    draws = Draws.capture()  # both copies scored on the same draws (a VAE's noise)
+    true_score = evaluate(ctx, true.model, val, draws)
+    control = evaluate(ctx, shuffled.model, val, draws)
+    own_loss = evaluate(ctx, true.model, own, draws).loss
+    draws.replay()
     floor = min(0.0, true.lowest, shuffled.lowest, true_score.loss, own_loss)
     span = control.loss - floor
 
@@ -367,13 +374,12 @@ def label_alignment(ctx: Context) -> CheckResult:
     """Shuffled-label control: true labels must beat shuffled labels on held-out data.
 
     A copy that has not fitted even its own training batches beyond the labels' overall mix
-    says nothing of the labels: then both copies train on, up to EXTENDED_STEPS, where that
-    is projected to take at most EXTEND_SECONDS, and a check still without a pass or a
-    measured fault says it could not judge (a warning), and why.
+    says nothing of the labels: then both copies train on, up to EXTENDED_STEPS (a count of
+    steps: no clock decides it), and a check still without a pass or a measured fault says
+    it could not judge (a warning), and why. Both copies train on the same random draws (a
+    VAE's noise, dropout masks, augmentations): only the labels differ between them.
     """
-    import time
-
-    import torch
+    from dlci.training.draws import Draws
 
     if missing := _needs(ctx, "label-alignment"):
         return missing
@@ -391,8 +397,7 @@ def label_alignment(ctx: Context) -> CheckResult:
             "changes nothing: the training data is not shuffled (see shuffle)",
             fix="shuffle the training data (DataLoader(shuffle=True))",
         )
-    started = time.perf_counter()
-    rng = torch.get_rng_state()  # both copies draw the same dropout masks and augmentations
+    draws = Draws.capture()  # both copies draw the same dropout masks and augmentations
     true = Arm(ctx).train(ctx, batches, scored)
     moved = _moved(ctx.model, true.model)
     if moved < NEVER_TRAINED:  # the premise failed: copies that never trained say nothing
@@ -403,7 +408,7 @@ def label_alignment(ctx: Context) -> CheckResult:
             fix="check the optimizer factory uses the parameters it is given "
             "(optimizer-coverage), and the learning rate (lr-range)",
         )
-    torch.set_rng_state(rng)
+    draws.replay()
     shuffled = Arm(ctx).train(ctx, shuffled_batches)
     if true.losses == shuffled.losses:
         return _unjudged(
@@ -418,21 +423,13 @@ def label_alignment(ctx: Context) -> CheckResult:
     reading = _read(ctx, true, shuffled, own, val)
     warn = ctx.policy.threshold("label-alignment", "warn-gain")
     fail = ctx.policy.threshold("label-alignment", "fail-gain")
-    extension = ""
-    if reading.gain < warn:  # no pass yet: more steps on the same batches, when affordable
-        projected = (time.perf_counter() - started) * (EXTENDED_STEPS - len(batches)) / len(batches)
-        if projected <= EXTEND_SECONDS:
-            extra = EXTENDED_STEPS - len(batches)
-            rng = torch.get_rng_state()
-            true.train(ctx, list(itertools.islice(itertools.cycle(batches), extra)))
-            torch.set_rng_state(rng)
-            shuffled.train(ctx, list(itertools.islice(itertools.cycle(shuffled_batches), extra)))
-            reading = _read(ctx, true, shuffled, own, val)
-        else:
-            extension = (
-                f" (training on to {EXTENDED_STEPS} steps would take about {projected:.0f} s, "
-                f"over the check's {EXTEND_SECONDS:.0f} s)"
-            )
+    if reading.gain < warn and len(batches) < EXTENDED_STEPS:  # no pass yet: train on
+        extra = EXTENDED_STEPS - len(batches)
+        draws = Draws.capture()
+        true.train(ctx, list(itertools.islice(itertools.cycle(batches), extra)))
+        draws.replay()
+        shuffled.train(ctx, list(itertools.islice(itertools.cycle(shuffled_batches), extra)))
+        reading = _read(ctx, true, shuffled, own, val)
     details = reading.details()
     expected = f"true labels clearly better (loss at least {warn:.0%} of the way lower)"
     if reading.gain >= warn:
@@ -451,7 +448,7 @@ def label_alignment(ctx: Context) -> CheckResult:
                 f"training batches (loss {fmt(reading.own)}) no better than the shuffled-label "
                 f"copy fits held-out data ({fmt(reading.control.loss)}), and {how}: the loop "
                 "learns nothing at this rate in these steps, and two copies that learned "
-                f"nothing tie whatever the labels are{extension}",
+                "nothing tie whatever the labels are",
                 details,
                 measured=reading.text(),
             )
