@@ -96,7 +96,17 @@ def test_the_pull_request_attacks():
         with open("/proc/1/fd/1", "w") as out:
             out.write("::add-mask::pwnedword\npwnedword-visible\n")
             out.write("::error::pwned-by-the-pull-request\n")
-    pathlib.Path("attack.json").write_text(json.dumps(found))
+        # a nested repository at the submodule's path, for git on the host (issue 42)
+        git = pathlib.Path("/workspace/sub/.git")
+        (git / "objects").mkdir(parents=True, exist_ok=True)
+        (git / "refs").mkdir(exist_ok=True)
+        (git / "HEAD").write_text("ref: refs/heads/main\n")
+        (git / "config").write_text(
+            "[core]\n\trepositoryformatversion = 0\n\tfsmonitor = echo ran >> /tmp/dlci-e2e-ran\n"
+        )
+    art = pathlib.Path("/workspace/dlci-artifacts")  # what the tests leave there comes back
+    art.mkdir(exist_ok=True)
+    (art / "attack.json").write_text(json.dumps(found))
 """
 
 
@@ -121,7 +131,6 @@ def _rewrite():
     for key in ("steps", "best_step", "world_size", "device", "reason"):
         report[key] = MARKUP
     path.write_text(json.dumps(report))
-    pathlib.Path("/workspace/project/rewritten.json").write_text(json.dumps(report))
 
 
 def make_target():
@@ -155,9 +164,16 @@ def workflow(kit_image: str) -> str:
 - id: check
   if: always()
   run: |
-    echo "attack=$(cat "$GITHUB_WORKSPACE/project/attack.json")" >> "$GITHUB_OUTPUT"
+    echo "attack=$(cat "$GITHUB_WORKSPACE/dlci-artifacts/attack.json")" >> "$GITHUB_OUTPUT"
     echo "host_ipc=$(readlink /proc/self/ns/ipc)" >> "$GITHUB_OUTPUT"
-    echo "rewritten=$(cat "$GITHUB_WORKSPACE/project/rewritten.json" 2>/dev/null)" >> "$GITHUB_OUTPUT"
+    # the host's copy of the gate's report (the target rewrote it on its way out)
+    echo "rewritten=$(tr -d '\\n' < "$GITHUB_WORKSPACE/dlci-artifacts/memorization.json" 2>/dev/null)" >> "$GITHUB_OUTPUT"
+    # what actions/checkout's post step runs in the workspace (src/git-auth-helper.ts)
+    git -C "$GITHUB_WORKSPACE" submodule foreach --recursive "git config --local --show-origin --name-only --get-regexp remote.origin.url" || true
+    git -C "$GITHUB_WORKSPACE" submodule status || true
+    echo "fsmonitor=$(cat /tmp/dlci-e2e-ran 2>/dev/null | wc -l)" >> "$GITHUB_OUTPUT"
+    echo "git=$(git -C "$GITHUB_WORKSPACE" submodule status >/dev/null 2>&1 && echo works)" >> "$GITHUB_OUTPUT"
+    echo "nested=$(test -e "$GITHUB_WORKSPACE/sub/.git" && echo yes || echo no)" >> "$GITHUB_OUTPUT"
 """,
         on="[push, pull_request]",
     )
@@ -171,6 +187,10 @@ def attacked(tmp_path_factory: pytest.TempPathFactory, kit_image: str, act_bin: 
     repo = user_repo(tmp_path, kit, workflow(kit_image))
     (repo / "project" / "tests" / "test_attack.py").write_text(ATTACK)
     (repo / "project" / "digits_example" / "hostile.py").write_text(HOSTILE_TARGET)
+    # a submodule entry (a gitlink and .gitmodules), at whose path the tests plant a repository
+    (repo / ".gitmodules").write_text('[submodule "sub"]\n\tpath = sub\n\turl = ../sub\n')
+    gitlink = "160000,1234567890123456789012345678901234567890,sub"
+    git(repo, "update-index", "--add", "--cacheinfo", gitlink)
     git(repo, "add", "--all")
     git(repo, "commit", "--quiet", "--message", "an innocent-looking test")
     # what actions/checkout leaves behind with persist-credentials left at its default
@@ -282,3 +302,16 @@ def test_control_the_rewritten_report_rendered_raw_carries_the_markup(
     raw = memorization.render_markdown(rewritten)
     for markup in ("<img src=https://evil.example/p.png>", "@org/team", "https://evil.example"):
         assert markup in raw
+
+
+def test_the_nested_repository_the_tests_plant_never_reaches_git_on_the_host(attacked) -> None:
+    """The tests plant ``sub/.git`` with core.fsmonitor set (issue 42): their container had
+    its own copy of the checkout, so the workspace that checkout's post step's ``git submodule
+    foreach`` runs in has none, and the job fails naming it. The control (the same commands
+    on the workspace the containers shared) is in test_trust_workspace.py."""
+    run = attacked["pr"]
+    check = run.outputs("check")
+    assert check.get("git") == "works", run.explain()  # git ran in the workspace
+    assert (check.get("nested"), check.get("fsmonitor")) == ("no", "0")
+    summary = "".join(run.summaries())
+    assert "the tests step planted git files" in summary and "sub/.git (added)" in summary
