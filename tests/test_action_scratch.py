@@ -235,3 +235,26 @@ def test_many_lines_past_the_total_are_counted_not_printed(capsys) -> None:
     printed = capsys.readouterr()
     assert code == 0 and len(printed.out) <= container.OUTPUT_LIMIT + 1000
     assert "output dropped" in printed.err
+
+
+def test_a_checkout_that_cannot_be_copied_is_one_error_with_a_hint(tmp_path: Path) -> None:
+    from dlci.errors import DlciError
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "unreadable").write_text("x")
+    mounts = tmp_path / "mounts"
+    mounts.mkdir()
+    copies = container.Copies(ws, mounts)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied", str(ws / "unreadable"))
+
+    import pytest
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(scratch, "_copy_file", refuse)
+        with pytest.raises(DlciError, match="could not be copied for the tests step") as caught:
+            copies.make("tests")
+    assert "readable by the runner's user" in (caught.value.hint or "")
+    assert list(mounts.iterdir()) == []

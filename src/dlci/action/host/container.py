@@ -240,7 +240,16 @@ class Copies:
         copy = self.folder / f"workspace-{part}"
         scratch.remove_copy(copy)
         started = time.monotonic()
-        notes = scratch.make_copy(self.workspace, copy, empty=self.hidden)
+        try:
+            notes = scratch.make_copy(self.workspace, copy, empty=self.hidden)
+        except OSError as exc:
+            scratch.remove_copy(copy)
+            raise DlciError(
+                f"the checkout could not be copied for the {part} step's container: "
+                f"{exc.filename or ''}: {exc.strerror or exc}",
+                hint="every file of the checkout must be readable by the runner's user; "
+                "the copy goes under RUNNER_TEMP, which needs room for one copy",
+            ) from None
         took = time.monotonic() - started
         size = f"{notes.files} files, {notes.bytes >> 20} MiB"
         say(f"{part}: runs on a copy of the checkout ({size}, copied in {took:.1f} s)")
