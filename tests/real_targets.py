@@ -489,3 +489,279 @@ def word_language_model(*, batch_as_time: bool = False) -> dlci.Target:
         loss_fn=lambda output, targets: F.nll_loss(output, time_major(targets).reshape(-1)),
         num_classes=VOCAB,
     )
+
+
+# ---- models of other shapes (issue 44): random forwards, reconstructions, dense targets, ---
+# composite losses. Each follows its public source's lines, cut down to run on CPU in
+# seconds; the source is named at each one.
+
+
+class VAE(torch.nn.Module):
+    """pytorch/examples vae/main.py's VAE (784 -> 400 -> 20 there; 784 -> 64 -> 8 here): the
+    reparameterisation draws its noise with randn_like in every forward, eval mode too."""
+
+    def __init__(self, hidden: int = 64, latent: int = 8, *, input_cut: bool = False) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(784, hidden)
+        self.fc21 = torch.nn.Linear(hidden, latent)
+        self.fc22 = torch.nn.Linear(hidden, latent)
+        self.fc3 = torch.nn.Linear(latent, hidden)
+        self.fc4 = torch.nn.Linear(hidden, 784)
+        self.input_cut = input_cut
+
+    def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h1 = F.relu(self.fc1(x))
+        return self.fc21(h1), self.fc22(h1)
+
+    def reparameterize(self, mu: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
+        std = torch.exp(0.5 * logvar)
+        eps = torch.randn_like(std)
+        return mu + eps * std
+
+    def decode(self, z: torch.Tensor) -> torch.Tensor:
+        h3 = F.relu(self.fc3(z))
+        return torch.sigmoid(self.fc4(h3))
+
+    def forward(self, x: torch.Tensor):
+        if self.input_cut:  # a refactor that encodes a placeholder instead of the batch
+            x = torch.zeros_like(x)
+        mu, logvar = self.encode(x.view(-1, 784))
+        z = self.reparameterize(mu, logvar)
+        return self.decode(z), mu, logvar
+
+
+def vae(*, mean_reconstruction: bool = False, input_cut: bool = False) -> dlci.Target:
+    """pytorch/examples vae/main.py's loop: Adam 1e-3, ``loss_function`` (summed BCE + KLD),
+    the step reading its targets from ``batch[0]`` (``for data, _ in train_loader``), on
+    MNIST-shaped pixels in [0, 1].
+
+    Planted bugs: the reconstruction term averaged while the KL term stays summed (the
+    posterior collapses: every input decodes to the mean image), and the encoder fed zeros."""
+
+    def loss_function(recon_x, x, mu, logvar):
+        reduction = "mean" if mean_reconstruction else "sum"
+        bce = F.binary_cross_entropy(recon_x, x.view(-1, 784), reduction=reduction)
+        kld = -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp())
+        return bce + kld
+
+    def step(model, batch, optimizer):
+        data, _ = batch
+        optimizer.zero_grad()
+        recon_batch, mu, logvar = model(data)
+        loss = loss_function(recon_batch, data, mu, logvar)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    torch.manual_seed(0)
+    model = VAE(input_cut=input_cut)
+    train, val = image_loaders(normalized=False)
+    return dlci.Target(
+        model, lambda p: torch.optim.Adam(p, lr=1e-3), train, val_loader=val, train_step=step
+    )
+
+
+def shapes(n: int, seed: int, size: int = 16) -> TensorDataset:
+    """Segmentation data: one to three rectangles of random height and width per image, the
+    mask 1 inside them; the image a faint copy of the mask under noise, three channels."""
+    g = torch.Generator().manual_seed(seed)
+    masks = torch.zeros(n, size, size, dtype=torch.long)
+    for i in range(n):
+        for _ in range(int(torch.randint(1, 4, (1,), generator=g))):
+            h, w = (int(v) for v in torch.randint(2, 8, (2,), generator=g))
+            top, left = (int(v) for v in torch.randint(0, size - 7, (2,), generator=g))
+            masks[i, top : top + h, left : left + 2 * w // 3 + 1] = 1
+    colour = torch.rand(n, 3, 1, 1, generator=g)
+    images = 0.6 * masks[:, None].float() * colour + 0.2 * torch.randn(
+        n, 3, size, size, generator=g
+    )
+    return TensorDataset(images, masks)
+
+
+class DoubleConv(torch.nn.Sequential):
+    """milesial/Pytorch-UNet unet/unet_parts.py's DoubleConv: (conv => BN => ReLU) * 2."""
+
+    def __init__(self, cin: int, cout: int) -> None:
+        super().__init__(
+            torch.nn.Conv2d(cin, cout, 3, padding=1, bias=False),
+            torch.nn.BatchNorm2d(cout),
+            torch.nn.ReLU(inplace=True),
+            torch.nn.Conv2d(cout, cout, 3, padding=1, bias=False),
+            torch.nn.BatchNorm2d(cout),
+            torch.nn.ReLU(inplace=True),
+        )
+
+
+class UNet(torch.nn.Module):
+    """milesial/Pytorch-UNet's UNet cut to two levels (64..1024 channels there, 8..16 here):
+    inc, down (max-pool, DoubleConv), up (bilinear upsample, concatenated skip, DoubleConv),
+    outc."""
+
+    def __init__(self, n_channels: int = 3, n_classes: int = 2, *, input_cut: bool = False):
+        super().__init__()
+        self.n_classes = n_classes
+        self.inc = DoubleConv(n_channels, 8)
+        self.down = torch.nn.Sequential(torch.nn.MaxPool2d(2), DoubleConv(8, 16))
+        self.up = torch.nn.Upsample(scale_factor=2, mode="bilinear", align_corners=True)
+        self.conv = DoubleConv(24, 8)
+        self.outc = torch.nn.Conv2d(8, n_classes, kernel_size=1)
+        self.input_cut = input_cut
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.input_cut:  # an input path cut: the network sees a detached constant
+            x = x.detach() * 0
+        x1 = self.inc(x)
+        x2 = self.down(x1)
+        return self.outc(self.conv(torch.cat([x1, self.up(x2)], dim=1)))
+
+
+def dice_loss(pred: torch.Tensor, target: torch.Tensor, epsilon: float = 1e-6) -> torch.Tensor:
+    """milesial/Pytorch-UNet utils/dice_score.py's multiclass dice loss (reduce_batch_first)."""
+    pred, target = pred.flatten(0, 1), target.flatten(0, 1)
+    inter = 2 * (pred * target).sum(dim=(-1, -2, -3))
+    sets_sum = pred.sum(dim=(-1, -2, -3)) + target.sum(dim=(-1, -2, -3))
+    sets_sum = torch.where(sets_sum == 0, inter, sets_sum)
+    return 1 - ((inter + epsilon) / (sets_sum + epsilon)).mean()
+
+
+def unet(*, transposed: bool = False, input_cut: bool = False) -> dlci.Target:
+    """Pytorch-UNet's train.py loss, cross-entropy plus the dice loss of the softmax against
+    the one-hot mask, on rectangles (Adam 1e-3 where train.py's RMSprop runs at 1e-5 for days
+    on Carvana).
+
+    Planted bugs: every image transposed (height and width swapped) while its mask is not,
+    and the network's input path cut."""
+
+    def loss_fn(masks_pred, true_masks):
+        loss = F.cross_entropy(masks_pred, true_masks)
+        loss += dice_loss(
+            F.softmax(masks_pred, dim=1).float(),
+            F.one_hot(true_masks, 2).permute(0, 3, 1, 2).float(),
+        )
+        return loss
+
+    def split(n: int, seed: int) -> TensorDataset:
+        data = shapes(n, seed)
+        images, masks = data.tensors
+        return TensorDataset(images.transpose(-1, -2) if transposed else images, masks)
+
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    return dlci.Target(
+        UNet(input_cut=input_cut),
+        lambda p: torch.optim.Adam(p, lr=1e-3),
+        DataLoader(split(512, 1), 16, shuffle=True, generator=g),
+        loss_fn=loss_fn,
+        val_loader=DataLoader(split(128, 2), 16),
+        num_classes=2,
+    )
+
+
+class Denoiser(torch.nn.Module):
+    """A small noise predictor eps(x_t, t): convolutions with a learned timestep embedding."""
+
+    def __init__(self, timesteps: int, width: int = 16) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(timesteps, width)
+        self.inp = torch.nn.Conv2d(1, width, 3, padding=1)
+        self.mid = torch.nn.Conv2d(width, width, 3, padding=1)
+        self.out = torch.nn.Conv2d(width, 1, 3, padding=1)
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        h = F.silu(self.inp(x) + self.embed(t)[:, :, None, None])
+        return self.out(F.silu(self.mid(h)))
+
+
+class GaussianDiffusion(torch.nn.Module):
+    """lucidrains/denoising-diffusion-pytorch's GaussianDiffusion training step (linear beta
+    schedule, objective pred_noise): every forward draws a timestep per image and the noise,
+    and returns the prediction beside the noise it must match."""
+
+    def __init__(self, model: torch.nn.Module, timesteps: int = 100) -> None:
+        super().__init__()
+        self.model, self.num_timesteps = model, timesteps
+        scale = 1000 / timesteps
+        betas = torch.linspace(scale * 0.0001, scale * 0.02, timesteps)
+        alphas_cumprod = torch.cumprod(1.0 - betas, dim=0)
+        self.register_buffer("sqrt_alphas_cumprod", alphas_cumprod.sqrt())
+        self.register_buffer("sqrt_one_minus_alphas_cumprod", (1.0 - alphas_cumprod).sqrt())
+
+    def forward(self, img: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b = img.shape[0]
+        t = torch.randint(0, self.num_timesteps, (b,), device=img.device).long()
+        noise = torch.randn_like(img)
+        x = (
+            self.sqrt_alphas_cumprod[t][:, None, None, None] * img
+            + self.sqrt_one_minus_alphas_cumprod[t][:, None, None, None] * noise
+        )
+        return self.model(x, t), noise
+
+
+def ddpm() -> dlci.Target:
+    """A DDPM training step on MNIST-shaped images scaled to [-1, 1], Adam 1e-3 (8e-5 in the
+    library's Trainer, for hours), the loss the MSE of the predicted against the drawn noise."""
+    torch.manual_seed(0)
+    train, val = image_loaders(normalized=False)
+    scaled = [
+        DataLoader(
+            TensorDataset(loader.dataset.tensors[0] * 2 - 1, loader.dataset.tensors[1]),
+            64,
+            shuffle=shuffle,
+            generator=torch.Generator().manual_seed(0),
+        )
+        for loader, shuffle in ((train, True), (val, False))
+    ]
+    return dlci.Target(
+        GaussianDiffusion(Denoiser(100)),
+        lambda p: torch.optim.Adam(p, lr=1e-3),
+        scaled[0],
+        loss_fn=lambda outputs, _: F.mse_loss(*outputs),
+        val_loader=scaled[1],
+    )
+
+
+def nanogpt_pair(*, unmasked: bool = False) -> dlci.Target:
+    """nanoGPT's GPT called as its train.py calls it, ``logits, loss = model(X, Y)``: the
+    batch's inputs are the pair (X, Y), the targets Y beside them; the standard step."""
+    import nanogpt_model
+
+    torch.manual_seed(0)
+    config = nanogpt_model.GPTConfig(
+        block_size=LENGTH, vocab_size=VOCAB, n_layer=2, n_head=2, n_embd=32, dropout=0.0
+    )
+    model = nanogpt_model.GPT(config)
+    if unmasked:
+        for block in model.transformer.h:
+            block.attn.flash = False
+            block.attn.register_buffer("bias", torch.ones(1, 1, LENGTH, LENGTH))
+
+    def pairs(loader: DataLoader) -> DataLoader:
+        x, y = loader.dataset.tensors
+        return DataLoader(
+            _Pairs(x, y), 16, shuffle=loader is train, generator=torch.Generator().manual_seed(0)
+        )
+
+    train, val = next_token_loaders()
+    return dlci.Target(
+        model,
+        lambda p: torch.optim.AdamW(p, lr=1e-3, betas=(0.9, 0.95)),
+        pairs(train),
+        val_loader=pairs(val),
+        loss_fn=lambda outputs, targets: F.cross_entropy(
+            outputs[0].flatten(0, 1), targets.flatten()
+        ),
+        num_classes=VOCAB,
+    )
+
+
+class _Pairs(torch.utils.data.Dataset):
+    """((X, Y), Y) examples: the forward given the targets, as nanoGPT's train.py gives them."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.x, self.y = x, y
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int):
+        return (self.x[i], self.y[i]), self.y[i]

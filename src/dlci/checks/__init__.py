@@ -80,6 +80,12 @@ LADDER: tuple[tuple[str, str, str, str], ...] = (
     ("weight-norms", "weights growing without bound", "gradients", "weight_norms"),
     ("update-ratio", "updates that do nothing or blow up", "gradients", "update_ratio"),
     ("memorize", "a training loop that cannot learn at all", "training", "memorize_check"),
+    (
+        "input-dependence",
+        "outputs that ignore the inputs: posterior collapse, an input path cut",
+        "dependence",
+        "input_dependence",
+    ),
     ("lr-range", "a learning rate orders of magnitude off", "lr", "lr_range"),
     ("label-alignment", "labels misaligned with inputs", "labels", "label_alignment"),
     (

@@ -36,14 +36,20 @@ CAUSES: dict[str, tuple[str, ...]] = {
     # other way round: lr-range sweeps its own rates, whatever memorize found
     "memorize": (*_TRAINS, "train-eval-mode", "lr-range"),
     "lr-range": (*_TRAINS, "train-eval-mode", "shuffle"),
+    # a loop fault can leave the outputs blind; a model that ignores its inputs learns as
+    # little from true labels as from shuffled ones (label-alignment below)
+    "input-dependence": (*_LOOP, "memorize"),
     "label-alignment": (
         *_TRAINS,
         "train-eval-mode",
         "shuffle",
+        "batch-independence",
         "causality",
         "memorize",
+        "input-dependence",
         "lr-range",
-    ),  # a model that reads its labels (causality) fits shuffled ones as well as true ones
+    ),  # a model that reads its labels (causality), or mixes the examples of a batch
+    # (batch-independence), fits shuffled labels as well as true ones
     "leakage": ("causality",),
 }
 

@@ -370,6 +370,109 @@ def _read(ctx: Context, true: Arm, shuffled: Arm, own: list[Any], val: list[Any]
     )
 
 
+def _labels_unread(ctx: Context, batch: Any, shuffled: Any) -> str:
+    """Why there are no labels to judge, or ``""``: a loss_fn that scores the same outputs
+    alike against the batch's targets and against them shuffled reads no labels from
+    ``batch[1]`` (a denoiser's loss against the noise it drew, a self-supervised loss, an
+    autoencoder's against its inputs). Measured on one forward, the draws replayed."""
+    import torch
+
+    from dlci.training.draws import Draws
+
+    draws = Draws.capture()
+    ctx.model.eval()
+    try:
+        with torch.no_grad():
+            outputs = ctx.evaluate(batch, draws=draws)
+            given = float(ctx.target.loss_fn(outputs, batch[1]))  # type: ignore[misc]
+            other = float(ctx.target.loss_fn(outputs, shuffled[1]))  # type: ignore[misc]
+    except Exception:  # the checks that run the loss report its errors themselves
+        return ""
+    finally:
+        draws.replay()
+    if given != other:
+        return ""
+    return (
+        "no labels to judge: the loss_fn scores the same outputs alike against the batch's "
+        f"targets and against them shuffled ({fmt(given)}): it reads no labels from batch[1] "
+        "(its targets are drawn in the forward, as a denoiser's noise, or are the inputs). "
+        "input-dependence judges whether the outputs follow the inputs"
+    )
+
+
+def _dense(batches: list[Any]) -> tuple[str, Any] | None:
+    """(how, the change) that moves dense targets off their inputs' grid: targets with the
+    inputs' last two (spatial) dimensions, (N, H, W) class maps or (N, C, H, W) masks, are
+    transposed when square, else turned half a turn; None for other targets."""
+    import torch
+
+    from dlci.training.batching import tree_map
+
+    inputs, targets = batches[0]
+    if not isinstance(targets, torch.Tensor) or targets.ndim < 3:
+        return None
+    grids: list[Any] = []
+    tree_map(lambda t: grids.append(t.shape[-2:]) if getattr(t, "ndim", 0) >= 3 else None, inputs)
+    height, width = targets.shape[-2:]
+    if (height, width) not in grids or min(height, width) < 4:
+        return None
+    if height == width:
+        return "transposed", lambda t: t.transpose(-1, -2)
+    return "turned half a turn", lambda t: t.flip(-1, -2)
+
+
+def _layout_control(
+    ctx: Context, true: Arm, batches: list[Any], val: list[Any], warn: float
+) -> CheckResult | dict[str, Any] | None:
+    """Dense targets (a segmentation mask, a heat map) that do not line up with their image
+    still tell a model how much of it is object, so true labels beat shuffled ones. The
+    control here is the layout: a copy trained as long on the targets transposed (or turned)
+    and scored against held-out targets changed the same way. Aligned targets are learned
+    better as they are; targets that line up with their images only once changed (an image
+    transposed, its mask not) are learned better changed: a failure, measured."""
+    from dlci.training.draws import Draws
+
+    found = _dense(batches)
+    if found is None:
+        return None
+    how, change = found
+    moved = [(inputs, change(targets)) for inputs, targets in batches]
+    draws = Draws.capture()
+    arm = Arm(ctx).train(ctx, list(itertools.islice(itertools.cycle(moved), len(true.losses))))
+    draws.replay()
+    scored = Draws.capture()
+    as_given = evaluate(ctx, true.model, val, scored)
+    changed = evaluate(ctx, arm.model, [(i, change(t)) for i, t in val], scored)
+    scored.replay()
+    floor = min(0.0, as_given.loss, changed.loss, true.lowest, arm.lowest)
+    span = max(as_given.loss, changed.loss) - floor
+    gain = (changed.loss - as_given.loss) / span if span > 0 else 0.0
+    details = {
+        "change": how,
+        "as_given_loss": as_given.loss,
+        "changed_loss": changed.loss,
+        "gain": gain,
+        "steps": len(true.losses),
+    }
+    if gain > -warn:
+        return details
+    return CheckResult(
+        "label-alignment",
+        FAIL,
+        f"held-out loss {fmt(as_given.loss)} with the targets as given, {fmt(changed.loss)} "
+        f"with them {how} (each copy trained {len(true.losses)} steps on its own layout): the "
+        f"targets {how} line up with the inputs better than as given",
+        "targets that line up with their inputs as given (better learned than changed)",
+        cause=f"the dense targets do not line up with their inputs: a copy learns them better "
+        f"{how} than as given, so the inputs or the targets were {how} (or flipped, resized, "
+        "cropped) on one side only",
+        fix="apply every spatial transform (transpose, flip, resize, crop, augmentation) to "
+        "the image and its target together, and check both come out in the same layout "
+        "(channels, height, width)",
+        details={"layout": details},
+    )
+
+
 def label_alignment(ctx: Context) -> CheckResult:
     """Shuffled-label control: true labels must beat shuffled labels on held-out data.
 
@@ -397,6 +500,9 @@ def label_alignment(ctx: Context) -> CheckResult:
             "changes nothing: the training data is not shuffled (see shuffle)",
             fix="shuffle the training data (DataLoader(shuffle=True))",
         )
+    unread = _labels_unread(ctx, batches[0], shuffled_batches[0])
+    if unread:
+        return CheckResult("label-alignment", SKIP, cause=unread)
     draws = Draws.capture()  # both copies draw the same dropout masks and augmentations
     true = Arm(ctx).train(ctx, batches, scored)
     moved = _moved(ctx.model, true.model)
@@ -432,6 +538,11 @@ def label_alignment(ctx: Context) -> CheckResult:
         reading = _read(ctx, true, shuffled, own, val)
     details = reading.details()
     expected = f"true labels clearly better (loss at least {warn:.0%} of the way lower)"
+    layout = _layout_control(ctx, true, batches, val, warn)
+    if isinstance(layout, CheckResult):
+        return layout
+    if layout:
+        details["layout"] = layout
     if reading.gain >= warn:
         return CheckResult("label-alignment", PASS, reading.text(), expected, details=details)
     cause = (

@@ -41,6 +41,24 @@ def initial_loss(ctx: Context) -> CheckResult:
             fix="remove the softmax from forward (CrossEntropyLoss applies log-softmax itself)",
         )
     ratio = loss / expected
+    if not bound["warn-low"] <= ratio <= bound["warn-high"]:
+        plain = _cross_entropy(outputs, ctx.batch[1], classes)
+        if plain is None or not math.isfinite(plain):
+            return CheckResult(
+                "initial-loss",
+                SKIP,
+                cause=f"the loss ({loss:.3f}) is not one dl-ci recognises: the outputs hold no "
+                "class scores it can take a plain cross-entropy of, so no value at chance is "
+                "known for it (a composite or custom loss)",
+            )
+        if abs(plain - loss) > 0.05 * max(abs(loss), 1e-12):  # a composite or custom loss
+            measured = (
+                f"{loss:.3f} from the loss, which is not a plain cross-entropy (a composite or "
+                f"custom loss: no value at chance is known for it); the outputs' plain "
+                f"cross-entropy {plain:.3f}"
+                + (f" ({note}: judged against {classes})" if note else "")
+            )
+            loss, ratio = plain, plain / expected
     if bound["warn-low"] <= ratio <= bound["warn-high"]:
         return CheckResult("initial-loss", PASS, measured, want)
     status = WARN if bound["fail-low"] <= ratio <= bound["fail-high"] else FAIL
@@ -55,6 +73,27 @@ def initial_loss(ctx: Context) -> CheckResult:
     return CheckResult(
         "initial-loss", status, measured, want, cause=cause, fix=fix, details={"ratio": ratio}
     )
+
+
+def _cross_entropy(outputs: Any, targets: Any, classes: int) -> float | None:
+    """The plain cross-entropy of the outputs' class scores against the labels ((N, C),
+    (N, L, C) or dense (N, C, H, W) scores), or None where the scores are not found."""
+    import torch
+    from torch.nn import functional as F
+
+    if not isinstance(targets, torch.Tensor):
+        return None
+    for scores in score_candidates(outputs):
+        if not isinstance(scores, torch.Tensor) or not scores.is_floating_point():
+            continue
+        with torch.no_grad():
+            if scores.shape[:-1] == targets.shape and scores.shape[-1] == classes:
+                flat = scores.reshape(-1, classes).float()
+                return float(F.cross_entropy(flat, targets.reshape(-1).long()))
+            dense = scores.ndim >= 3 and scores.shape[1] == classes
+            if dense and scores.shape[2:] == targets.shape[1:] and len(scores) == len(targets):
+                return float(F.cross_entropy(scores.float(), targets.long()))
+    return None
 
 
 def _looks_like_probabilities(outputs: Any) -> bool:
