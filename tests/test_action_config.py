@@ -425,19 +425,23 @@ def test_the_configuration_or_the_ladder_through_a_link_fails_the_preflight_with
 
 
 def test_control_without_the_check_the_host_file_reaches_the_report(tmp_path, monkeypatch) -> None:
+    """The host reads a file of its own through the pull request's link: its values become
+    the job's (a ladder of the host's, with its pr row at 4242 epochs)."""
     import dlci.action.host.preflight as host_preflight
 
-    secret = tmp_path / ".credentials"
-    secret.write_text(HOST_LINE + "\n")
+    host = tmp_path / "runner" / "ladder.yaml"
+    host.parent.mkdir()
+    small = Path(__file__).parent / "data" / "ladders" / "small.yaml"
+    host.write_text(small.read_text().replace("max_epochs: 100", "max_epochs: 4242", 1))
     repo = tmp_path / "repo"
     repo.mkdir()
-    (repo / "ladder.yaml").symlink_to(secret)
+    (repo / "ladder.yaml").symlink_to(host)
     monkeypatch.chdir(repo)
     monkeypatch.setenv("GITHUB_EVENT_NAME", "push")
-    monkeypatch.setattr(host_preflight, "refuse_linked_files", lambda *args: None)
     request = host_preflight.PreflightRequest(
-        out=tmp_path, docker=False, workdir=Path("."), ladder="ladder.yaml"
+        out=tmp_path, docker=False, ladder="ladder.yaml", budget="pr", hardware="cpu"
     )
-    with pytest.raises(DlciError):
+    with pytest.raises(DlciError, match="is a symbolic link"):
         host_preflight.preflight(request)
-    assert "host-credentials-canary-42" in (tmp_path / "preflight.json").read_text()
+    monkeypatch.setattr(host_preflight, "refuse_linked_files", lambda *args: None)
+    assert host_preflight.preflight(request)["tier"]["max_epochs"] == 4242

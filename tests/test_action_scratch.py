@@ -13,7 +13,7 @@ import sys
 import tracemalloc
 from pathlib import Path
 
-from dlci.action.host import container, scratch
+from dlci.action.host import container, output, scratch
 from dlci.action.host.gates import Parts
 
 # The stand-in container: argv[-1] is the folder mounted at /workspace. It notes what it finds
@@ -176,7 +176,7 @@ def test_planted_names_added_changed_and_removed_git_files(tmp_path: Path) -> No
 
 def test_output_cuts_long_lines_and_the_total_and_says_what_it_dropped() -> None:
     written: list[str] = []
-    out = container.Output(written.append, line_limit=10, limit=40)
+    out = output.Output(written.append, line_limit=10, limit=40)
     out.feed(b"short\n" + b"x" * 25)
     out.feed(b"y" * 5 + b"\nnext\n")
     out.feed(b"z" * 100 + b"\n::error::late\n")
@@ -190,7 +190,7 @@ def test_output_cuts_long_lines_and_the_total_and_says_what_it_dropped() -> None
 
 def test_output_keeps_a_character_split_across_chunks() -> None:
     written: list[str] = []
-    out = container.Output(written.append)
+    out = output.Output(written.append)
     data = "größe ✓\n".encode()
     for index in range(len(data)):
         out.feed(data[index : index + 1])
@@ -209,7 +209,7 @@ def test_a_container_that_prints_a_giant_line_costs_the_host_no_memory(capsys) -
     finally:
         tracemalloc.stop()
     printed = capsys.readouterr().out
-    assert code == 0 and len(printed) < container.LINE_LIMIT + 200
+    assert code == 0 and len(printed) < output.LINE_LIMIT + 200
     assert peak < 8 << 20, peak  # a few chunks, whatever the container writes
     print(f"host peak while reading {SIZE >> 20} MiB in one line: {peak / 2**20:.1f} MiB")
 
@@ -233,7 +233,7 @@ def test_many_lines_past_the_total_are_counted_not_printed(capsys) -> None:
     script = "import sys\nfor i in range(200000): sys.stdout.write('%0500d\\n' % i)\n"
     code, _ = container._watch([sys.executable, "-c", script], "unused", 1.0)
     printed = capsys.readouterr()
-    assert code == 0 and len(printed.out) <= container.OUTPUT_LIMIT + 1000
+    assert code == 0 and len(printed.out) <= output.OUTPUT_LIMIT + 1000
     assert "output dropped" in printed.err
 
 

@@ -16,6 +16,7 @@ import contextlib
 import functools
 import io
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -31,6 +32,8 @@ from dlci import jsonio
 from dlci.action.host.archive import DOCKERFILE, context_hash, send_context
 from dlci.action.host.cache import TRUSTED, UNTRUSTED, decide_trust
 from dlci.action.host.network import build_network_flags
+from dlci.action.host.output import CHUNK, Output
+from dlci.action.host.scratch import refuse_links
 from dlci.errors import DlciError
 from dlci.report.text import clean
 
@@ -123,25 +126,6 @@ def build_sources(dockerfile: str, context: str, kit: str) -> tuple[Path, Path]:
     if not folder.is_dir():
         raise DlciError(f"{folder}: the build context is not a directory")
     return file, folder
-
-
-def refuse_links(path: Path, what: str) -> None:
-    """Refuse ``path`` when it, or a folder on its way from the working folder (the checkout),
-    is a symbolic link; an absolute path outside the working folder: its last name only."""
-    base = Path.cwd()
-    if path.is_absolute() and path.is_relative_to(base):
-        path = path.relative_to(base)
-    parts = path.parts
-    start = len(parts) - 1 if path.is_absolute() else 0
-    for index in range(start, len(parts)):
-        here = Path(*parts[: index + 1])
-        if here.name in ("", ".", ".."):
-            continue
-        if here.is_symlink():
-            raise DlciError(
-                f"{path}: {here} is a symbolic link; {what} is never read through a link",
-                hint="commit the file itself, not a link to it",
-            )
 
 
 # ---------------------------------------------------------------------------- provide
@@ -239,11 +223,23 @@ def build(
     feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()
     deadline = time.monotonic() + timeout
-    for raw in child.stdout:  # docker's progress, to our stderr (stdout carries the tag)
-        sys.stderr.write(raw.decode("utf-8", "replace"))
-        if time.monotonic() > deadline:
-            child.kill()
-            raise DlciError(f"docker build did not finish within {timeout:g} s")
+    # docker's progress and the RUN steps' output (the Dockerfile's: the pull request's) to
+    # our stderr (stdout carries the tag): read in chunks under caps, never a workflow command
+    token = secrets.token_hex(16)
+    print(f"::stop-commands::{token}", file=sys.stderr, flush=True)
+    shown = Output(sys.stderr.write)
+    try:
+        while chunk := os.read(child.stdout.fileno(), CHUNK):
+            shown.feed(chunk)
+            sys.stderr.flush()
+            if time.monotonic() > deadline:
+                child.kill()
+                raise DlciError(f"docker build did not finish within {timeout:g} s")
+    finally:
+        dropped = shown.close()
+        print(f"\n::{token}::", file=sys.stderr, flush=True)
+    if dropped:
+        say(f"docker build: {dropped}")
     code = child.wait()
     feeder.join(60)
     if failed:

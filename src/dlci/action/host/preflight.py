@@ -92,7 +92,7 @@ def refuse_linked_files(folder: Path, names: Sequence[str], what: str) -> None:
     """Refuse a file of the checkout the host reads (the configuration, the ladder) that is a
     symbolic link, or lies under one, below the working folder: read through it, a host file
     would land in the log in a parse error. A path outside the checkout is the runner's own."""
-    from dlci.action.host.image import refuse_links
+    from dlci.action.host.scratch import refuse_links
 
     for name in names:
         path = folder / name

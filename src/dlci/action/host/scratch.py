@@ -243,3 +243,25 @@ def _ancestors(rel: str) -> Iterable[str]:
     while rel:
         yield rel
         rel = os.path.dirname(rel)
+
+
+# ------------------------------------------------ files of the checkout the host reads
+
+
+def refuse_links(path: Path, what: str) -> None:
+    """Refuse ``path`` when it, or a folder on its way from the working folder (the checkout),
+    is a symbolic link; an absolute path outside the working folder: its last name only."""
+    base = Path.cwd()
+    if path.is_absolute() and path.is_relative_to(base):
+        path = path.relative_to(base)
+    parts = path.parts
+    start = len(parts) - 1 if path.is_absolute() else 0
+    for index in range(start, len(parts)):
+        here = Path(*parts[: index + 1])
+        if here.name in ("", ".", ".."):
+            continue
+        if here.is_symlink():
+            raise DlciError(
+                f"{path}: {here} is a symbolic link; {what} is never read through a link",
+                hint="commit the file itself, not a link to it",
+            )
