@@ -20,12 +20,13 @@ NOISY = 0.25  # median step-to-step jump, as a share of the curve's fall, past w
 PROJECTION_LIMIT = 100  # a projection past this many times the tier's epochs is not given
 # the engine's early stops of a run that cannot pass, counted in steps (never seconds):
 # a loss that has not moved at all in FLAT_STEPS steps on replayed draws will not move (frozen,
-# lr 0, a step that never steps); a judged loss that came no closer to its floor by PLATEAU_GAIN
-# of its reference's distance in PLATEAU_STEPS steps has flattened out above the goal
+# lr 0, a step that never steps); a judged loss that did not close PLATEAU_GAIN of its
+# remaining distance to the floor in PLATEAU_STEPS steps has flattened out above the goal (a
+# healthy slow learner near its goal still closes 10-15% of it in that many steps)
 FLAT_STEPS = 25
 FLAT_TOLERANCE = 1e-6  # of the start's size
-PLATEAU_STEPS = 60
-PLATEAU_GAIN = 0.005
+PLATEAU_STEPS = 100
+PLATEAU_GAIN = 0.02
 
 
 @dataclass(frozen=True)

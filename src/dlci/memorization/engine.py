@@ -397,11 +397,14 @@ def _all_reduce(value: float, timed_out: bool, device: Any, world: int) -> tuple
 @dataclass
 class _Plateau:
     """The best judged relative loss so far and the step it came; ``reached`` when it has
-    not improved by PLATEAU_GAIN in PLATEAU_STEPS steps.
+    not closed PLATEAU_GAIN of its remaining distance to the floor in PLATEAU_STEPS steps.
 
     >>> plateau = _Plateau()
-    >>> [plateau.reached(0.6, step) for step in (2, 30, 62, 63)]
+    >>> [plateau.reached(0.6, step) for step in (2, 30, 102, 103)]
     [False, False, False, True]
+    >>> plateau = _Plateau()
+    >>> [plateau.reached(0.6 * 0.999**step, step) for step in range(2, 300)][-1]  # 9.5% a 100
+    False
     """
 
     best: float = math.inf
@@ -410,7 +413,7 @@ class _Plateau:
     def reached(self, relative: float | None, step: int) -> bool:
         if relative is None or step < 2:
             return False
-        if relative < self.best - PLATEAU_GAIN:
+        if relative < self.best * (1 - PLATEAU_GAIN):
             self.best, self.since = relative, step
         elif self.best == math.inf:
             self.best, self.since = relative, step
