@@ -661,3 +661,25 @@ def test_control_the_old_read_takes_the_host_file_through_the_link(tmp_path: Pat
     assert (tmp_path / "Dockerfile").read_bytes().decode() == HOST_SECRET  # the old read
     with pytest.raises(DlciError, match="symbolic link"):  # the stream's read now
         input_hash(tmp_path / "Dockerfile", tmp_path, {})
+
+
+def test_a_build_s_output_is_read_under_caps_and_issues_no_command(
+    tmp_path: Path, fake_docker, capfd, monkeypatch
+) -> None:
+    """A RUN step of the pull request's Dockerfile prints 96 MiB on one line and a workflow
+    command: the host prints a 64 KiB piece of the line, between stop-commands and its token,
+    and says how much it dropped (the old reading held the line whole: tests/test_action_scratch.py)."""
+    import re
+
+    flood = "os.write(1, b'x' * (96 << 20) + b'\\n::error::from-a-run-step\\n')"
+    fake_docker(BUILD_DOCKER.replace("    sys.stdin.read()", f"    {flood}\n    sys.stdin.read()"))
+    monkeypatch.setenv("FAKE_BUILD_EXIT", "1")
+    (tmp_path / "Dockerfile").write_text("FROM scratch\n")
+    args = ["container", "build", "--dockerfile", str(tmp_path / "Dockerfile")]
+    assert main([*args, "--context", str(tmp_path)]) == 1
+    err = capfd.readouterr().err
+    assert len(err) < 200_000 and "95.9 MiB of this container's output dropped" in err
+    token = re.search(r"^::stop-commands::([0-9a-f]{32})$", err, re.MULTILINE)
+    assert token is not None
+    start, end = err.index(token.group(0)), err.index(f"\n::{token.group(1)}::")
+    assert start < err.index("::error::from-a-run-step") < end
