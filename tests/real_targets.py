@@ -765,3 +765,41 @@ class _Pairs(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int):
         return (self.x[i], self.y[i]), self.y[i]
+
+
+class MnistNet(torch.nn.Module):
+    """pytorch/examples mnist/main.py's Net, as written there."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(1, 32, 3, 1)
+        self.conv2 = torch.nn.Conv2d(32, 64, 3, 1)
+        self.dropout1 = torch.nn.Dropout(0.25)
+        self.dropout2 = torch.nn.Dropout(0.5)
+        self.fc1 = torch.nn.Linear(9216, 128)
+        self.fc2 = torch.nn.Linear(128, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.relu(self.conv1(x))
+        x = F.relu(self.conv2(x))
+        x = F.max_pool2d(x, 2)
+        x = self.dropout1(x)
+        x = torch.flatten(x, 1)
+        x = F.relu(self.fc1(x))
+        x = self.dropout2(x)
+        return F.log_softmax(self.fc2(x), dim=1)
+
+
+def mnist() -> dlci.Target:
+    """pytorch/examples mnist/main.py's loop: Adadelta at lr 1.0 (its default), nll_loss on
+    log_softmax outputs, normalised MNIST-shaped images."""
+    torch.manual_seed(0)
+    train, val = image_loaders()
+    return dlci.Target(
+        MnistNet(),
+        lambda p: torch.optim.Adadelta(p, lr=1.0),
+        train,
+        loss_fn=F.nll_loss,
+        val_loader=val,
+        num_classes=10,
+    )

@@ -199,3 +199,21 @@ def test_the_verdicts_do_not_depend_on_the_machines_speed(monkeypatch) -> None:
     slow = _run("nanogpt_pair")
     mine = [i for i in CHECK_IDS if i != "memorize"]
     assert [slow[i].status for i in mine] == [idle["nanogpt_pair"][i].status for i in mine]
+
+
+def test_update_ratio_knows_adadelta_sets_its_own_step(monkeypatch) -> None:
+    """pytorch/examples' MNIST loop trains with Adadelta at lr 1.0: its first updates are
+    sized by accumulators that start at zero, not by lr x gradient."""
+    from dlci.checks import gradients
+    from dlci.checks.base import Context, preserved
+
+    target = real_targets.mnist()
+    ctx = Context.build(target, batch_size=TIER.batch_size, device="cpu", tier=TIER)
+    with preserved(target):
+        result = gradients.update_ratio(ctx)
+    assert result.status == "pass" and "Adadelta sets its own step size" in result.measured
+    # the control: the same measured trajectory judged as if Adadelta stepped by lr x grad
+    monkeypatch.setattr(gradients, "ADAPTIVE", ())
+    with preserved(target):
+        control = gradients.update_ratio(ctx)
+    assert control.status == "warn" and control.cause == "updates are large", control

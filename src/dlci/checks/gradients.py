@@ -263,9 +263,18 @@ def update_ratio(ctx: Context) -> CheckResult:
     if path.zero_init:
         details["zero_initialised"] = {n: fmt(path.scale[n]) for n in path.zero_init}
     found = _ratio_finding(medians, peaks, bound)
+    adaptive = _adaptive(ctx)
+    if adaptive and found is not None and found[0] == WARN:
+        details["adaptive_optimizer"] = adaptive
+        found = None  # its step size is its own: only the failure bounds say anything
     if found is None:
         top, bottom = max(medians.values()), min(medians.values())
         measured = f"{fmt(bottom)} to {fmt(top)}"
+        if adaptive:
+            measured += (
+                f" ({adaptive} sets its own step size, not lr x gradient: only the failure "
+                "bounds apply)"
+            )
         return CheckResult("update-ratio", PASS, measured, expected, details=details)
     status, name, value, cause, fix = found
     note = "" if cause.startswith("the updates do nothing") else _scale_note(path, name)
@@ -278,6 +287,25 @@ def update_ratio(ctx: Context) -> CheckResult:
         cause=cause,
         fix=fix,
     )
+
+
+# optimizers whose step is not lr x (a normalised) gradient: their first updates are sized by
+# accumulators that start at zero (Adadelta, whose lr 1.0 is a scale, not a rate), by the
+# gradient's sign (Rprop), by the weights' own scale (Adafactor's relative step), or by a
+# step size they estimate (Prodigy, D-Adaptation, schedule-free)
+ADAPTIVE = ("Adadelta", "Rprop", "Adafactor", "Prodigy", "DAdapt", "ScheduleFree")
+
+
+def _adaptive(ctx: Context) -> str:
+    """The optimizer's class name when it is one of ADAPTIVE (or derives from one), else ``""``."""
+    try:
+        optimizer = ctx.optimizer()
+    except Exception:  # the trajectory's own optimizer was built: this one is only a name
+        return ""
+    for klass in type(optimizer).__mro__:
+        if klass.__name__.startswith(ADAPTIVE):
+            return type(optimizer).__name__
+    return ""
 
 
 def _ratio_finding(
