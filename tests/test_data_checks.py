@@ -138,6 +138,22 @@ def test_broken_inputs_are_named_with_their_numbers(name: str) -> None:
     assert result.cause and result.fix
 
 
+def test_channels_last_images_are_read_per_channel() -> None:
+    """Images as a Perceiver takes them, (N, H, W, C): before, 8x8x3 images were read as 8
+    channels of 8x3 values, and a held-out split scaled otherwise per channel was judged on
+    rows of pixels."""
+    from dlci.checks.normalization import _positions
+
+    raw = torch.rand(N, 3, 8, 8, generator=_gen()) * torch.tensor([0.9, 0.5, 0.3])[:, None, None]
+    mean, sd = raw.mean(dim=(0, 2, 3), keepdim=True), raw.std(dim=(0, 2, 3), keepdim=True)
+    cut = int(N * 0.8)
+    x = torch.cat([(raw[:cut] - mean) / sd, raw[cut:]]).permute(0, 2, 3, 1).contiguous()
+    result = check("input-normalization", x)
+    assert result.status == "fail" and "median over 3 channels" in result.measured, result
+    # the control: read channels-first, the same images have 8 "channels"
+    assert _positions(x[:2]).shape[-1] == 8 and _positions(x[:2], True).shape[-1] == 3
+
+
 def test_a_held_out_split_without_the_per_channel_normalisation_fails() -> None:
     raw = torch.rand(N, 3, 8, 8, generator=_gen()) * torch.tensor([0.9, 0.5, 0.3])[:, None, None]
     mean, sd = raw.mean(dim=(0, 2, 3), keepdim=True), raw.std(dim=(0, 2, 3), keepdim=True)

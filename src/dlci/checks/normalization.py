@@ -76,10 +76,13 @@ def columns(name: str, leaf: Any) -> Columns:
     import torch
 
     kind = "channel" if leaf.ndim >= 4 else "feature"
+    # channels last, (N, H, W, C) as a Perceiver or a JAX port takes images: a last axis of
+    # at most 4 (gray, RGB, RGBA) after a wider one holds the channels
+    last = leaf.ndim >= 4 and leaf.shape[-1] <= 4 < leaf.shape[1]
     parts: list[tuple[Any, ...]] = []
     ref = None
     for start in range(0, leaf.shape[0], CHUNK):
-        x = _positions(leaf[start : start + CHUNK].float())  # (n, positions, F)
+        x = _positions(leaf[start : start + CHUNK].float(), last)  # (n, positions, F)
         finite = torch.isfinite(x)
         x = torch.where(finite, x, torch.zeros((), device=x.device))
         ref = x[0].mean(0) if ref is None else ref
@@ -112,8 +115,10 @@ def columns(name: str, leaf: Any) -> Columns:
     )
 
 
-def _positions(x: Any) -> Any:
+def _positions(x: Any, channels_last: bool = False) -> Any:
     """(n, positions, features): a feature's values of one example along the middle axis."""
+    if channels_last:
+        return x.flatten(1, -2)  # (n, H, W, C) -> (n, positions, C)
     if x.ndim == 1:
         return x[:, None, None]
     if x.ndim == 2:
