@@ -23,7 +23,7 @@ def test_tier_appends_its_fields_to_github_output(monkeypatch, tmp_path, capsys)
     assert {k: outputs[k] for k in keys} == {
         "budget": "nightly",
         "hardware-class": "a100",
-        "max-epochs": "1000",
+        "max-epochs": "3000",
         "max-loss": "",
         "max-relative-loss": "0.02",
     }
@@ -47,7 +47,7 @@ def test_tier_json_goes_to_a_file(tmp_path, capsys) -> None:
         "schema_version": 1,
         "budget": "merge",
         "hardware_class": "l4",
-        "max_epochs": 300,
+        "max_epochs": 1500,
         "max_loss": None,
         "max_relative_loss": 0.07,
         "time_cap_minutes": 8.0,
@@ -56,7 +56,7 @@ def test_tier_json_goes_to_a_file(tmp_path, capsys) -> None:
         "batch_size": 16,
         "ladder": "default",
         "ladder_version": 2,
-        "ladder_revision": "2026.12",
+        "ladder_revision": "2026.12.2",
         "criterion": "loss at or below 7% of its start",
         "row": "budgets.merge.l4",
         "reasons": ["budget merge: given", "hardware 'NVIDIA L4': matches class l4"],
@@ -206,7 +206,7 @@ def test_tier_on_a_narrow_log_keeps_each_reason_whole_and_says_each_probe_once(
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert "tier pr / cpu" in lines[0]
-    assert any("default (version 2, revision 2026.12)" in line for line in lines)
+    assert any("default (version 2, revision 2026.12.2)" in line for line in lines)
     assert "  budget auto: not a GitHub event; pr is the default" in lines
     assert "  hardware auto: cpu, no GPU found" in lines
     for note in NO_GPU_PROBES:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlci.errors import DlciError
 from dlci.memorization.floor import ASSUMED, DECLARED, References, declared, measure
 from dlci.training.batching import call_model
 from dlci.training.draws import Draws, differs
@@ -47,8 +48,14 @@ def measure_before(
                 "dropout off, not confirmed: the target's own train_step has no forward dl-ci "
                 "can run alone (give the target an eval_step)"
             )
-        else:
+        elif target.train_step is None:
             outputs, line, still_random = _probe(forward, draws)
+            lines.append(line)
+        else:  # the gate steps through train_step: an eval_step that fails is not the gate's
+            try:
+                outputs, line, still_random = _probe(forward, draws)
+            except DlciError as exc:
+                line = f"dropout off, not confirmed: the target's eval_step failed ({exc.message})"
             lines.append(line)
     lines += [f"dropout off: {name} called with p > 0, run with p = 0" for name in caught]
     references = _references(target, batch, outputs, examples, draws)
@@ -113,7 +120,8 @@ def _references(
     over a measured one (the target knows its loss)."""
     measured = None
     if target.train_step is None and target.loss_fn is not None and outputs is not None:
-        measured = measure(target.loss_fn, outputs, batch[1], examples, draws.replay)
+        with user_code("loss_fn"):  # an exit inside it ends the run as the step's would
+            measured = measure(target.loss_fn, outputs, batch[1], examples, draws.replay)
         draws.replay()
     if target.loss_floor is not None:
         floor = declared(target.loss_floor, batch)
