@@ -497,3 +497,44 @@ def test_a_batch_sampler_in_data_set_order_is_flagged() -> None:
         result = _shuffle_with(batch_sampler)
         assert result.status == "warn", result
         assert result.measured.endswith(", sequential sampler")
+
+
+class _Residual(torch.nn.Module):
+    """A residual denoiser, ``x + net(x)`` with its last layer zeroed: the identity at
+    the start, so its reconstruction of held-out inputs is perfect from step 0."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8)
+        )
+        torch.nn.init.zeros_(self.net[2].weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.net(x)
+
+
+def _denoiser() -> dlci.Target:
+    torch.manual_seed(0)
+    x = torch.randn(N, 8, generator=_gen())
+    g = _gen(1)
+    return dlci.Target(
+        _Residual(),
+        lambda p: torch.optim.Adam(p, lr=1e-3),
+        DataLoader(list(zip(x[:400], x[:400], strict=True)), 32, shuffle=True, generator=g),
+        loss_fn=F.mse_loss,
+        val_loader=DataLoader(list(zip(x[400:], x[400:], strict=True)), 64),
+    )
+
+
+def test_targets_that_are_the_inputs_get_no_early_leak_verdict(monkeypatch) -> None:
+    from dlci.checks import leakage
+
+    result = run_checks(_denoiser(), checks=select("leakage"), tier=TIER)[0]
+    early = result.details["early"]
+    assert early["status"] == "skip" and result.status != "fail", result
+    assert "the targets are the inputs" in result.measured
+    # the control: judged as any target, the identity's perfect early fit reads as a leak
+    monkeypatch.setattr(leakage, "_targets_are_inputs", lambda batch: False)
+    control = run_checks(_denoiser(), checks=select("leakage"), tier=TIER)[0]
+    assert control.status == "fail" and "held-out R^2 0.99" in control.measured, control

@@ -228,6 +228,27 @@ def _probe(ctx: Context, t: Any, yt: Any, v: Any, yv: Any) -> probe.Probe | None
     return None
 
 
+def _targets_are_inputs(batch: Any) -> bool:
+    """Whether the batch's targets are one of its input tensors, value for value."""
+    import torch
+
+    from dlci.training.batching import tree_map
+
+    inputs, targets = batch
+    if not isinstance(targets, torch.Tensor):
+        return False
+    same: list[bool] = []
+    tree_map(
+        lambda t: same.append(
+            isinstance(t, torch.Tensor)
+            and t.shape == targets.shape
+            and bool(torch.equal(t, targets))
+        ),
+        inputs,
+    )
+    return any(same)
+
+
 def _early(ctx: Context) -> Part:
     """A near-perfect held-out score after 20 steps (label-alignment's copy, when it ran):
     accuracy for classification; else the fit of the outputs, R^2 where they predict the
@@ -238,6 +259,13 @@ def _early(ctx: Context) -> Part:
     val = val_batches(ctx)
     if not val:
         return Part(SKIP, "no early score: the val_loader gave no batches")
+    if _targets_are_inputs(val[0]):
+        return Part(
+            SKIP,
+            "no early score: the targets are the inputs (an autoencoder's, a denoiser's): a "
+            "near-perfect fit soon is the task, not a leak; the one-feature and copy probes "
+            "still judge the data",
+        )
     score = ctx.shared.get("early-score")
     if score is None:
         score = evaluate(ctx, trained_copy(ctx, train_batches(ctx, LEAKAGE_STEPS))[0], val)
