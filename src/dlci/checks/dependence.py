@@ -27,6 +27,8 @@ from dlci.training.copying import model_copy
 
 STEPS = 50  # training steps of the copy on the doctor's batch
 FAIL_RATIO = 0.02  # the outputs move under this share of the targets' move: no dependence
+SHRANK = 4  # ... and under a quarter of what they moved untrained
+FELL = 0.75  # ... while the loss fell under this share of its start (a positive loss)
 NOISE = 0.25  # same input, same draws: a difference above this share of the move, no verdict
 
 
@@ -208,14 +210,14 @@ def input_dependence(ctx: Context) -> CheckResult:
             fix="draw from torch's global generator and reset state carried across calls",
             details=dict(details, inconclusive=True),
         )
-    fell = math.isfinite(start) and math.isfinite(end) and end < start
+    fell = math.isfinite(start) and math.isfinite(end) and end < FELL * start
     if after.output_move == 0 and before.output_move == 0:
         cause = (
             "the outputs do not depend on the inputs at all, trained or not: the inputs are "
             "replaced or zeroed on their way through the forward, or the path from them is cut "
             "(a detach, a constant in their place)"
         )
-    elif ratio < FAIL_RATIO and ratio < first / 2 and fell:
+    elif ratio < FAIL_RATIO and ratio < first / SHRANK and fell:
         cause = (
             f"training made the outputs follow the inputs less ({first:.1%} untrained, "
             f"{ratio:.1%} after {STEPS} steps) while the loss fell: the model learned outputs "

@@ -383,7 +383,7 @@ def _labels_unread(ctx: Context, batch: Any, shuffled: Any) -> str:
     ctx.model.eval()
     try:
         with torch.no_grad():
-            outputs = ctx.evaluate(batch, draws=draws)
+            outputs = _jittered(ctx.evaluate(batch, draws=draws))
             given = float(ctx.target.loss_fn(outputs, batch[1]))  # type: ignore[misc]
             other = float(ctx.target.loss_fn(outputs, shuffled[1]))  # type: ignore[misc]
     except Exception:  # the checks that run the loss report its errors themselves
@@ -398,6 +398,27 @@ def _labels_unread(ctx: Context, batch: Any, shuffled: Any) -> str:
         "(its targets are drawn in the forward, as a denoiser's noise, or are the inputs). "
         "input-dependence judges whether the outputs follow the inputs"
     )
+
+
+def _jittered(outputs: Any) -> Any:
+    """The outputs with their float tensors moved by a little fixed noise: an untrained head
+    that scores every example alike (zero-initialised logits) would otherwise score any
+    labels alike, as if the loss read none."""
+    import torch
+
+    from dlci.training.batching import tree_map
+
+    generator = torch.Generator().manual_seed(0)
+
+    def jitter(leaf: Any) -> Any:
+        if not (isinstance(leaf, torch.Tensor) and leaf.is_floating_point() and leaf.numel()):
+            return leaf
+        noise = torch.randn(leaf.shape, generator=generator).to(leaf.device, leaf.dtype)
+        return leaf + 0.1 * noise * (1.0 + float(leaf.detach().abs().mean()))
+
+    if isinstance(outputs, torch.Tensor | tuple | list) or type(outputs) is dict:
+        return tree_map(jitter, outputs)
+    return outputs  # a ModelOutput or another object: read as it is
 
 
 def _dense(batches: list[Any]) -> tuple[str, Any] | None:
