@@ -148,14 +148,12 @@ def test_a_mask_misaligned_with_its_image_fails_label_alignment() -> None:
     assert clean.status == "pass" and clean.details["layout"]["gain"] > 0, clean
 
 
-def test_control_without_the_layout_control_the_misaligned_mask_passes(monkeypatch) -> None:
+def test_control_the_shuffled_label_reading_alone_passes_the_misaligned_mask() -> None:
     """The issue's finding: a transposed image still tells a model how much of it is
-    object, so the shuffled-label control alone passes it."""
-    from dlci.checks import labels
-
-    monkeypatch.setattr(labels, "_dense", lambda batches: None)
-    result = _run("unet", "label-alignment", transposed=True)["label-alignment"]
-    assert result.status == "pass", result
+    object, so the shuffled-label control alone passes it (its reading, kept beside the
+    layout control's failure: a gain over the 10% a pass needs)."""
+    shuffled = _transposed().details["shuffled_labels"]
+    assert shuffled["gain"] >= 0.1, shuffled
 
 
 def test_a_composite_loss_is_judged_by_its_cross_entropy_part() -> None:

@@ -560,7 +560,8 @@ def label_alignment(ctx: Context) -> CheckResult:
     details = reading.details()
     expected = f"true labels clearly better (loss at least {warn:.0%} of the way lower)"
     layout = _layout_control(ctx, true, batches, val, warn)
-    if isinstance(layout, CheckResult):
+    if isinstance(layout, CheckResult):  # the shuffled-label reading beside it, for the record
+        layout.details["shuffled_labels"] = details
         return layout
     if layout:
         details["layout"] = layout
