@@ -29,7 +29,7 @@ seen = {"root": str(ws), "pyc": (ws / "statistics.pyc").exists(),
 with log.open("a") as out:
     out.write(json.dumps(seen) + "\n")
 (ws / "sub" / ".git").mkdir(parents=True, exist_ok=True)
-(ws / "sub" / ".git" / "config").write_text("[core]\n\tfsmonitor = touch /tmp/pwned\n")
+(ws / "sub" / ".git" / "config").write_text("[core]\n\tfsmonitor = touch pwned\n")
 (ws / "statistics.pyc").write_bytes(b"planted")
 (ws / "data.bin").write_bytes(b"planted")
 (ws / "pkg" / "model.py").write_text("x = 22\n")

@@ -102,7 +102,7 @@ def test_the_pull_request_attacks():
         (git / "refs").mkdir(exist_ok=True)
         (git / "HEAD").write_text("ref: refs/heads/main\n")
         (git / "config").write_text(
-            "[core]\n\trepositoryformatversion = 0\n\tfsmonitor = echo ran >> /tmp/dlci-e2e-ran\n"
+            "[core]\n\trepositoryformatversion = 0\n\tfsmonitor = echo ran >> \"$RUNNER_TEMP/dlci-e2e-ran\"\n"
         )
     art = pathlib.Path("/workspace/dlci-artifacts")  # what the tests leave there comes back
     art.mkdir(exist_ok=True)
@@ -171,7 +171,7 @@ def workflow(kit_image: str) -> str:
     # what actions/checkout's post step runs in the workspace (src/git-auth-helper.ts)
     git -C "$GITHUB_WORKSPACE" submodule foreach --recursive "git config --local --show-origin --name-only --get-regexp remote.origin.url" || true
     git -C "$GITHUB_WORKSPACE" submodule status || true
-    echo "fsmonitor=$(cat /tmp/dlci-e2e-ran 2>/dev/null | wc -l)" >> "$GITHUB_OUTPUT"
+    echo "fsmonitor=$(cat "$RUNNER_TEMP/dlci-e2e-ran" 2>/dev/null | wc -l)" >> "$GITHUB_OUTPUT"
     echo "git=$(git -C "$GITHUB_WORKSPACE" submodule status >/dev/null 2>&1 && echo works)" >> "$GITHUB_OUTPUT"
     echo "nested=$(test -e "$GITHUB_WORKSPACE/sub/.git" && echo yes || echo no)" >> "$GITHUB_OUTPUT"
 """,
