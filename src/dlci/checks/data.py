@@ -165,6 +165,15 @@ def batch_independence(ctx: Context) -> CheckResult:
     size = batch_size_of(ctx.batch)  # the targets may be a dict (a QA head's start and end)
     if size < 4:
         return CheckResult("batch-independence", SKIP, cause="the batch has fewer than 4 examples")
+    rows: list[Any] = []
+    tree_map(lambda t: rows.append(getattr(t, "shape", (0,))[:1] == (size,)), ctx.batch[0])
+    if not any(rows):
+        return CheckResult(
+            "batch-independence",
+            SKIP,
+            cause=f"no tensor of the inputs has a row per example ({size}) to change, in "
+            "tuples, lists or dicts (a dataclass or another object is not looked inside)",
+        )
     half = size // 2
     first, second = torch.arange(half), torch.arange(half, size)
     draws = Draws.capture()

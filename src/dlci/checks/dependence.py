@@ -65,23 +65,28 @@ def _in_target_units(
 
     inputs, targets = batch
     if not (isinstance(outputs, torch.Tensor) and outputs.ndim >= 1 and outputs.shape[0] == size):
-        return "the outputs hold no tensor with one row per example"
+        return (
+            "the outputs hold no tensor with one row per example (scores flattened to one "
+            "row per token, or time-major, are not read by this check)"
+        )
     per = outputs[0].numel()
     classes = ctx.classes()[0]
-    if (
-        isinstance(targets, torch.Tensor)
-        and not targets.is_floating_point()
-        and classes
-        and outputs.ndim == targets.ndim + 1
-        and targets.min() >= 0
-        and int(targets.max()) < classes
-    ):  # class labels: (N, C) scores, or dense (N, C, H, W) / (N, L, C) against (N, H, W) / (N, L)
+    labels = isinstance(targets, torch.Tensor) and not targets.is_floating_point()
+    if labels and not classes and outputs.shape[:-1] == targets.shape:
+        classes = int(outputs.shape[-1])  # per-position scores (N, L, V) of (N, L) labels
+    if labels and classes and outputs.ndim == targets.ndim + 1 and int(targets.max()) < classes:
+        # class labels: (N, C) scores, or dense (N, C, H, W) / (N, L, C) against (N, H, W) /
+        # (N, L); a negative label is an ignore index, left out on both sides
         axis = 1 if outputs.shape[1] == classes and outputs.shape[2:] == targets.shape[1:] else -1
         if outputs.shape[axis] == classes:
-            hot = torch.nn.functional.one_hot(targets.long(), classes).float()
-            if axis == 1:
-                hot = hot.movedim(-1, 1)
-            return (lambda o: o.float().softmax(dim=axis)), hot, "the class labels (one-hot)"
+            kept = (targets >= 0).unsqueeze(axis).float()
+            hot = torch.nn.functional.one_hot(targets.long().clamp(min=0), classes).float()
+            hot = (hot.movedim(-1, 1) if axis == 1 else hot) * kept
+            return (
+                (lambda o: o.float().softmax(dim=axis) * kept),
+                hot,
+                "the class labels (one-hot)",
+            )
     if (
         isinstance(targets, torch.Tensor)
         and targets.is_floating_point()
@@ -159,6 +164,13 @@ def input_dependence(ctx: Context) -> CheckResult:
     size = batch_size_of(ctx.batch)
     if size < 2:
         return CheckResult("input-dependence", SKIP, cause="the batch has fewer than 2 examples")
+    if not any(leaf.ndim >= 1 and leaf.shape[0] == size for leaf in _leaves(ctx.batch[0])):
+        return CheckResult(
+            "input-dependence",
+            SKIP,
+            cause=f"no tensor of the inputs has a row per example ({size}) to swap, in tuples, "
+            "lists or dicts (a dataclass or another object is not looked inside)",
+        )
     model = model_copy(ctx.model)
     before = _read(ctx, model, size)
     if isinstance(before, str):

@@ -371,10 +371,10 @@ def _read(ctx: Context, true: Arm, shuffled: Arm, own: list[Any], val: list[Any]
 
 
 def _labels_unread(ctx: Context, batch: Any, shuffled: Any) -> str:
-    """Why there are no labels to judge, or ``""``: a loss_fn that scores the same outputs
-    alike against the batch's targets and against them shuffled reads no labels from
-    ``batch[1]`` (a denoiser's loss against the noise it drew, a self-supervised loss, an
-    autoencoder's against its inputs). Measured on one forward, the draws replayed."""
+    """Why there are no labels to judge, or ``""``: a loss_fn that scores the outputs alike
+    against the batch's targets and against them shuffled (the shuffled batch evaluated
+    too, on the same draws) reads no labels from ``batch[1]`` (a denoiser's loss against
+    the noise it drew, a self-supervised loss, an autoencoder's against its inputs)."""
     import torch
 
     from dlci.training.draws import Draws
@@ -383,9 +383,12 @@ def _labels_unread(ctx: Context, batch: Any, shuffled: Any) -> str:
     ctx.model.eval()
     try:
         with torch.no_grad():
+            # the shuffled labels go through the forward too: an eval_step that gives the
+            # model its labels (a Transformers model's own loss) reads them there
             outputs = _jittered(ctx.evaluate(batch, draws=draws))
+            moved = _jittered(ctx.evaluate(shuffled, draws=draws))
             given = float(ctx.target.loss_fn(outputs, batch[1]))  # type: ignore[misc]
-            other = float(ctx.target.loss_fn(outputs, shuffled[1]))  # type: ignore[misc]
+            other = float(ctx.target.loss_fn(moved, shuffled[1]))  # type: ignore[misc]
     except Exception:  # the checks that run the loss report its errors themselves
         return ""
     finally:
@@ -393,7 +396,7 @@ def _labels_unread(ctx: Context, batch: Any, shuffled: Any) -> str:
     if given != other:
         return ""
     return (
-        "no labels to judge: the loss_fn scores the same outputs alike against the batch's "
+        "no labels to judge: the loss_fn scores the outputs alike against the batch's "
         f"targets and against them shuffled ({fmt(given)}): it reads no labels from batch[1] "
         "(its targets are drawn in the forward, as a denoiser's noise, or are the inputs). "
         "input-dependence judges whether the outputs follow the inputs"
