@@ -222,7 +222,9 @@ def _data(shape: str) -> tuple[torch.Tensor, torch.Tensor]:
     if shape == "distillation":
         teacher = _mlp(CLASSES)
         with torch.no_grad():
-            return x, F.softmax(teacher(x) * 12 / 2.0, dim=-1)  # a confident teacher at temperature 2
+            return x, F.softmax(
+                teacher(x) * 12 / 2.0, dim=-1
+            )  # a confident teacher at temperature 2
     if shape == "mixup":
         perm, lam = torch.randperm(N, generator=g), 0.7
         onehot = F.one_hot(labels, CLASSES).float()

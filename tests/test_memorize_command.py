@@ -302,8 +302,7 @@ def test_the_changes_are_printed_before_training_and_the_time_says_what_it_count
     assert (
         f"memorization PASS: loss {report['start_loss']:.4g} -> {report['final_loss']:.4g} at "
         f"step {report['steps']}, {report['relative_loss'] * 100:.3g}% of the input-blind "
-        "baseline "
-        in captured.out.splitlines()[0]
+        "baseline " in captured.out.splitlines()[0]
     )
     assert captured.out.splitlines()[0].endswith(
         f"(memorised means {report['criterion']}) "

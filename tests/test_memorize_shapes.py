@@ -38,7 +38,10 @@ def runs() -> dict[tuple[str, str, str], dlci.MemorizeResult]:
     """The PR tier for every case; the nightly tier for the healthy ones (a twin's run stops
     early, flat or on its plateau, before either tier's epochs: its verdict at night is
     judged from the same curve below)."""
-    done = {(shape, twin, "pr"): memorize(zoo.target(shape, twin), _config("pr")) for shape, twin in CASES}
+    done = {
+        (shape, twin, "pr"): memorize(zoo.target(shape, twin), _config("pr"))
+        for shape, twin in CASES
+    }
     for shape in zoo.SHAPES:
         done[(shape, "healthy", "nightly")] = memorize(zoo.target(shape), _config("nightly"))
     return done
@@ -71,7 +74,9 @@ def _goal(result: dlci.MemorizeResult, **changes: object) -> Goal:
 
 @pytest.mark.parametrize("budget", ["pr", "nightly"])
 @pytest.mark.parametrize("shape", zoo.SHAPES)
-def test_every_healthy_shape_passes_the_pr_and_nightly_tiers_on_the_cpu(runs, shape, budget) -> None:
+def test_every_healthy_shape_passes_the_pr_and_nightly_tiers_on_the_cpu(
+    runs, shape, budget
+) -> None:
     result = runs[(shape, "healthy", budget)]
     assert result.passed, result.reason
     assert result.draws_replayed and result.judged_on.startswith("the median of the last 3")
@@ -98,7 +103,9 @@ def test_every_twin_fails_every_tier_naming_the_baseline_it_did_not_beat(runs, s
 def test_the_floors_and_baselines_are_measured_on_the_batch(runs) -> None:
     smoothing = runs[("label-smoothing", "healthy", "pr")]
     # CrossEntropyLoss(label_smoothing=0.1) over 10 classes: 0.9 ln(1/0.91) + 0.1 * 9 * ... = 0.50
-    assert smoothing.floor_source == "measured" and smoothing.loss_floor == pytest.approx(0.500, abs=2e-3)
+    assert smoothing.floor_source == "measured" and smoothing.loss_floor == pytest.approx(
+        0.500, abs=2e-3
+    )
     poisson = runs[("poisson", "healthy", "pr")]
     assert poisson.loss_floor is not None and poisson.loss_floor < -5  # counts around 8: below 0
     ctc = runs[("ctc", "healthy", "pr")]
@@ -110,7 +117,9 @@ def test_the_floors_and_baselines_are_measured_on_the_batch(runs) -> None:
     assert diffusion.floor_source == "assumed" and diffusion.blind_loss is None
 
 
-def test_the_control_a_floor_assumed_0_fails_the_healthy_shapes_whose_floor_is_above_it(runs) -> None:
+def test_the_control_a_floor_assumed_0_fails_the_healthy_shapes_whose_floor_is_above_it(
+    runs,
+) -> None:
     for shape in ("label-smoothing", "distillation", "mixup", "infonce"):
         result = runs[(shape, "healthy", "nightly")]
         assert result.loss_floor > 0.3, shape
@@ -134,7 +143,9 @@ def test_random_forwards_are_replayed_and_the_control_without_replay_moves_at_lr
     still = runs[("diffusion", "lr0", "pr")]
     assert len(set(still.losses)) == 1
     monkeypatch.setattr(engine.Draws, "replay", lambda self: None)
-    moving = memorize(zoo.target("diffusion", "lr0"), dataclasses.replace(_config("pr"), max_epochs=30))
+    moving = memorize(
+        zoo.target("diffusion", "lr0"), dataclasses.replace(_config("pr"), max_epochs=30)
+    )
     assert len(set(moving.losses)) > 10 and moving.stopped_by != "flat"
     assert max(moving.losses) > 1.3 * min(moving.losses)  # one lucky draw is far below the rest
 
@@ -142,11 +153,16 @@ def test_random_forwards_are_replayed_and_the_control_without_replay_moves_at_lr
 def test_attention_dropout_is_off_and_the_control_shows_it_on(runs, monkeypatch) -> None:
     result = runs[("finetune-5e-5", "healthy", "pr")]
     assert any("self_attn (MultiheadAttention).dropout (0.1 -> 0)" in c for c in result.changes)
-    assert "dropout off, confirmed: two train-mode forward passes on fresh draws agree" in result.measured
+    assert (
+        "dropout off, confirmed: two train-mode forward passes on fresh draws agree"
+        in result.measured
+    )
     from dlci.training import regularization
 
     monkeypatch.setattr(regularization, "_zero_floats", lambda *args: None)
-    on = memorize(zoo.target("finetune-5e-5", "lr0"), dataclasses.replace(_config("pr"), max_epochs=3))
+    on = memorize(
+        zoo.target("finetune-5e-5", "lr0"), dataclasses.replace(_config("pr"), max_epochs=3)
+    )
     assert not any("MultiheadAttention" in c for c in on.changes)
     assert any(line.startswith("the forward is random by design") for line in on.measured)
 

@@ -122,3 +122,37 @@ def test_every_problem_of_a_target_is_listed_at_once() -> None:
         "callable, got int; give loss_fn (or your own train_step); num_classes must be an "
         "integer >= 2, got 1; train_loader must be iterable, got int"
     )
+
+
+def test_a_file_in_the_working_folder_does_not_stand_in_for_the_standard_library(
+    tmp_path, monkeypatch
+) -> None:
+    """Issue 42: an earlier phase left ``decimal.py`` in the workspace; the target that
+    imports ``decimal`` gets the standard library's. The control: the same folder put first
+    on the path (as before) hands it the planted one."""
+    import subprocess
+    import sys
+
+    (tmp_path / "decimal.py").write_text("raise SystemExit('planted decimal imported')\n")
+    (tmp_path / "proj_std.py").write_text(textwrap.dedent(GOOD) + "\nimport decimal\n")
+    script = (
+        "import sys; sys.path[:] = [p for p in sys.path if p not in ('', {cwd!r})]; {first}"
+        "from dlci.training.target import load_target; load_target('proj_std:make'); print('ok')"
+    )
+    cwd = str(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", script.format(cwd=cwd, first="")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]
+    control = subprocess.run(
+        [sys.executable, "-c", script.format(cwd=cwd, first=f"sys.path.insert(0, {cwd!r}); ")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "planted decimal imported" in control.stdout + control.stderr

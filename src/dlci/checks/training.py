@@ -90,5 +90,7 @@ def _cause(case: str, epochs: int, projected: int | None) -> str:
             "learns far too slowly to overfit one small batch"
         )
     if case == "noisy":
-        return "the loss jumps between steps on the same batch and draws: the verdict rests on draws"
+        return (
+            "the loss jumps between steps on the same batch and draws: the verdict rests on draws"
+        )
     return "the training loop cannot overfit one small batch, so it cannot learn"

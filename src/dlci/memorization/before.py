@@ -33,9 +33,7 @@ class Before:
     still_random: bool = False  # outputs differ even on replayed draws: judge smoothed
 
 
-def measure_before(
-    target: Target, model: Any, batch: Any, examples: int, draws: Draws
-) -> Before:
+def measure_before(target: Target, model: Any, batch: Any, examples: int, draws: Draws) -> Before:
     """Probe the forward and measure the references on ``batch`` (already on its device)."""
     import torch
 
@@ -95,22 +93,32 @@ def _probe(forward: Callable[[], Any], draws: Draws) -> tuple[Any, str, bool]:
     again = differs(replayed, forward())
     draws.replay()
     if fresh == 0.0:
-        return replayed, (
-            "dropout off, confirmed: two train-mode forward passes on fresh draws agree"
-        ), False
+        return (
+            replayed,
+            ("dropout off, confirmed: two train-mode forward passes on fresh draws agree"),
+            False,
+        )
     if again == 0.0:
         gap = "in structure" if fresh is None else f"by up to {fresh:.3g}"
-        return replayed, (
-            f"the forward is random by design (two train-mode passes on fresh draws differ "
-            f"{gap} with dropout off; replayed, they agree): the same draws are replayed "
-            "before every step"
-        ), False
+        return (
+            replayed,
+            (
+                f"the forward is random by design (two train-mode passes on fresh draws differ "
+                f"{gap} with dropout off; replayed, they agree): the same draws are replayed "
+                "before every step"
+            ),
+            False,
+        )
     gap = "in structure" if again is None else f"by up to {again:.3g}"
-    return replayed, (
-        f"the forward still differs {gap} between two passes on the same replayed draws (a "
-        "generator of its own, or a nondeterministic kernel): the loss is judged on the median "
-        "of its last steps, and a curve that stays noisy says so"
-    ), True
+    return (
+        replayed,
+        (
+            f"the forward still differs {gap} between two passes on the same replayed draws (a "
+            "generator of its own, or a nondeterministic kernel): the loss is judged on the median "
+            "of its last steps, and a curve that stays noisy says so"
+        ),
+        True,
+    )
 
 
 def _references(

@@ -9,6 +9,7 @@ its verdict rests on draws, and the report says so.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from dataclasses import dataclass
@@ -64,13 +65,13 @@ def read(relative: list[float], limit: float, epochs: int) -> Shape:
     finite = [v for v in relative if math.isfinite(v)]
     if len(finite) < 12:
         return Shape(False, None, False, 0.0)
-    jumps = [abs(b - a) for a, b in zip(finite, finite[1:], strict=False)]
+    jumps = [abs(b - a) for a, b in itertools.pairwise(finite)]
     jump = statistics.median(jumps)
     fall = max(finite[0] - min(finite), 1e-12)
     noisy = jump > NOISY * fall or jump > NOISY
     smooth = medians(finite)
     tail = smooth[-max(len(smooth) // 3, 10) :]
-    downs = sum(1 for a, b in zip(tail, tail[1:], strict=False) if b <= a)
+    downs = sum(1 for a, b in itertools.pairwise(tail) if b <= a)
     pace = (smooth[0] - smooth[-1]) / max(len(smooth) - 1, 1)
     tail_pace = (tail[0] - tail[-1]) / max(len(tail) - 1, 1)
     steady = (

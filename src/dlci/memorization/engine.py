@@ -18,8 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlci.errors import DlciError
-from dlci.ladder.goal import Goal
+from dlci.ladder.goal import Goal, smoothed
 from dlci.ladder.model import Tier
+from dlci.memorization.before import Before, measure_before
+from dlci.memorization.curve import FLAT_STEPS, FLAT_TOLERANCE, PLATEAU_GAIN, PLATEAU_STEPS
+from dlci.memorization.floor import ASSUMED
 from dlci.memorization.verdict import (
     MemorizeResult,
     judge,
@@ -28,12 +31,8 @@ from dlci.memorization.verdict import (
     training_time,
 )
 from dlci.training.batching import shard, take_batch, to_device
-from dlci.training.guard import user_code
-from dlci.memorization.before import Before, measure_before
-from dlci.memorization.curve import FLAT_STEPS, FLAT_TOLERANCE, PLATEAU_GAIN, PLATEAU_STEPS
-from dlci.memorization.floor import ASSUMED
-from dlci.ladder.goal import smoothed
 from dlci.training.draws import Draws
+from dlci.training.guard import user_code
 from dlci.training.regularization import Switched, no_dropout, switch_off_regularization
 from dlci.training.stepping import DETACHED_HINT, Stepper, loss_value, optimizer_hparams
 from dlci.training.target import Target, build_optimizer
@@ -194,9 +193,10 @@ def memorize(
     """Overfit one batch of ``target`` under ``config``; never raises for a failed test.
 
     ``on_start`` receives the changes made to the target (dropout, weight decay) and what was
-    measured (memorization/before.py) before the first step; ``on_step`` receives each step's loss. With ``on_stuck``, a watchdog holds
-    the time cap inside a step: past it, ``on_stuck`` gets the partial result (the stuck
-    thread's stack in it) and the process exits 1 (watchdog.py); without, nothing watches.
+    measured (memorization/before.py) before the first step; ``on_step`` receives each
+    step's loss. With ``on_stuck``, a watchdog holds the time cap inside a step: past it,
+    ``on_stuck`` gets the partial result (the stuck thread's stack in it) and the process
+    exits 1 (watchdog.py); without, nothing watches.
     """
     dist = dist or Distributed()
     live = _Live()
@@ -413,9 +413,7 @@ class _Plateau:
     def reached(self, relative: float | None, step: int) -> bool:
         if relative is None or step < 2:
             return False
-        if relative < self.best * (1 - PLATEAU_GAIN):
-            self.best, self.since = relative, step
-        elif self.best == math.inf:
+        if relative < self.best * (1 - PLATEAU_GAIN) or self.best == math.inf:
             self.best, self.since = relative, step
         return step - self.since > PLATEAU_STEPS
 

@@ -20,6 +20,7 @@ at every evaluation, and neither touches the model.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -161,9 +162,7 @@ def _search(
     kinds = [_kind(leaves[i]) for i in free]
     shaped = [kind for kind in kinds if kind != "free"]
     if shaped:
-        notes.append(
-            "outputs kept on their model's manifold: " + ", ".join(sorted(set(shaped)))
-        )
+        notes.append("outputs kept on their model's manifold: " + ", ".join(sorted(set(shaped))))
 
     def evaluate(values: list[Any]) -> Any:
         filled = list(leaves)
@@ -173,7 +172,9 @@ def _search(
         return loss_fn(pytree.tree_unflatten(filled, spec), targets)
 
     with torch.enable_grad():
-        start = [_unshape(leaves[i].detach().clone(), kind) for i, kind in zip(free, kinds, strict=True)]
+        start = [
+            _unshape(leaves[i].detach().clone(), kind) for i, kind in zip(free, kinds, strict=True)
+        ]
         params = [t.clone().requires_grad_(True) for t in start]
         floor, why = _lowest(evaluate, params, scale, start)
         if why:
@@ -320,8 +321,10 @@ def _lowest(
         value.backward()
         moved = moved or any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in params)
         good = [p.detach().clone() for p in params]
-        decay = 0.5 * (1 + math.cos(math.pi * (step + 1) / ADAM_STEPS)) / max(
-            0.5 * (1 + math.cos(math.pi * step / ADAM_STEPS)), 1e-12
+        decay = (
+            0.5
+            * (1 + math.cos(math.pi * (step + 1) / ADAM_STEPS))
+            / max(0.5 * (1 + math.cos(math.pi * step / ADAM_STEPS)), 1e-12)
         )
         optimizer.step()
         for group in optimizer.param_groups:
@@ -361,10 +364,8 @@ def _polish(evaluate: Callable[[list[Any]], Any], params: list[Any]) -> float:
         value.backward()
         return value
 
-    try:
-        optimizer.step(closure)
-    except (_Stop, RuntimeError):
-        pass
+    with contextlib.suppress(_Stop, RuntimeError):  # a refused evaluation ends the polish
+        optimizer.step(closure)  # type: ignore[no-untyped-call]
     return best
 
 

@@ -246,16 +246,24 @@ def _decide(
         cap = f"time cap of {config.time_cap_s / 60:g} min reached at step {steps} of "
         return "fail", kind, f"{cap}{config.max_epochs}; {head}: {fell}; {criterion}"
     if stopped_by == "plateau":
-        return "fail", kind, (
-            f"{head}: {fell}; it came no closer to its floor in the last {curve.PLATEAU_STEPS} "
-            f"steps, so more epochs cannot help (stopped at step {steps} of "
-            f"{config.max_epochs}); {criterion}"
+        return (
+            "fail",
+            kind,
+            (
+                f"{head}: {fell}; it came no closer to its floor in the last {curve.PLATEAU_STEPS} "
+                f"steps, so more epochs cannot help (stopped at step {steps} of "
+                f"{config.max_epochs}); {criterion}"
+            ),
         )
     if stopped_by == "flat":
-        return "fail", kind, (
-            f"{head}: {fell}; it did not move (by more than {curve.FLAT_TOLERANCE:g} of its "
-            f"start) in {steps} steps on the same batch and draws, so more epochs cannot help; "
-            f"{criterion}"
+        return (
+            "fail",
+            kind,
+            (
+                f"{head}: {fell}; it did not move (by more than {curve.FLAT_TOLERANCE:g} of its "
+                f"start) in {steps} steps on the same batch and draws, so more epochs cannot help; "
+                f"{criterion}"
+            ),
         )
     return "fail", kind, f"{head}: {fell}, in {config.max_epochs} epochs; {criterion}"
 
@@ -325,7 +333,10 @@ def _best_later(losses: list[float]) -> tuple[float, int] | None:
 
 
 def _fall(
-    start: float | None, later: tuple[float, int] | None, rel: float | None, goal: Goal | None = None
+    start: float | None,
+    later: tuple[float, int] | None,
+    rel: float | None,
+    goal: Goal | None = None,
 ) -> str:
     """How far the loss fell from its start, in words.
 

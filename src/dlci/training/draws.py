@@ -81,7 +81,7 @@ def _numpy_state() -> Any:
 def _cuda_states() -> tuple[Any, ...]:
     import torch
 
-    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         return ()
     return tuple(torch.cuda.get_rng_state_all())
 

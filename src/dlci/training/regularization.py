@@ -57,7 +57,7 @@ class Switched:
         for holder, attr, value in reversed(self.saved):
             try:
                 setattr(holder, attr, value)
-            except Exception:  # pragma: no cover - it was set once already
+            except Exception:  # noqa: S112  # pragma: no cover - it was set once already
                 continue
 
 
@@ -101,13 +101,13 @@ def _zero_floats(holder: Any, where: str, switched: Switched) -> None:
     for attr in _DROPOUT_NAMES:
         try:
             value = getattr(holder, attr, None)
-        except Exception:  # a property that raises is not a probability
+        except Exception:  # noqa: S112  # a property that raises is not a probability
             continue
         if isinstance(value, bool) or not isinstance(value, float) or not 0 < value < 1:
             continue
         try:
             setattr(holder, attr, 0.0)
-        except Exception:  # a read-only attribute: the function mode still catches its use
+        except Exception:  # noqa: S112  # a read-only attribute: the function mode still catches its use
             continue
         switched.changes.append(f"dropout off: {where}.{attr} ({value:g} -> 0)")
         switched.saved.append((holder, attr, value))
@@ -152,7 +152,12 @@ def no_dropout() -> Iterator[list[str]]:
 
 
 def _zeroed(
-    args: tuple[Any, ...], kwargs: dict[str, Any], key: str, index: int, caught: list[str], func: Any
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    key: str,
+    index: int,
+    caught: list[str],
+    func: Any,
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     value = kwargs.get(key, args[index] if len(args) > index else 0.0)
     if isinstance(value, int | float) and value > 0:

@@ -11,7 +11,6 @@ from dlci.training.batching import call_model
 from dlci.training.guard import user_code
 from dlci.training.target import Target
 
-
 # param-group keys that choose a kernel, not a hyperparameter
 _IMPLEMENTATION_FLAGS = {"params", "capturable", "differentiable", "foreach", "fused", "maximize"}
 

@@ -116,10 +116,14 @@ class Target:
         ):
             problems.append(f"num_classes must be an integer >= 2, got {self.num_classes!r}")
         floor: object = self.loss_floor
-        if floor is not None and not callable(floor) and (
-            isinstance(floor, bool)
-            or not isinstance(floor, int | float)
-            or not math.isfinite(floor)
+        if (
+            floor is not None
+            and not callable(floor)
+            and (
+                isinstance(floor, bool)
+                or not isinstance(floor, int | float)
+                or not math.isfinite(floor)
+            )
         ):
             problems.append(
                 f"loss_floor must be a finite number or a function of the batch, got {floor!r}"
@@ -292,12 +296,14 @@ def resolve_spec(spec: str | None) -> str:
 def load_target(spec: str, **kwargs: Any) -> Target:
     """Import ``"package.module:function"``, call the function, and check what it returns.
 
-    The current directory is importable, as with ``python -m``, so a project's own
-    packages load without being installed.
+    The current directory is importable, so a project's own packages load without being
+    installed; it goes last on the path, after the standard library and the installed
+    packages, so a file the project (or an earlier phase of a job) leaves there, such as a
+    ``statistics.pyc``, never stands in for a module of theirs.
     """
     module_name, function_name = _split(spec)
     if str(Path.cwd()) not in sys.path and "" not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
+        sys.path.append(str(Path.cwd()))
     module = _import(module_name, spec)
     factory = getattr(module, function_name, None)
     if factory is None:
