@@ -803,3 +803,97 @@ def mnist() -> dlci.Target:
         val_loader=val,
         num_classes=10,
     )
+
+
+class PerceiverAttention(torch.nn.Module):
+    """lucidrains/perceiver-pytorch's Attention, its einops rearranges written as reshapes:
+    heads split as '(b h) n d' and merged back. ``merge_bug`` merges them as '(h b) n d',
+    which mixes the examples of a batch (invisible at batch size 1)."""
+
+    def __init__(self, query_dim: int, context_dim: int, heads: int = 2, dim_head: int = 16,
+                 *, merge_bug: bool = False) -> None:  # fmt: skip
+        super().__init__()
+        inner = heads * dim_head
+        self.heads, self.scale, self.merge_bug = heads, dim_head**-0.5, merge_bug
+        self.to_q = torch.nn.Linear(query_dim, inner, bias=False)
+        self.to_kv = torch.nn.Linear(context_dim, inner * 2, bias=False)
+        self.to_out = torch.nn.Linear(inner, query_dim)
+
+    def forward(self, x: torch.Tensor, context: torch.Tensor | None = None) -> torch.Tensor:
+        h = self.heads
+        context = x if context is None else context
+        q, (k, v) = self.to_q(x), self.to_kv(context).chunk(2, dim=-1)
+
+        def split(t: torch.Tensor) -> torch.Tensor:  # 'b n (h d) -> (b h) n d'
+            b, n, _ = t.shape
+            return t.reshape(b, n, h, -1).transpose(1, 2).reshape(b * h, n, -1)
+
+        q, k, v = split(q), split(k), split(v)
+        attn = (torch.einsum("b i d, b j d -> b i j", q, k) * self.scale).softmax(dim=-1)
+        out = torch.einsum("b i j, b j d -> b i d", attn, v)
+        bh, n, d = out.shape
+        if self.merge_bug:  # '(h b) n d -> b n (h d)'
+            out = out.reshape(h, bh // h, n, d).permute(1, 2, 0, 3)
+        else:  # '(b h) n d -> b n (h d)'
+            out = out.reshape(bh // h, h, n, d).permute(0, 2, 1, 3)
+        return self.to_out(out.reshape(bh // h, n, h * d))
+
+
+def fourier_encode(x: torch.Tensor, max_freq: float, num_bands: int) -> torch.Tensor:
+    """perceiver-pytorch's fourier_encode: the positions, their sines and cosines."""
+    x = x.unsqueeze(-1)
+    orig_x = x
+    scales = torch.linspace(1.0, max_freq / 2, num_bands)
+    x = x * scales * torch.pi
+    return torch.cat([x.sin(), x.cos(), orig_x], dim=-1)
+
+
+class Perceiver(torch.nn.Module):
+    """perceiver-pytorch's Perceiver cut to one cross-attention and one latent
+    self-attention: channels-last images (b, H, W, C) with Fourier position features,
+    latents that attend to them, the mean latent classified."""
+
+    def __init__(self, classes: int = 4, latents: int = 8, dim: int = 32, *,
+                 merge_bug: bool = False) -> None:  # fmt: skip
+        super().__init__()
+        self.latents = torch.nn.Parameter(torch.randn(latents, dim))
+        context = 3 + 2 * (2 * 4 + 1)  # channels and each axis's Fourier features
+        self.cross = PerceiverAttention(dim, context, heads=1, merge_bug=merge_bug)
+        self.attend = PerceiverAttention(dim, dim, heads=2, merge_bug=merge_bug)
+        self.norm_cross = torch.nn.LayerNorm(dim)
+        self.norm_self = torch.nn.LayerNorm(dim)
+        self.head = torch.nn.Sequential(torch.nn.LayerNorm(dim), torch.nn.Linear(dim, classes))
+
+    def forward(self, data: torch.Tensor) -> torch.Tensor:
+        b, *axis, _ = data.shape
+        grid = torch.stack(
+            torch.meshgrid(*[torch.linspace(-1.0, 1.0, s) for s in axis], indexing="ij"), dim=-1
+        )
+        pos = fourier_encode(grid, 8, 4).reshape(*axis, -1).to(data)
+        data = torch.cat([data, pos.expand(b, *pos.shape)], dim=-1).reshape(b, -1, 3 + 18)
+        x = self.latents.expand(b, *self.latents.shape)
+        x = x + self.cross(self.norm_cross(x), context=data)
+        x = x + self.attend(self.norm_self(x))
+        return self.head(x.mean(dim=1))
+
+
+def perceiver(*, merge_bug: bool = False) -> dlci.Target:
+    """The Perceiver on 8x8 RGB images given channels last, as its forward takes them;
+    Adam 1e-3, cross-entropy. Planted bug: heads merged back in the wrong batch order."""
+    templates = torch.randn(4, 8, 8, 3, generator=torch.Generator().manual_seed(7))
+
+    def split(n: int, seed: int) -> TensorDataset:
+        g = torch.Generator().manual_seed(seed)
+        labels = torch.randint(0, 4, (n,), generator=g)
+        return TensorDataset(0.4 * templates[labels] + torch.randn(n, 8, 8, 3, generator=g), labels)
+
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    return dlci.Target(
+        Perceiver(merge_bug=merge_bug),
+        lambda p: torch.optim.Adam(p, lr=1e-3),
+        DataLoader(split(512, 1), 16, shuffle=True, generator=g),
+        loss_fn=F.cross_entropy,
+        val_loader=DataLoader(split(128, 2), 16),
+        num_classes=4,
+    )

@@ -32,6 +32,12 @@ CLEAN = {
         "label-alignment": "skip",  # its loss reads no labels from batch[1]
     },
     "nanogpt_pair": {"train-eval-mode": "skip", "zero-grad": "skip", "input-normalization": "skip"},
+    "perceiver": {
+        "train-eval-mode": "skip",
+        "zero-grad": "skip",
+        "causality": "skip",
+        "activations": "skip",  # softmax attention and LayerNorms only
+    },
     # memorize (not these tests' check) fails the healthy VAE: a summed BCE over pixels in
     # (0, 1) flattens at 76% of its start in the tier's epochs; input-dependence and
     # label-alignment then cannot judge. Reported to the memorize gate's owner.
@@ -72,6 +78,14 @@ def test_random_forwards_pass_batch_independence_on_the_same_draws() -> None:
         assert result.status == "pass" and result.measured == "max difference 0", (name, result)
     vae = _run("vae", "batch-independence")["batch-independence"]
     assert vae.status == "pass", vae
+
+
+def test_heads_merged_in_the_wrong_batch_order_fail_batch_independence() -> None:
+    """perceiver-pytorch's Attention merging '(h b)' where it split '(b h)': invisible at
+    batch size 1; the fix names the reshape, not only BatchNorm."""
+    result = _run("perceiver", "batch-independence", merge_bug=True)["batch-independence"]
+    assert result.status == "fail" and "reshape" in result.fix, result
+    assert _clean("perceiver")["batch-independence"].measured == "max difference 0"
 
 
 def test_control_without_replayed_draws_a_random_forward_gets_no_verdict(monkeypatch) -> None:
@@ -215,3 +229,28 @@ def test_update_ratio_knows_adadelta_sets_its_own_step(monkeypatch) -> None:
     with preserved(target):
         control = gradients.update_ratio(ctx)
     assert control.status == "warn" and control.cause == "updates are large", control
+
+
+@pytest.mark.parametrize("root", ["batch-independence", "input-dependence"])
+def test_label_alignment_is_put_down_to_a_batch_mixing_or_input_blind_model(
+    root: str, monkeypatch
+) -> None:
+    """A Perceiver whose heads merge back in the wrong batch order fails batch-independence,
+    and label-alignment warns beside it: the labels are not to blame."""
+    from dlci.checks import cascade
+
+    def results() -> list[CheckResult]:
+        return [
+            CheckResult(root, "fail", "max difference 0.3", cause="mixes the batch"),
+            CheckResult("label-alignment", "warn", "held-out loss", cause="the labels"),
+        ]
+
+    ran = results()
+    cascade.attribute(ran)
+    assert ran[1].follows == [root] and ran[1].cause.startswith(f"may follow from {root}")
+    # the control: without the cause in the table, the warning blames the labels alone
+    table = {k: tuple(c for c in v if c != root) for k, v in cascade.CAUSES.items()}
+    monkeypatch.setattr(cascade, "CAUSES", table)
+    ran = results()
+    cascade.attribute(ran)
+    assert ran[1].follows == [] and ran[1].cause == "the labels"

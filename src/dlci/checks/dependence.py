@@ -72,7 +72,7 @@ def _in_target_units(
     per = outputs[0].numel()
     classes = ctx.classes()[0]
     labels = isinstance(targets, torch.Tensor) and not targets.is_floating_point()
-    if labels and not classes and outputs.shape[:-1] == targets.shape:
+    if labels and not classes and targets.ndim >= 2 and outputs.shape[:-1] == targets.shape:
         classes = int(outputs.shape[-1])  # per-position scores (N, L, V) of (N, L) labels
     if labels and classes and outputs.ndim == targets.ndim + 1 and int(targets.max()) < classes:
         # class labels: (N, C) scores, or dense (N, C, H, W) / (N, L, C) against (N, H, W) /
