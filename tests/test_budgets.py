@@ -24,7 +24,7 @@ def test_the_default_ladder_carries_the_measured_numbers() -> None:
     nightly = select_tier(ladder, budget="nightly", hardware_class="a100")
     # FSDL's absolute thresholds (1.0 and 0.05 of a start of 4.4) as shares; the epochs that
     # let a transformer at AdamW 5e-5 and SGD at 0.01 pass (docs/budget-ladder.md)
-    assert (pr.max_epochs, pr.max_relative_loss, pr.time_cap_minutes) == (800, 0.3, 5.0)
+    assert (pr.max_epochs, pr.max_relative_loss, pr.time_cap_minutes) == (1000, 0.3, 5.0)
     assert (nightly.max_epochs, nightly.max_relative_loss) == (3000, 0.02)
     assert nightly.time_cap_minutes == 10.0 and pr.max_loss is None is nightly.max_loss
     assert nightly.row == "budgets.nightly.a100"
@@ -80,7 +80,7 @@ def test_a_users_ladder_extends_the_default_and_overrides_one_value(write_ladder
     )
     ladder = load_ladder(path)
     tier = select_tier(ladder, budget="pr", hardware_class="a100")
-    assert (tier.max_loss, tier.max_epochs, tier.ladder_revision) == (0.5, 800, "team-2026")
+    assert (tier.max_loss, tier.max_epochs, tier.ladder_revision) == (0.5, 1000, "team-2026")
     assert select_tier(ladder, budget="pr", hardware_class="t4").max_relative_loss == 0.3
     assert tier.max_relative_loss is None  # a version 1 row keeps its absolute meaning
 

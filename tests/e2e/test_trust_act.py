@@ -254,7 +254,7 @@ def test_a_forged_tier_and_a_planted_report_do_not_pass_the_gate(attacked) -> No
     assert out["memorization-passed"] == "false", run.explain()
     assert out["verdict"] == "fail"
     host = json.loads(out["tier"])  # the host's tier (the default: relative), not the forged 100
-    assert (host["max_loss"], host["max_relative_loss"], host["max_epochs"]) == (None, 0.3, 800)
+    assert (host["max_loss"], host["max_relative_loss"], host["max_epochs"]) == (None, 0.3, 1000)
     assert run.job_result() == "failure"
 
 

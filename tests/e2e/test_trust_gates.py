@@ -165,7 +165,7 @@ def test_a_test_that_forges_the_tier_and_the_report_cannot_pass_the_gate(
     argv = ["summary", "--artifacts", str(ws / "dlci-artifacts"), "--markdown", str(md)]
     assert main([*argv, "--host-record", str(record)]) == 1
     text = md.read_text()
-    assert "| tier | pr on cpu: up to 800 epochs to loss at or below 30% of its start" in text
+    assert "| tier | pr on cpu: up to 1000 epochs to loss at or below 30% of its start" in text
     assert "- step memorize failed" in text
     assert "| verified by the host | the tier (read-only in every container); " in text
     assert "memorization.json from the isolated step directories of memorize" in text

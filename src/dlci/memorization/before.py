@@ -44,16 +44,16 @@ def measure_before(target: Target, model: Any, batch: Any, examples: int, draws:
         if forward is None:
             lines.append(
                 "dropout off, not confirmed: the target's own train_step has no forward dl-ci "
-                "can run alone (give the target an eval_step)"
+                "can run alone (give the target an eval_step that calls the model)"
             )
         elif target.train_step is None:
             outputs, line, still_random = _probe(forward, draws)
             lines.append(line)
-        else:  # the gate steps through train_step: an eval_step that fails is not the gate's
+        else:  # the gate steps through train_step: a forward that fails is not the gate's
             try:
                 outputs, line, still_random = _probe(forward, draws)
             except DlciError as exc:
-                line = f"dropout off, not confirmed: the target's eval_step failed ({exc.message})"
+                line = f"dropout off, not confirmed: the model's forward failed ({exc.message})"
             lines.append(line)
     lines += [f"dropout off: {name} called with p > 0, run with p = 0" for name in caught]
     references = _references(target, batch, outputs, examples, draws)
@@ -63,6 +63,8 @@ def measure_before(target: Target, model: Any, batch: Any, examples: int, draws:
 
 
 def _forward(target: Target, model: Any, batch: Any) -> Callable[[], Any] | None:
+    """The model's forward on the batch in train mode: the standard step's call, or the call
+    a target's own eval_step makes, caught at the model's door and replayed in train mode."""
     if target.train_step is None:
         inputs = batch[0]
 
@@ -71,15 +73,51 @@ def _forward(target: Target, model: Any, batch: Any) -> Callable[[], Any] | None
                 return call_model(model, inputs)
 
         return standard
-    eval_step = target.eval_step
-    if eval_step is None:
+    if target.eval_step is None:
         return None
+    call = _call_of(model, target.eval_step, batch)
+    if call is None:
+        return None
+    args, kwargs = call
 
     def own() -> Any:
-        with user_code("eval_step"):
-            return eval_step(model, batch)
+        with user_code("the model"):
+            return model(*args, **kwargs)
 
     return own
+
+
+class _Caught(Exception):
+    def __init__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        super().__init__("the model's call, caught")
+        self.call = args, kwargs
+
+
+def _call_of(
+    model: Any, eval_step: Callable[[Any, Any], Any], batch: Any
+) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """The arguments ``eval_step`` calls the model with, caught before its forward runs (its
+    eval mode and no_grad are then undone); None when it never calls the model itself, or
+    fails before."""
+
+    def hook(_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        raise _Caught(args, kwargs)
+
+    modes = {module: module.training for module in model.modules()}
+    handle = model.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        eval_step(model, batch)
+    except _Caught as caught:
+        return caught.call
+    except KeyboardInterrupt:
+        raise
+    except BaseException:  # an eval_step that fails is not the gate's failure
+        return None
+    finally:
+        handle.remove()
+        for module, training in modes.items():
+            module.train(training)
+    return None
 
 
 def _probe(forward: Callable[[], Any], draws: Draws) -> tuple[Any, str, bool]:
