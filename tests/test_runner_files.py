@@ -242,7 +242,16 @@ def test_the_release_publishes_an_image_per_cuda_version_and_moves_the_major_tag
     runs = "\n".join(s.get("run", "") for s in image["steps"])
     assert "ghcr.io/" in runs and "docker push" in runs and "--password-stdin" in runs
     tag = data["jobs"]["major-tag"]
-    assert tag["permissions"] == {"contents": "write"} and tag["needs"] == "image"
+    assert tag["permissions"] == {"contents": "write"} and tag["needs"] == ["image", "pypi"]
+    # the package: built once, checked, published through trusted publishing (an OIDC token,
+    # no stored secret) only after the images built
+    dist = json.dumps(data["jobs"]["dist"])
+    assert "python -m build --sdist --wheel" in dist and "dlci/data/ladder.yaml" in dist
+    pypi = data["jobs"]["pypi"]
+    assert pypi["needs"] == ["dist", "image"] and pypi["permissions"] == {"id-token": "write"}
+    assert pypi["environment"]["name"] == "pypi"
+    assert pypi["steps"][-1]["uses"].startswith("pypa/gh-action-pypi-publish@")
+    assert "with" not in pypi["steps"][-1]  # no password: trusted publishing
     moved = json.dumps(tag)
     # the refs API, not `git push --force`: GITHUB_TOKEN's push of a tag is refused whenever
     # the workflows changed since the tag last moved
