@@ -133,7 +133,7 @@ def test_a_folder_with_no_reports_still_renders_and_says_what_is_missing(tmp_pat
 
 
 def test_dlci_report_writes_the_page_and_refuses_a_missing_folder(
-    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
 ) -> None:
     out = tmp_path / "elsewhere" / "page.html"
     out.parent.mkdir()
@@ -141,6 +141,15 @@ def test_dlci_report_writes_the_page_and_refuses_a_missing_folder(
     assert out.read_text().startswith("<!DOCTYPE html>")
     assert main(["report", str(tmp_path / "none")]) == 1
     assert "not a folder" in capsys.readouterr().err
+    # alone, it reads ./dlci-artifacts (where the verbs write) and names where it looked
+    monkeypatch.chdir(tmp_path)
+    assert main(["report"]) == 1
+    assert f"dlci-artifacts: not a folder (looked in {tmp_path / 'dlci-artifacts'})" in (
+        capsys.readouterr().err
+    )
+    shutil.copytree(folder, tmp_path / "dlci-artifacts")
+    assert main(["report"]) == 0
+    assert (tmp_path / "dlci-artifacts" / "report.html").is_file()
 
 
 @pytest.mark.parametrize(

@@ -86,16 +86,30 @@ def test_a_failing_job_names_every_failure(tmp_path: Path, github, capsys) -> No
     summary, _outputs = github
     art = tmp_path / "art"
     write(art, "preflight.json", {"passed": True, "gpu": False, "tier": tier()})
-    steps = [step("install", "passed"), step("tests", "failed"), step("memorize", "failed")]
+    steps = [
+        step("install", "passed", log_tail=["Successfully installed mypkg"]),
+        step("tests", "failed"),
+        step("memorize", "failed", log_tail=["epoch 1", "", "RuntimeError: shape `(N, 1)`", " "]),
+    ]
     write(art, "run.json", {"kind": "run", "steps": steps, "verdict": "fail"})
     write(art, "junit.xml", JUNIT)
+    # a relative goal has no absolute threshold: the summary states the goal, never "None"
+    memorized = {"verdict": "fail", "best_loss": 2.0, "threshold": None}
+    write(art, "memorization.json", memorized | {"criterion": "loss at or below 30% of its start"})
     assert main(["summary", "--artifacts", str(art)]) == 1
     text = summary.read_text()
     assert text.startswith("## ❌ dl-ci: FAILED")
-    assert "- step tests failed" in text and "- step memorize failed" in text
+    assert "- step tests failed\n" in text
+    # the cause beside the name, and the step's last lines in a section of their own
+    assert "- step memorize failed: RuntimeError: shape \\`(N, 1)\\`" in text
+    assert "### The last lines of step memorize\n\n- `epoch 1`\n- `RuntimeError: shape '(N, 1)'`\n" in text
+    assert "Successfully installed" not in text  # a passed step's log stays out
+    assert "FAIL: best loss 2 (goal: loss at or below 30% of its start)" in text
+    assert "None" not in text
     assert "`tests.test_a::test_bad`: assert 1 == 2" in text
     out = capsys.readouterr().out
     assert "::error title=dl-ci::step tests failed" in out
+    assert "::error title=dl-ci::step memorize failed: RuntimeError" in out
     assert "::error title=test failed::tests.test_a::test_bad: assert 1 == 2" in out
     assert main(["summary", "--artifacts", str(art), "--no-fail"]) == 0
 

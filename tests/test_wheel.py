@@ -70,6 +70,8 @@ def test_the_wheel_installs_into_a_new_environment_and_runs_the_digits_example(
             text=True,
         ).strip()
     )
+    # the new environment's own pip, before it can see this one: a pip that sees an installed
+    # dl-ci (this environment's, editable) would uninstall it first
     _run(
         [str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", str(wheel)],
         tmp_path, env,

@@ -21,7 +21,13 @@ def main(argv: Sequence[str]) -> int:
         "doctor, memorize and profile write one themselves; this renders one again, or one for "
         "a folder they wrote into in turn. No torch needed.",
     )
-    p.add_argument("folder", metavar="FOLDER", help="the folder of reports")
+    p.add_argument(
+        "folder",
+        metavar="FOLDER",
+        nargs="?",
+        default="dlci-artifacts",
+        help="the folder of reports (default: dlci-artifacts, where the verbs write)",
+    )
     p.add_argument(
         "--output", metavar="FILE", help="where to write the HTML (default: FOLDER/report.html)"
     )
@@ -29,8 +35,9 @@ def main(argv: Sequence[str]) -> int:
     folder = Path(args.folder)
     if not folder.is_dir():
         raise DlciError(
-            f"{args.folder}: not a folder",
-            hint="name the --out folder of dlci doctor, memorize or profile",
+            f"{args.folder}: not a folder (looked in {clean(folder.resolve())})",
+            hint="name the --out folder of dlci doctor, memorize or profile, or run one of "
+            "them here first",
         )
     from dlci.report import html
 

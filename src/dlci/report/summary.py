@@ -31,6 +31,7 @@ def render(data: dict[str, Any], *, title: str = "dl-ci") -> str:
     lines += [*table(["", ""], facts(data)), ""]
     if data["run"]:
         lines += ["### Steps", "", *table(["step", "status", "time"], _step_rows(data["run"])), ""]
+    lines += _failed_step_logs(data["run"])
     lines += configuration_lines(data)
     tests = data["tests"]
     if tests and tests["failed_cases"]:
@@ -43,6 +44,33 @@ def render(data: dict[str, Any], *, title: str = "dl-ci") -> str:
         "artifacts."
     )
     return "\n".join(lines)
+
+
+def _failed_step_logs(run: dict[str, Any] | None) -> list[str]:
+    """Each failed step's last lines (from its log), each line a code span: the cause of the
+    failure in the summary, not only the step's name."""
+    lines: list[str] = []
+    for step in (run or {}).get("steps") or []:
+        if not isinstance(step, dict) or step.get("status") not in ("failed", "error"):
+            continue
+        tail = log_cause(step)
+        if tail:
+            lines += [f"### The last lines of step {md(step.get('name', '?'))}", ""]
+            lines += [*bullets(md_code(line) for line in tail), ""]
+    return lines
+
+
+def log_cause(step: dict[str, Any], lines: int = 10) -> list[str]:
+    """The last non-blank lines a step printed (its ``log_tail`` in run.json): where its
+    error is, for the summary to show beside the step's name.
+
+    >>> log_cause({"log_tail": ["Building...", "", "ERROR: editables is needed", "  "]})
+    ['Building...', 'ERROR: editables is needed']
+    """
+    tail = step.get("log_tail")
+    if not isinstance(tail, list):
+        return []
+    return [str(line).rstrip()[:300] for line in tail if str(line).strip()][-lines:]
 
 
 def facts(data: dict[str, Any]) -> list[list[str]]:
@@ -121,6 +149,16 @@ def _criterion(tier: dict[str, Any]) -> str:
     return f"loss < {md(tier.get('max_loss'))}"
 
 
+def _goal(mem: dict[str, Any]) -> str:
+    """What the run had to reach: its criterion (relative goals have no absolute threshold),
+    else the absolute threshold; never "threshold None"."""
+    if mem.get("criterion"):
+        return f"goal: {md(mem['criterion'])}"
+    if mem.get("threshold") is not None:
+        return f"threshold {md(mem['threshold'])}"
+    return "no goal recorded"
+
+
 def _number(value: object, spec: str) -> str:
     """A number formatted by ``spec``; anything else (a hostile file) as escaped text."""
     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -135,9 +173,7 @@ def _report_facts(data: dict[str, Any]) -> list[list[str]]:
         loss = mem.get("best_loss")
         best = "None" if loss is None else _number(loss, ".4g")
         verdict = md(str(mem.get("verdict", "?")).upper())
-        rows.append(
-            ["memorization", f"{verdict}: best loss {best} (threshold {md(mem.get('threshold'))})"]
-        )
+        rows.append(["memorization", f"{verdict}: best loss {best} ({_goal(mem)})"])
     util = data["utilization"]
     if util:
         value = util.get("gpu_utilization_pct")

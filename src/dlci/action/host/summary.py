@@ -28,6 +28,7 @@ from dlci import jsonio
 from dlci.action.host.testfiles import coverage_rate, junit_counts
 from dlci.errors import DlciError
 from dlci.fsutil import NOT_ALLOWED, copy_beneath, read_input
+from dlci.report.summary import log_cause
 from dlci.report.text import md
 from dlci.trust import host as trusted
 
@@ -273,8 +274,11 @@ def problems(pre: dict[str, Any] | None, run: dict[str, Any] | None) -> list[str
         if status in ("failed", "error", "interrupted", "running"):
             how = "was interrupted" if status in ("interrupted", "running") else status
             reason = f" ({step['reason']})" if step.get("reason") else ""
-            found.append(f"step {step.get('name', '?')} {how}{reason}")
+            last = log_cause(step)
+            cause = f": {last[-1]}" if last and not reason else ""
+            found.append(f"step {step.get('name', '?')} {how}{reason}{cause}")
     return found
+
 
 
 def evidence(name: str, folder: Path, *, gpu_gate: bool = False) -> tuple[str, str]:
