@@ -184,10 +184,16 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
 
 
 def _memory_lines(memory: dict[str, Any]) -> list[str]:
-    """The memory section in one line: the peak from the trace's events, or why none."""
+    """The memory section in one line: the peak from the trace's events, or why none.
+
+    >>> _memory_lines({"source": "trace", "device": "cpu", "peak_allocated_bytes": 0})
+    ['memory on cpu: the trace recorded no allocation']
+    """
     peak = memory.get("peak_allocated_bytes")
     if memory.get("source") != "trace" or not isinstance(peak, int):
         return [f"memory: {memory['note']}"] if memory.get("note") else []
+    if peak == 0:  # a model too small for torch's allocator to record a block on its own
+        return [f"memory on {memory.get('device')}: the trace recorded no allocation"]
     line = f"memory on {memory.get('device')}: peak allocated {peak / 2**20:,.1f} MiB"
     if memory.get("device") == "cpu":  # torch's CPU counts start with profiling (the note)
         line += " (torch's CPU allocations while profiling ran, not the whole process)"

@@ -72,7 +72,7 @@ def measure_memory(
     start = time.perf_counter()
     with kept_state(target.model, say):
         capture = memory_pass(target, out=out, device=device, seed=seed)
-        say(f"wrote {out / capture['trace_file']}: memory pass, {capture['method']}")
+        say(f"wrote {out / capture['trace_file']}: the trace of the memory pass")
         if capture["log_file"] is not None:
             say(
                 f"wrote {out / capture['log_file']}: what torch.profiler printed in the memory pass"
@@ -98,8 +98,8 @@ def summary(capture: dict[str, Any], batch: dict[str, Any]) -> str:
     memory peak 3.0 MiB resident (the whole process, peak RSS)
     largest batch that fits: about 12,000 (confidence low), 1.0 s
     >>> gpu = dict(cpu, device="cuda:0", peak_reserved_bytes=4 << 20)
-    >>> summary(gpu, {"largest_batch": None, "confidence": "none"}).split("; ")[0]
-    'memory peak 3.0 MiB allocated, 4.0 MiB reserved (0.0% of cuda:0)'
+    >>> summary(gpu, {"largest_batch": None, "confidence": "none"})
+    'memory peak 3.0 MiB allocated, 4.0 MiB reserved (0.0% of cuda:0); no batch size estimate, 1.0 s'
     """
     mib = 2**20
     peak, reserved = capture["peak_allocated_bytes"], capture.get("peak_reserved_bytes")
@@ -112,6 +112,8 @@ def summary(capture: dict[str, Any], batch: dict[str, Any]) -> str:
             line += f", {reserved / mib:,.1f} MiB reserved"
         if total:
             line += f" ({100.0 * (reserved or peak) / total:.1f}% of {capture['device']})"
+    if batch.get("largest_batch") is None or batch.get("confidence") in (None, "none"):
+        return f"{line}; no batch size estimate, {capture['wall_time_s']:.1f} s"
     about = shown(batch.get("largest_batch"), batch.get("confidence"))
     return (
         f"{line}; largest batch that fits: {about} (confidence {batch['confidence']}), "
