@@ -317,14 +317,14 @@ def setup(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 def test_an_a100_machine_gets_the_labels_from_dlci_hardware(tmp_path: Path) -> None:
     done = setup(fake_gpu_machine(tmp_path, [A100, A100]), "labels")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "self-hosted,gpu,a100"
+    assert done.stdout.strip() == "self-hosted,gpu,a100,gpus-2"
     assert "driver: 2 GPU(s)" in done.stderr
 
 
 def test_the_class_is_dlci_hardware_s_not_the_script_s(tmp_path: Path) -> None:
     done = setup(fake_gpu_machine(tmp_path, ["Tesla T4"]), "labels")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "self-hosted,gpu,t4"
+    assert done.stdout.strip() == "self-hosted,gpu,t4,gpus-1"
 
 
 def test_no_gpu_is_a_clear_error(tmp_path: Path) -> None:
@@ -382,7 +382,7 @@ def test_dry_run_prints_the_plan_and_changes_nothing(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert "==> labels: self-hosted,gpu,a100,big-disk" in out
+    assert "==> labels: self-hosted,gpu,a100,gpus-1,big-disk" in out
     assert (
         "would run: docker run --rm --gpus all nvidia/cuda:12.4.1-base-ubuntu22.04 nvidia-smi -L"
         in out
@@ -397,12 +397,14 @@ def test_dry_run_prints_the_plan_and_changes_nothing(tmp_path: Path) -> None:
         "--name gpu-box-1",
     ):
         assert part in config
-    assert "--labels gpu\\,a100\\,big-disk" in config
+    assert "--labels gpu\\,a100\\,gpus-1\\,big-disk" in config
     # the token travels in the environment, never on a command line (ps shows those)
     assert "the token in ACTIONS_RUNNER_INPUT_TOKEN" in config and "--token" not in config
     assert f"ACTIONS_RUNNER_HOOK_JOB_STARTED={runner_dir}/dlci-job-started.sh" in out
     assert f"ACTIONS_RUNNER_HOOK_JOB_COMPLETED={runner_dir}/dlci-job-completed.sh" in out
-    assert "runs-on: [self-hosted, gpu, a100, big-disk]" in out
+    assert "DLCI_RUNNER=gpu-box-1" in out  # the hook's containers: this runner's only
+    assert "DLCI_RUNNER_GPUS" not in out  # one runner: every GPU is its own
+    assert "runs-on: [self-hosted, gpu, a100, gpus-1, big-disk]" in out
     assert not runner_dir.exists()
     assert not calls.exists()
 
@@ -422,7 +424,9 @@ def test_an_unknown_argument_is_refused(tmp_path: Path) -> None:
 # --- the cleanup hook
 
 
-def hook_env(tmp_path: Path, percent: int, *, apps: str = "", smi: bool = True) -> dict[str, str]:
+def hook_env(
+    tmp_path: Path, percent: int, *, apps: str = "", smi: bool = True, gpus: int = 1
+) -> dict[str, str]:
     bin_ = tmp_path / "bin"
     bin_.mkdir(exist_ok=True)
     calls = tmp_path / "docker-calls"
@@ -432,7 +436,10 @@ def hook_env(tmp_path: Path, percent: int, *, apps: str = "", smi: bool = True) 
         f"""echo "$*" >> {calls}
 case "$1 ${{2:-}}" in
 "info --format") echo {tmp_path} ;;
-"ps --all") echo "c0ffee1 deadbee2" ;;
+"ps --all") case "$*" in
+  *label=dlci.runner=*) echo "c0ffee1" ;;  # the engine's filter: this runner's own
+  *) echo "c0ffee1 deadbee2" ;;
+  esac ;;
 esac""",
     )
     stand_in(
@@ -446,7 +453,7 @@ echo "/dev/sda1 1000 {percent * 10} {1000 - percent * 10} {percent}% /" """,
             bin_,
             "nvidia-smi",
             f"""case "$1" in
---query-gpu=*) echo "0, {A100}, 3, 35" ;;
+--query-gpu=*) for i in $(seq 0 {gpus - 1}); do echo "GPU-${{i}}a2b, $i, {A100}, 3, 35"; done ;;
 --query-compute-apps=*) printf '%s' "{apps}" ;;
 esac""",
         )
@@ -498,17 +505,20 @@ def test_job_completed_removes_stale_containers_and_checks_the_gpu(tmp_path: Pat
     assert "ps --all --quiet --filter label=dlci.job" in calls
     assert "rm --force c0ffee1 deadbee2" in calls
     assert "container prune --force --filter until=1h" in calls
-    assert f"gpu: 0, {A100}, 3, 35" in done.stdout
+    assert f"gpu: GPU-0a2b, 0, {A100}, 3, 35" in done.stdout
 
 
 def test_the_hook_takes_its_mode_from_its_name(tmp_path: Path) -> None:
     """The runner runs a hook with no arguments: dlci-job-started.sh is the started hook."""
-    env = hook_env(tmp_path, 20, apps="4242, python, 1024 MiB")
+    env = hook_env(tmp_path, 20, apps="GPU-0a2b, 4242, python, 1024 MiB")
     started = tmp_path / "dlci-job-started.sh"
     shutil.copy2(RUNNER / "cleanup-hook.sh", started)
     done = subprocess.run(["bash", str(started)], env=env, capture_output=True, text=True)
     assert done.returncode == 1
-    assert "processes still hold GPU memory between jobs: 4242, python, 1024 MiB" in done.stdout
+    assert (
+        "processes still hold memory on this runner's GPUs between jobs: "
+        "GPU-0a2b, 4242, python, 1024 MiB" in done.stdout
+    )
     assert "refusing the job" in done.stderr
     assert docker_calls(tmp_path) == ""  # the started hook cleans nothing
 
@@ -706,3 +716,135 @@ def test_the_pinned_table_holds_real_looking_checksums_for_both_platforms() -> N
             rf"^  {re.escape(version[1])}-{platform}\) echo ([0-9a-f]{{64}}) ;;$", text, re.M
         )
         assert row, platform
+
+
+# --- one machine, several runners: each pinned to its GPUs (issue 51)
+
+EIGHT = [f"GPU-{i}a2b" for i in range(8)]
+
+
+def runner_plan(out: str) -> dict[str, dict[str, str]]:
+    """What the dry run of --gpus-per-runner says of each runner: its .env lines and its
+    config.sh line, by runner name."""
+    plan: dict[str, dict[str, str]] = {}
+    current = ""
+    for line in out.splitlines():
+        if line.startswith("==> runner "):
+            current = line.split()[2].rstrip(":")
+            plan[current] = {"env": "", "config": ""}
+        elif line.startswith("    ") and "=" in line and current:
+            plan[current]["env"] += line.strip() + "\n"
+        elif "./config.sh" in line and current:
+            plan[current]["config"] = line
+    return plan
+
+
+def test_eight_gpus_two_runners_of_four_each_pinned_to_its_own(tmp_path: Path) -> None:
+    """Each runner's environment, labels, folder and service name only its four GPUs, by UUID;
+    the docker run arguments `gpus: auto` gives a job there name them and no other."""
+    from dlci.action.host.container import resolve_gpus, run_command
+
+    env = fake_gpu_machine(tmp_path, [A100] * 8)
+    runner_dir = tmp_path / "runner"
+    done = setup(
+        env, "--dry-run", "--url", "https://github.com/org/repo", "--dir", str(runner_dir),
+        "--name", "box", "--gpus-per-runner", "4",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    plan = runner_plan(done.stdout)
+    assert set(plan) == {"box-1", "box-2"}
+    for k, mine, theirs in ((1, EIGHT[:4], EIGHT[4:]), (2, EIGHT[4:], EIGHT[:4])):
+        runner = plan[f"box-{k}"]
+        assert f"DLCI_RUNNER_GPUS={','.join(mine)}\n" in runner["env"]
+        assert f"DLCI_RUNNER=box-{k}\n" in runner["env"]
+        assert f"{runner_dir}/runner-{k}/dlci-job-started.sh" in runner["env"]
+        assert "--labels gpu\\,a100\\,gpus-4" in runner["config"]
+        assert f"--name box-{k}" in runner["config"]
+        assert not [uuid for uuid in theirs if uuid in runner["env"] + runner["config"]]
+        # the job's containers on this runner: its GPUs, by UUID, and nothing else
+        pinned = runner["env"].split("DLCI_RUNNER_GPUS=")[1].split()[0].split(",")
+        gpus = resolve_gpus("auto", True, pinned)
+        argv = run_command(
+            image="img", name="c", job="j", workspace=tmp_path, workdir=".", gpus=gpus,
+            shm_size="", env_names=[], environ={"NVIDIA_VISIBLE_DEVICES": "all"}, inner=[],
+            uid=1, gid=1, visible_devices=gpus.removeprefix("device="),
+        )  # fmt: skip
+        assert argv[argv.index("--gpus") + 1] == f'"device={",".join(mine)}"'
+        assert f"NVIDIA_VISIBLE_DEVICES={','.join(mine)}" in argv
+        assert "NVIDIA_VISIBLE_DEVICES" not in argv  # the job's own value (all) is not passed
+        assert not [uuid for uuid in theirs if uuid in " ".join(argv)]
+    assert f"{runner_dir}/runner-2/.env" in done.stdout
+    assert "/etc/systemd/system/dlci-runner-2.service" in done.stdout
+    # the control: one runner (the default) has every GPU and no pin
+    whole = setup(
+        env, "--dry-run", "--url", "https://github.com/org/repo", "--dir", str(runner_dir)
+    )
+    assert whole.returncode == 0, whole.stderr
+    assert "DLCI_RUNNER_GPUS" not in whole.stdout
+    assert "--labels gpu\\,a100\\,gpus-8" in whole.stdout
+
+
+def test_each_runner_s_class_is_its_own_gpus(tmp_path: Path) -> None:
+    """A machine with four A100s and four T4s: the runners' labels differ, so `dlci hardware`
+    counted only the runner's own GPUs (the whole machine's class would be t4 for both)."""
+    env = fake_gpu_machine(tmp_path, [A100] * 4 + ["Tesla T4"] * 4)
+    done = setup(env, "labels", "--gpus-per-runner", "4")
+    assert done.returncode == 0, done.stderr
+    hostname = subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip()
+    assert done.stdout.splitlines() == [
+        f"{hostname}-1 self-hosted,gpu,a100,gpus-4 DLCI_RUNNER_GPUS={','.join(EIGHT[:4])}",
+        f"{hostname}-2 self-hosted,gpu,t4,gpus-4 DLCI_RUNNER_GPUS={','.join(EIGHT[4:])}",
+    ]
+    whole = setup(env, "labels")  # the control: the machine as one runner takes the slowest
+    assert whole.stdout.strip() == "self-hosted,gpu,t4,gpus-8"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("two", "--gpus-per-runner must be a whole number of GPUs, not 'two'"),
+        ("09", "--gpus-per-runner must be a whole number of GPUs, not '09'"),
+        ("16", "--gpus-per-runner 16: this machine has 8 GPU(s)"),
+    ],
+)
+def test_a_bad_gpus_per_runner_is_refused(tmp_path: Path, value: str, message: str) -> None:
+    done = setup(fake_gpu_machine(tmp_path, [A100] * 8), "labels", "--gpus-per-runner", value)
+    assert done.returncode == 1
+    assert message in done.stderr
+
+
+def pinned_hook_env(tmp_path: Path, apps: str, pinned: list[str] = EIGHT[:4]) -> dict[str, str]:
+    env = hook_env(tmp_path, 20, apps=apps, gpus=8)
+    return {**env, "DLCI_RUNNER_GPUS": ",".join(pinned), "DLCI_RUNNER": "box-1"}
+
+
+def test_a_neighbour_s_process_on_another_gpu_does_not_refuse_the_job(tmp_path: Path) -> None:
+    neighbour = "GPU-5a2b, 777, python, 30000 MiB"
+    done = hook(pinned_hook_env(tmp_path, neighbour), "started")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "GPU-5a2b" not in done.stdout  # nor is the neighbour's GPU looked at
+    assert f"gpu: GPU-0a2b, 0, {A100}, 3, 35;GPU-1a2b, 1, {A100}, 3, 35;" in done.stdout
+    # the control: the same process on one of this runner's GPUs refuses the job ...
+    done = hook(pinned_hook_env(tmp_path, "GPU-2a2b, 777, python, 30000 MiB"), "started")
+    assert done.returncode == 1
+    assert "this runner's GPUs between jobs: GPU-2a2b, 777, python" in done.stdout
+    # ... and so does the neighbour's process on a runner with every GPU (no pin)
+    done = hook(hook_env(tmp_path, 20, apps=neighbour, gpus=8), "started")
+    assert done.returncode == 1
+
+
+def test_a_pinned_gpu_that_is_gone_refuses_the_job(tmp_path: Path) -> None:
+    env = pinned_hook_env(tmp_path, "", pinned=["GPU-0a2b", "GPU-9a2b"])
+    done = hook(env, "started")
+    assert done.returncode == 1
+    assert "this runner's GPU GPU-9a2b (DLCI_RUNNER_GPUS) is not listed" in done.stdout
+
+
+def test_job_completed_removes_only_its_own_runner_s_containers(tmp_path: Path) -> None:
+    """The engine's label filter (the stand-in's: the real engine's is in the e2e test) picks
+    the runner's own containers; a neighbour's, running a job now, are left alone."""
+    done = hook(pinned_hook_env(tmp_path, ""), "completed")
+    assert done.returncode == 0, done.stderr
+    calls = docker_calls(tmp_path)
+    assert "ps --all --quiet --filter label=dlci.job --filter label=dlci.runner=box-1" in calls
+    assert "rm --force c0ffee1\n" in calls and "deadbee2" not in calls

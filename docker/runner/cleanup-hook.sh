@@ -20,6 +20,11 @@
 #   DLCI_STALE_AFTER       remove stopped containers older than this (default 1h)
 #   DLCI_GPU_TIMEOUT       seconds nvidia-smi may take before the GPU counts as hung (default 30)
 #   DLCI_KEEP_LABEL        images with this label are kept (default dlci.keep)
+#   DLCI_RUNNER            this runner's name (setup.sh writes it; default RUNNER_NAME): the
+#                          containers removed are those the action labelled dlci.runner=NAME,
+#                          never a neighbour runner's on the same machine
+#   DLCI_RUNNER_GPUS       this runner's GPUs by UUID, comma-separated (setup.sh writes it when
+#                          a machine has several runners): the GPU checks look at these only
 # dl-ci's cache volumes (labels dlci.cache=trusted|untrusted and dlci.cache.created=<epoch
 # seconds>, set by `dlci container run`) that no container uses are removed when older than
 # the age or larger than the size below; untrusted ones (pull requests) first, with tighter
@@ -37,6 +42,8 @@ prune_until=${DLCI_PRUNE_UNTIL:-72h}
 stale_after=${DLCI_STALE_AFTER:-1h}
 gpu_timeout=${DLCI_GPU_TIMEOUT:-30}
 keep_label=${DLCI_KEEP_LABEL:-dlci.keep}
+runner=${DLCI_RUNNER:-${RUNNER_NAME:-}}
+runner_gpus=${DLCI_RUNNER_GPUS:-}
 cache_select=${DLCI_CACHE_SELECT:-}
 declare -A cache_max_age=([trusted]=${DLCI_CACHE_MAX_AGE_DAYS:-7} [untrusted]=${DLCI_UNTRUSTED_CACHE_MAX_AGE_DAYS:-1})
 declare -A cache_max_gb=([trusted]=${DLCI_CACHE_MAX_GB:-50} [untrusted]=${DLCI_UNTRUSTED_CACHE_MAX_GB:-10})
@@ -139,9 +146,11 @@ caches() {
 }
 
 containers() {
-  local ids
-  # the action's own containers (label dlci.job) that a cancelled job left running
-  ids=$(docker ps --all --quiet --filter label=dlci.job)
+  local ids filters=(--filter label=dlci.job)
+  # the action's own containers (label dlci.job) that a cancelled job of this runner left
+  # running; with several runners on one machine, a neighbour's are its own (dlci.runner)
+  [ -z "$runner" ] || filters+=(--filter "label=dlci.runner=$runner")
+  ids=$(docker ps --all --quiet "${filters[@]}")
   if [ -n "$ids" ]; then
     say "containers: removing dl-ci job containers left behind: $(echo "$ids" | tr '\n' ' ')"
     # shellcheck disable=SC2086 # one id per word
@@ -150,21 +159,43 @@ containers() {
   docker container prune --force --filter "until=$stale_after" >/dev/null || warn "container prune failed"
 }
 
-# 0: healthy (or no GPU tool here); 1: hung, erroring, or memory held by a process.
+# Lines of CSV on stdin whose first field is one of this runner's GPUs (every line when the
+# runner has every GPU: no DLCI_RUNNER_GPUS).
+own_gpus() {
+  if [ -z "$runner_gpus" ]; then
+    cat
+    return 0
+  fi
+  awk -F', *' -v pinned="$runner_gpus" 'BEGIN { n = split(tolower(pinned), p, " *, *"); for (i = 1; i <= n; i++) own[p[i]] = 1 }
+    own[tolower($1)]'
+}
+
+# 0: healthy (or no GPU tool here); 1: hung, erroring, one of this runner's GPUs missing, or
+# memory held by a process on one of them (a neighbour runner's GPUs are not looked at).
 gpu_health() {
   if ! command -v nvidia-smi >/dev/null; then
     say "gpu: no nvidia-smi on this machine"
     return 0
   fi
-  local out apps
-  if ! out=$(timeout "$gpu_timeout" nvidia-smi --query-gpu=index,name,memory.used,temperature.gpu --format=csv,noheader,nounits 2>&1); then
+  local out apps mine uuid
+  if ! out=$(timeout "$gpu_timeout" nvidia-smi --query-gpu=uuid,index,name,memory.used,temperature.gpu --format=csv,noheader,nounits 2>&1); then
     warn "gpu: nvidia-smi failed or hung for ${gpu_timeout}s: $out (drain this machine and reset the GPU)"
     return 1
   fi
-  say "gpu: $(echo "$out" | tr '\n' ';')"
-  apps=$(timeout "$gpu_timeout" nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader 2>/dev/null || true)
+  mine=$(own_gpus <<<"$out")
+  if [ -n "$runner_gpus" ]; then
+    for uuid in ${runner_gpus//,/ }; do
+      if ! awk -F', *' -v u="$uuid" 'tolower($1) == tolower(u) { f = 1 } END { exit !f }' <<<"$mine"; then
+        warn "gpu: this runner's GPU $uuid (DLCI_RUNNER_GPUS) is not listed by nvidia-smi (drain this machine, or run setup.sh again)"
+        return 1
+      fi
+    done
+  fi
+  say "gpu: $(echo "$mine" | tr '\n' ';')"
+  apps=$(timeout "$gpu_timeout" nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv,noheader 2>/dev/null || true)
+  apps=$(own_gpus <<<"$apps")
   if [ -n "$apps" ]; then
-    warn "gpu: processes still hold GPU memory between jobs: $(echo "$apps" | tr '\n' ';')"
+    warn "gpu: processes still hold memory on this runner's GPUs between jobs: $(echo "$apps" | tr '\n' ';')"
     return 1
   fi
 }

@@ -4,7 +4,8 @@
 #
 #   docker/runner/setup.sh --url https://github.com/OWNER/REPO --token-file FILE [options]
 #   docker/runner/setup.sh --dry-run --url URL      # print what it would do, change nothing
-#   docker/runner/setup.sh labels                   # print the labels this machine gets
+#   docker/runner/setup.sh labels                   # print the labels this machine gets (one
+#                                                   # line per runner with --gpus-per-runner)
 #   docker/runner/setup.sh check                    # driver, toolkit and `docker run --gpus all`
 #   docker/runner/setup.sh download --dir DIR       # just step 4's download, verified, unpacked
 #
@@ -12,7 +13,10 @@
 #   1. the NVIDIA driver: `nvidia-smi -L` lists a GPU, then /dev/nvidia* exist
 #   2. the NVIDIA Container Toolkit: verified (nvidia-ctk), else installed from NVIDIA's apt
 #      repository, Docker configured for it; then `docker run --rm --gpus all IMAGE nvidia-smi -L`
-#   3. labels from `dlci hardware`: self-hosted, gpu and the hardware class (e.g. a100)
+#   3. labels from `dlci hardware`: self-hosted, gpu, the hardware class (e.g. a100) and gpus-N
+#      (the runner's GPU count); with --gpus-per-runner N, one runner per group of N GPUs, each
+#      pinned to its GPUs by UUID (DLCI_RUNNER_GPUS in its .env), with its own folder
+#      (DIR/runner-K), name (NAME-K), labels and service (dlci-runner-K)
 #   4. the runner: downloaded, its SHA-256 verified before it is unpacked (a pinned table for
 #      the pinned version, else the release notes' published checksum, or DLCI_RUNNER_SHA256;
 #      with none known it is refused), registered with --ephemeral (one job, then it deregisters),
@@ -25,10 +29,15 @@
 #   --token-file FILE      a registration token (a file, so it stays out of `ps` and history)
 #   --token-command CMD    prints a fresh registration token; the service runs it before each
 #                          job, e.g. gh api -X POST repos/OWNER/REPO/actions/runners/registration-token --jq .token
-#   --name NAME            runner name (default: the host name)
+#   --name NAME            runner name (default: the host name; NAME-1, NAME-2, ... with
+#                          --gpus-per-runner)
+#   --gpus-per-runner N    register one runner per N GPUs of this machine (8 GPUs, N=1: eight
+#                          runners; N=4: two), each job seeing only its runner's GPUs; default:
+#                          one runner with every GPU
 #   --labels LIST          more labels, comma-separated, added to the derived ones
 #   --group GROUP          the runner group (organization runners)
-#   --dir DIR              where the runner lives (default /opt/actions-runner)
+#   --dir DIR              where the runner lives (default /opt/actions-runner; with
+#                          --gpus-per-runner, DIR/runner-1, DIR/runner-2, ...)
 #   --user USER            the user that runs jobs (default: actions; in the docker group)
 #   --runner-version V     actions/runner release (default: the pinned 2.329.0; `latest` looks
 #                          it up; the runner updates itself after registering)
@@ -58,6 +67,7 @@ runner_dir=/opt/actions-runner
 runner_user=actions
 check_image=nvidia/cuda:12.4.1-base-ubuntu22.04
 skip_toolkit=0
+gpus_per_runner=0
 dry_run=0
 mode=setup
 dev_dir=${DLCI_NVIDIA_DEV_DIR:-/dev}
@@ -93,6 +103,7 @@ while [ "$#" -gt 0 ]; do
   --labels) extra_labels=${2:?--labels needs a value} && shift ;;
   --group) group=${2:?--group needs a value} && shift ;;
   --dir) runner_dir=${2:?--dir needs a value} && shift ;;
+  --gpus-per-runner) gpus_per_runner=${2:?--gpus-per-runner needs a value} && shift ;;
   --user) runner_user=${2:?--user needs a value} && shift ;;
   --runner-version) runner_version=${2:?--runner-version needs a value} && shift ;;
   --check-image) check_image=${2:?--check-image needs a value} && shift ;;
@@ -106,6 +117,14 @@ while [ "$#" -gt 0 ]; do
   esac
   shift
 done
+case $gpus_per_runner in
+'' | *[!0-9]* | 0*[0-9]*) die "--gpus-per-runner must be a whole number of GPUs, not '$gpus_per_runner'" ;;
+esac
+base_dir=$runner_dir # the kit's venv (find_dlci) lives here, shared by the runners
+base_name=$name
+service="dlci-runner"
+gpu_uuids="" gpu_count=0 # from nvidia-smi -L (check_driver)
+runner_gpus="" # the GPUs (UUIDs, comma-separated) of the runner being set up; '': every GPU
 
 # 1. The driver: nvidia-smi lists at least one GPU, and the device nodes exist.
 check_driver() {
@@ -121,6 +140,8 @@ check_driver() {
   fi
   say "driver: $(grep -c '^GPU [0-9]' <<<"$listed") GPU(s)"
   grep '^GPU [0-9]' <<<"$listed" | sed 's/^/    /'
+  gpu_count=$(grep -c '^GPU [0-9]' <<<"$listed")
+  gpu_uuids=$(sed -n 's/^GPU [0-9][0-9]*: .*(UUID: \([^)]*\))$/\1/p' <<<"$listed")
   local nodes=("$dev_dir"/nvidia[0-9]*)
   [ -e "${nodes[0]}" ] && [ -e "$dev_dir/nvidiactl" ] \
     || die "no $dev_dir/nvidia[0-9]* or $dev_dir/nvidiactl device nodes although nvidia-smi answers (a container or a broken install?)"
@@ -179,7 +200,7 @@ find_dlci() {
   elif command -v dlci >/dev/null; then
     command -v dlci
   else
-    local venv=$runner_dir/dl-ci-venv
+    local venv=$base_dir/dl-ci-venv
     if [ ! -x "$venv/bin/dlci" ]; then
       say "dlci: installing dl-ci from $kit_root into $venv" >&2
       if ! python3 -c 'import ensurepip' 2>/dev/null; then
@@ -199,7 +220,8 @@ hardware_class() {
     echo "unknown-until-installed"
     return 0
   fi
-  report=$("$dlci" hardware --json) || die "dlci hardware failed"
+  # the runner's own GPUs only (DLCI_RUNNER_GPUS): its class is theirs, not the machine's
+  report=$(DLCI_RUNNER_GPUS=$runner_gpus "$dlci" hardware --json) || die "dlci hardware failed"
   class=$(python3 -c 'import json, sys; print(json.load(sys.stdin)["hardware_class"])' <<<"$report") \
     || die "could not read the class from dlci hardware's report"
   [ "$class" != cpu ] \
@@ -207,11 +229,39 @@ hardware_class() {
   echo "$class"
 }
 
-# The labels config.sh gets (GitHub adds self-hosted, the OS and the architecture itself).
+# The labels config.sh gets (GitHub adds self-hosted, the OS and the architecture itself):
+# gpu, the class and gpus-N of the runner's own GPUs (runner_gpus; '': every GPU).
 custom_labels() {
-  local class
+  local class count
   class=$(hardware_class) || exit 1
-  echo "gpu,$class${extra_labels:+,$extra_labels}"
+  if [ -n "$runner_gpus" ]; then
+    count=$(tr ',' '\n' <<<"$runner_gpus" | grep -c .)
+  else
+    count=$gpu_count
+  fi
+  echo "gpu,$class,gpus-$count${extra_labels:+,$extra_labels}"
+}
+
+# The runners this machine gets, one line each: NAME DIR SERVICE GPUS (GPUS: UUIDs,
+# comma-separated; '-' for one runner with every GPU).
+plan_runners() {
+  if [ "$gpus_per_runner" = 0 ]; then
+    echo "$base_name $base_dir dlci-runner -"
+    return 0
+  fi
+  local uuids total k=0 group
+  mapfile -t uuids <<<"$gpu_uuids"
+  total=${#uuids[@]}
+  [ -n "${uuids[0]:-}" ] || die "nvidia-smi -L gives no GPU UUID to pin the runners to"
+  [ "$gpus_per_runner" -le "$total" ] \
+    || die "--gpus-per-runner $gpus_per_runner: this machine has $total GPU(s)"
+  [ $((total % gpus_per_runner)) = 0 ] \
+    || say "runners: $((total % gpus_per_runner)) GPU(s) left over get no runner ($total GPUs, $gpus_per_runner per runner)" >&2
+  while [ $(((k + 1) * gpus_per_runner)) -le "$total" ]; do
+    group=$(IFS=, && echo "${uuids[*]:$((k * gpus_per_runner)):$gpus_per_runner}")
+    k=$((k + 1))
+    echo "$base_name-$k $base_dir/runner-$k dlci-runner-$k $group"
+  done
 }
 
 # 4. The runner, verified, registered as ephemeral, with the hooks and a service that
@@ -339,15 +389,20 @@ register() {
   change install -m 0755 "$here/cleanup-hook.sh" "$runner_dir/dlci-job-started.sh"
   change install -m 0755 "$here/cleanup-hook.sh" "$runner_dir/dlci-job-completed.sh"
   local env_file=$runner_dir/.env
-  local hooks="ACTIONS_RUNNER_HOOK_JOB_STARTED=$runner_dir/dlci-job-started.sh
-ACTIONS_RUNNER_HOOK_JOB_COMPLETED=$runner_dir/dlci-job-completed.sh"
+  # the hooks; the runner's name (the job-completed hook removes its own runner's containers
+  # only); its GPUs when the machine has several runners (the jobs see only those)
+  local lines=("ACTIONS_RUNNER_HOOK_JOB_STARTED=$runner_dir/dlci-job-started.sh"
+    "ACTIONS_RUNNER_HOOK_JOB_COMPLETED=$runner_dir/dlci-job-completed.sh"
+    "DLCI_RUNNER=$name")
+  [ -z "$runner_gpus" ] || lines+=("DLCI_RUNNER_GPUS=$runner_gpus")
   if [ "$dry_run" = 1 ]; then
     echo "would write to $env_file:"
-    printf '    %s\n' "${hooks%%$'\n'*}" "${hooks#*$'\n'}"
+    printf '    %s\n' "${lines[@]}"
   else
     touch "$env_file"
-    grep -v '^ACTIONS_RUNNER_HOOK_JOB_' "$env_file" >"$env_file.new" || true
-    echo "$hooks" >>"$env_file.new"
+    grep -v -e '^ACTIONS_RUNNER_HOOK_JOB_' -e '^DLCI_RUNNER=' -e '^DLCI_RUNNER_GPUS=' \
+      "$env_file" >"$env_file.new" || true
+    printf '%s\n' "${lines[@]}" >>"$env_file.new"
     mv "$env_file.new" "$env_file"
   fi
   change chown -R "$runner_user:" "$runner_dir"
@@ -372,7 +427,7 @@ ACTIONS_RUNNER_HOOK_JOB_COMPLETED=$runner_dir/dlci-job-completed.sh"
 }
 
 install_service() {
-  local labels=$1 unit=/etc/systemd/system/dlci-runner.service
+  local labels=$1 unit=/etc/systemd/system/$service.service
   local loop=$runner_dir/dlci-runner-loop.sh
   local body
   # An ephemeral runner exits after one job: the loop registers it again with a fresh token.
@@ -404,7 +459,7 @@ LOOP
   chown "$runner_user:" "$loop"
   cat >"$unit" <<UNIT
 [Unit]
-Description=GitHub Actions runner for dl-ci (ephemeral, re-registered after each job)
+Description=GitHub Actions runner $name for dl-ci (ephemeral, re-registered after each job)
 After=network-online.target docker.service
 Wants=network-online.target
 
@@ -421,15 +476,44 @@ TimeoutStopSec=5min
 WantedBy=multi-user.target
 UNIT
   systemctl daemon-reload
-  systemctl enable --now dlci-runner.service
-  say "runner: service dlci-runner enabled (journalctl -u dlci-runner)"
+  systemctl enable --now "$service.service"
+  say "runner: service $service enabled (journalctl -u $service)"
+}
+
+# Each runner of the plan in turn: NAME, DIR, SERVICE and GPUS set for the functions above.
+for_each_runner() {
+  local plan gpus
+  plan=$(plan_runners) || exit 1
+  # fd 3: the steps' own commands (sudo, config.sh) read stdin
+  while read -r name runner_dir service gpus <&3; do
+    runner_gpus=${gpus#-}
+    "$@"
+  done 3<<<"$plan"
+}
+
+print_labels() {
+  local labels
+  labels=$(custom_labels) || exit 1
+  if [ "$gpus_per_runner" = 0 ]; then
+    echo "self-hosted,$labels"
+  else
+    echo "$name self-hosted,$labels DLCI_RUNNER_GPUS=$runner_gpus"
+  fi
+}
+
+setup_runner() {
+  local labels
+  labels=$(custom_labels) || exit 1
+  say "labels: self-hosted,$labels"
+  say "runner $name: ${runner_gpus:+GPUs $runner_gpus, }in $runner_dir, service $service"
+  register "$labels"
+  say "done: $name takes jobs with runs-on: [self-hosted, ${labels//,/, }]"
 }
 
 case $mode in
 labels)
   check_driver >&2
-  labels=$(custom_labels) || exit 1
-  echo "self-hosted,$labels"
+  for_each_runner print_labels
   ;;
 check)
   check_driver
@@ -440,9 +524,6 @@ setup)
   [ "$dry_run" = 1 ] || [ "$(id -u)" = 0 ] || die "run as root (or with --dry-run to see what it would do)"
   check_driver
   check_toolkit
-  labels=$(custom_labels) || exit 1
-  say "labels: self-hosted,$labels"
-  register "$labels"
-  say "done: the runner takes jobs with runs-on: [self-hosted, ${labels//,/, }]"
+  for_each_runner setup_runner
   ;;
 esac

@@ -12,12 +12,15 @@ import os
 import re
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 DEFAULT_TIMEOUT_S = 10.0
 PROBES = ("nvml", "nvidia-smi", "torch")  # the default order: cheapest and surest first
+#: the runner's own GPUs, by UUID, comma-separated: set in the runner's .env by
+#: docker/runner/setup.sh when one machine serves several runners (docs/runner.md)
+PIN_VARIABLE = "DLCI_RUNNER_GPUS"
 
 
 @dataclass(frozen=True)
@@ -251,6 +254,44 @@ def visible(gpus: list[GpuInfo], cuda_visible_devices: str | None) -> list[GpuIn
     return chosen
 
 
+def pinned_gpus(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The UUIDs of the runner's own GPUs (``DLCI_RUNNER_GPUS``); () when it has every GPU.
+
+    >>> pinned_gpus({"DLCI_RUNNER_GPUS": " GPU-aa, GPU-bb ,"})
+    ('GPU-aa', 'GPU-bb')
+    """
+    text = (os.environ if environ is None else environ).get(PIN_VARIABLE, "")
+    return tuple(entry.strip() for entry in text.split(",") if entry.strip())
+
+
+def _uuid_key(uuid: str) -> str:
+    """A UUID as NVML and nvidia-smi write it (``GPU-``), lower case; torch's lacks the prefix."""
+    text = uuid.strip().lower()
+    return text if text.startswith("gpu-") or text.startswith("mig-") else f"gpu-{text}"
+
+
+def pin(gpus: list[GpuInfo], uuids: tuple[str, ...]) -> tuple[list[GpuInfo], list[str]]:
+    """The runner's own GPUs among ``gpus`` (in the pin's order), and the pinned UUIDs that
+    name none of them (a GPU gone from the bus, a typo in the runner's .env).
+
+    A machine with several runners pins each to its GPUs: hardware detection, the tier's
+    nproc and the GPU checks count those only, never a neighbour's.
+
+    >>> gpus = [GpuInfo(0, "A", uuid="GPU-aa"), GpuInfo(1, "B", uuid="GPU-bb")]
+    >>> [g.name for g in pin(gpus, ("GPU-bb",))[0]], pin(gpus, ("GPU-bb", "GPU-cc"))[1]
+    (['B'], ['GPU-cc'])
+    """
+    chosen: list[GpuInfo] = []
+    missing: list[str] = []
+    for uuid in uuids:
+        match = [g for g in gpus if g.uuid and _uuid_key(g.uuid) == _uuid_key(uuid)]
+        if match and match[0] not in chosen:
+            chosen.append(match[0])
+        else:
+            missing.append(uuid)
+    return chosen, missing
+
+
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
@@ -297,7 +338,8 @@ def parse_probes(text: str) -> tuple[str, ...]:
 
 
 def detect(*, timeout: float = DEFAULT_TIMEOUT_S, probes: tuple[str, ...] = PROBES) -> HardwareInfo:
-    """Detect the GPUs through the first of ``probes`` that answers."""
+    """Detect the GPUs through the first of ``probes`` that answers; on a runner pinned to
+    some of the machine's GPUs (``DLCI_RUNNER_GPUS``), those only."""
     runners: dict[str, Callable[[], tuple[list[GpuInfo], str | None, str | None]]] = {
         "nvml": lambda: _run_with_timeout(probe_nvml, timeout, "nvml"),
         "nvidia-smi": lambda: probe_nvidia_smi(timeout),
@@ -307,12 +349,20 @@ def detect(*, timeout: float = DEFAULT_TIMEOUT_S, probes: tuple[str, ...] = PROB
     notes: list[str] = []
     skipped = [f"{name}: not tried" for name in PROBES if name not in probes]
     cpu_count, cpu_model, memory_mib = _cpu_count(), _cpu_model(), _memory_mib()
+    pinned = pinned_gpus()
     for name in probes:
         try:
             gpus, driver, cuda = runners[name]()
         except ProbeFailed as exc:
             notes.append(f"{name}: {exc}")
             continue
+        if pinned:
+            gpus, missing = pin(gpus, pinned)
+            if missing:
+                notes.append(
+                    f"{name}: the runner's GPU(s) {', '.join(missing)} ({PIN_VARIABLE}) not found"
+                )
+                continue
         shown = visible(gpus, os.environ.get("CUDA_VISIBLE_DEVICES")) if name != "torch" else gpus
         if not shown:
             notes.append(f"{name}: no GPU" + (" visible" if gpus else ""))

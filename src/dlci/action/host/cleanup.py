@@ -22,6 +22,7 @@ from typing import Any
 
 from dlci.action.host.container import JOB_LABEL
 from dlci.action.host.image import docker
+from dlci.hardware import pinned_gpus
 
 #: the runner's environment variable naming a trusted image with ``chown`` (docs/runner.md)
 CLEANUP_IMAGE_ENV = "DLCI_CLEANUP_IMAGE"
@@ -153,13 +154,21 @@ def foreign_files(workspace: Path, uid: int, limit: int = 100_000) -> list[str]:
     return found
 
 
-def gpu_processes() -> list[dict[str, Any]]:
-    """The compute processes nvidia-smi lists, with their GPU memory; [] without nvidia-smi."""
+def gpu_processes(pinned: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """The compute processes nvidia-smi lists, with their GPU memory; [] without nvidia-smi.
+
+    On a runner pinned to some of the machine's GPUs (``pinned``; None reads
+    ``DLCI_RUNNER_GPUS``), those on its own GPUs only: a neighbour runner's training on
+    another GPU is not this job's leftover.
+    """
+    if pinned is None:
+        pinned = pinned_gpus()
     if shutil.which("nvidia-smi") is None:
         return []
+    query = "--query-compute-apps=gpu_uuid,pid,used_memory"
     try:
         done = subprocess.run(
-            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            ["nvidia-smi", query, "--format=csv,noheader,nounits"],
             capture_output=True,
             text=True,
             timeout=15,
@@ -167,10 +176,14 @@ def gpu_processes() -> list[dict[str, Any]]:
         )
     except subprocess.TimeoutExpired:
         return [{"error": "nvidia-smi did not answer within 15 s (a wedged GPU?)"}]
+    own = {uuid.lower() for uuid in pinned}
     rows: list[dict[str, Any]] = []
     for line in done.stdout.strip().splitlines():
         parts = [x.strip() for x in line.split(",")]
-        if len(parts) == 2 and parts[0].isdigit():
-            used = int(parts[1]) if parts[1].isdigit() else 0
-            rows.append({"pid": int(parts[0]), "used_memory_mib": used})
+        if len(parts) != 3 or not parts[1].isdigit():
+            continue
+        if own and parts[0].lower() not in own:
+            continue  # another runner's GPU
+        used = int(parts[2]) if parts[2].isdigit() else 0
+        rows.append({"pid": int(parts[1]), "used_memory_mib": used, "gpu_uuid": parts[0]})
     return rows

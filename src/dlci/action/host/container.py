@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import secrets
 import shlex
 import signal
@@ -19,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,11 @@ from dlci.action.host.inputs import ENV_ALLOWLIST, WORKSPACE, check_env_names, i
 from dlci.action.host.network import network_flags, resolve_network
 from dlci.action.host.output import CHUNK, Output
 from dlci.errors import DlciError
+from dlci.hardware import PIN_VARIABLE, pinned_gpus
 
 JOB_LABEL = "dlci.job"
+#: the runner a container's job ran on: the job-completed hook removes its own runner's only
+RUNNER_LABEL = "dlci.runner"
 SHM_SIZE = "2g"  # DataLoader workers pass tensors through /dev/shm; Docker gives 64 MB
 IPC_MODES = ("private", "host")
 PIDS_LIMIT = 32768  # a fork bomb stops here; DataLoader workers and threads stay far below
@@ -65,6 +69,70 @@ def default_memory(trust: str, meminfo: Path = Path("/proc/meminfo")) -> str:
     return "8g"  # no /proc/meminfo to read: a bound all the same
 
 
+def runner_name(environ: Mapping[str, str]) -> str:
+    """The runner this job runs on: ``DLCI_RUNNER`` (setup.sh writes it in the runner's .env,
+    where the job-completed hook reads it too), else GitHub's ``RUNNER_NAME``; '' unknown."""
+    name = environ.get("DLCI_RUNNER") or environ.get("RUNNER_NAME") or ""
+    return re.sub(r"[^A-Za-z0-9_.@-]", "_", name)[:120]
+
+
+def docker_gpus(value: str) -> str:
+    """``--gpus`` as Docker reads it: a device list with a comma goes in double quotes (the
+    flag is a CSV record: ``device=a,b`` unquoted is two fields, and ``b`` an unknown key).
+
+    >>> docker_gpus("device=GPU-a,GPU-b"), docker_gpus("device=1"), docker_gpus("all")
+    ('"device=GPU-a,GPU-b"', 'device=1', 'all')
+    """
+    if value.startswith("device=") and "," in value:
+        return f'"{value}"'
+    return value
+
+
+def resolve_gpus(asked: str, gpu_found: bool, pinned: Sequence[str] = ()) -> str:
+    """The ``--gpus`` value for the ``gpus`` input: ``auto`` is every GPU when one was found,
+    else none. On a runner pinned to some of the machine's GPUs (``pinned``, their UUIDs from
+    ``DLCI_RUNNER_GPUS``) the job gets those only: ``auto`` and ``all`` mean the runner's
+    GPUs, ``device=N`` its N-th (or a pinned UUID); another runner's GPU is refused.
+
+    >>> resolve_gpus("auto", True), resolve_gpus("auto", False)
+    ('all', 'none')
+    >>> pinned = ["GPU-a", "GPU-b"]
+    >>> resolve_gpus("auto", True, pinned), resolve_gpus("device=1", True, pinned)
+    ('device=GPU-a,GPU-b', 'device=GPU-b')
+    """
+    asked = (asked or "auto").strip()
+    if not pinned:
+        return ("all" if gpu_found else "none") if asked == "auto" else asked
+    if asked == "none" or (asked == "auto" and not gpu_found):
+        return "none"
+    if asked in ("auto", "all"):
+        return "device=" + ",".join(pinned)
+    hint = (
+        "gpus: auto (the runner's GPUs), none, or device=N with N from 0 to "
+        f"{len(pinned) - 1} (the runner's N-th GPU); the machine's other GPUs belong to other "
+        "runners (docs/runner.md)"
+    )
+    unquoted = asked.strip('"')
+    if not unquoted.startswith("device="):
+        raise DlciError(f"gpus {asked!r}: expected auto, all, none or device=...", hint=hint)
+    chosen = []
+    for entry in (e.strip() for e in unquoted.removeprefix("device=").split(",")):
+        match = [
+            uuid
+            for i, uuid in enumerate(pinned)
+            if (entry.isdigit() and int(entry) == i)
+            or (entry.lower().startswith("gpu-") and uuid.lower().startswith(entry.lower()))
+        ]
+        if len(match) != 1:
+            raise DlciError(
+                f"gpus {asked!r}: this runner has {len(pinned)} GPU(s) of its own "
+                f"({', '.join(pinned)}); {entry!r} is not one of them",
+                hint=hint,
+            )
+        chosen.append(match[0])
+    return "device=" + ",".join(dict.fromkeys(chosen))
+
+
 def run_command(
     *,
     image: str,
@@ -87,6 +155,8 @@ def run_command(
     created: int = 0,
     hidden_files: Sequence[tuple[Path, str]] = (),
     git_from: Path | None = None,
+    runner: str = "",
+    visible_devices: str = "",
 ) -> list[str]:
     """The docker run command line (a function, so tests can check every flag).
 
@@ -96,6 +166,10 @@ def run_command(
     ``hidden_files``: (host file, path relative to the workspace) mounted read-only over the
     workspace's own file (the sanitised git config of dlci.action.host.gitview), on top of the
     workspace's ``.git`` mounted read-only of its own (``mv .git .gitx`` fails: EBUSY).
+    ``runner``: the runner's name, a label the job-completed hook filters on;
+    ``visible_devices``: a pinned runner's GPU UUIDs, set as the container's
+    ``NVIDIA_VISIBLE_DEVICES`` (the job's own value, which the NVIDIA runtime would read
+    too, is then never passed: it could name a neighbour's GPU).
     """
     rel = os.path.normpath(workdir or ".")
     if rel.startswith("..") or os.path.isabs(rel):
@@ -106,6 +180,8 @@ def run_command(
     if ipc not in IPC_MODES:
         raise DlciError(f"ipc {ipc!r}: expected private or host", hint="ipc: private")
     cmd = ["docker", "run", "--rm", "--init", "--name", name, "--label", f"{JOB_LABEL}={job}"]
+    if runner:
+        cmd += ["--label", f"{RUNNER_LABEL}={runner}"]
     cmd += ["--user", f"{uid}:{gid}"]
     cmd += ["--security-opt", "no-new-privileges", "--cap-drop", "ALL"]
     cmd += ["--pids-limit", str(pids_limit(trust)), *network_flags(network, trust)]
@@ -115,7 +191,9 @@ def run_command(
     if memory:
         cmd += ["--memory", memory, "--memory-swap", memory]  # no swap: a clean OOM kill
     if gpus and gpus != "none":
-        cmd += ["--gpus", gpus, "-e", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
+        cmd += ["--gpus", docker_gpus(gpus), "-e", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
+    if visible_devices:
+        cmd += ["-e", f"NVIDIA_VISIBLE_DEVICES={visible_devices}"]
     cmd += ["-v", f"{workspace.resolve()}:{WORKSPACE}"]
     git = (git_from or workspace) / ".git"
     if git.is_dir() and not git.is_symlink():  # a mount point: no container renames or edits it
@@ -125,6 +203,8 @@ def run_command(
     cmd += ["--mount", cache_mount(trust, cache_prefix, created)]
     cmd += ["-w", f"{WORKSPACE}/{rel}" if rel != "." else WORKSPACE]
     for key in (*ENV_ALLOWLIST, *env_names):
+        if key == "NVIDIA_VISIBLE_DEVICES" and visible_devices:
+            continue
         if key in environ:
             cmd += ["-e", key]  # the value comes from docker's own environment, not argv
     cmd += ["-e", "DLCI_IN_CONTAINER=1", image, *inner]
@@ -160,9 +240,12 @@ def run(request: RunRequest) -> int:
     container; the first bad exit code (125: docker could not start one)."""
     check_env_names(request.env)
     network_flags(request.network)  # a bad input fails here, before any container starts
-    gpus = request.gpus
-    if gpus == "auto":
-        gpus = "all" if request.gpu_found == "true" else "none"
+    pinned = pinned_gpus()
+    gpus = resolve_gpus(request.gpus, request.gpu_found == "true", pinned)
+    visible = ""  # a pinned runner sets NVIDIA_VISIBLE_DEVICES itself ("void": no GPU)
+    if pinned:
+        visible = gpus.removeprefix("device=") if gpus != "none" else "void"
+        say(f"gpus: this runner's own {len(pinned)} GPU(s) ({PIN_VARIABLE}): {gpus}")
     job = request.job or f"local-{os.getpid()}"
     name = f"dlci-{job}"[:120]
     workspace = Path(request.workspace)
@@ -199,6 +282,8 @@ def run(request: RunRequest) -> int:
                 cache_prefix=request.cache_volume,
                 created=int(time.time()),
                 hidden_files=hidden,
+                runner=runner_name(environ),
+                visible_devices=visible,
             )
             check = functools.partial(check_hidden, workspace, pins)
             copies = Copies(workspace, Path(tmp), [rel for _, rel in hidden])

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from dlci import jsonio
 from dlci.errors import DlciError
+from dlci.hardware import pinned_gpus
 
 if TYPE_CHECKING:
     from dlci.ladder.model import Ladder, Tier
@@ -72,6 +73,8 @@ def preflight(request: PreflightRequest) -> dict[str, Any]:
         report.update(_tier_decision(request))
         report["warnings"] += report.get("config", {}).get("notes", [])
         report["gpu"] = report["tier"]["hardware_class"] != "cpu"
+        if pinned_gpus():
+            report["runner_gpus"] = runner_gpus(request, report["tier"])
         if request.docker:
             report["docker"] = check_docker(gpu=report["gpu"], timeout=max(request.timeout, 5.0))
         report["passed"] = True
@@ -142,6 +145,34 @@ def ceiling(tier: Tier, limit: float | None, verified: bool, notes: list[str]) -
     if limit is not None and limit < limits.get("time_cap_minutes", (limit + 1, ""))[0]:
         limits["time_cap_minutes"] = (limit, "the max-time-cap-minutes input")
     return cap_tier(tier, limits, notes)
+
+
+def runner_gpus(request: PreflightRequest, tier: dict[str, Any]) -> dict[str, Any]:
+    """On a runner pinned to some of the machine's GPUs (``DLCI_RUNNER_GPUS``, one machine
+    with several runners: docs/runner.md): its GPUs are found, and the tier's processes (one
+    per GPU) fit on them; a neighbour's GPUs are never counted."""
+    from dlci.hardware import PIN_VARIABLE, detect, pinned_gpus
+
+    pinned = list(pinned_gpus())
+    info = detect(timeout=request.timeout, probes=request.probes)
+    found = [g.uuid or "" for g in info.gpus]
+    if request.hardware == "auto" and not found:
+        raise DlciError(
+            f"this runner is pinned to GPU(s) {', '.join(pinned)} ({PIN_VARIABLE} in its "
+            f"environment), but none was found: {'; '.join(info.probes)}",
+            hint="check nvidia-smi -L on the machine; after a GPU changed, run "
+            "docker/runner/setup.sh again so the runner's .env names the GPUs it has",
+        )
+    nproc = int(tier.get("nproc") or 1)
+    if found and nproc > len(found):
+        raise DlciError(
+            f"the tier runs {nproc} processes, one per GPU, but this runner has "
+            f"{len(found)} GPU(s) of its own ({', '.join(found)}); the machine's other GPUs "
+            "belong to other runners",
+            hint=f"run this job on a runner with {nproc} GPUs (a gpus-{nproc} label: "
+            f"setup.sh --gpus-per-runner {nproc}), or lower nproc in your ladder",
+        )
+    return {"pinned": pinned, "found": found}
 
 
 def fork_guard(env: dict[str, str] | None = None, *, allow: bool = False) -> dict[str, Any]:
