@@ -683,3 +683,112 @@ def test_a_build_s_output_is_read_under_caps_and_issues_no_command(
     assert token is not None
     start, end = err.index(token.group(0)), err.index(f"\n::{token.group(1)}::")
     assert start < err.index("::error::from-a-run-step") < end
+
+
+# ------------------------------------------- one machine, several runners (issue 51)
+
+PIN = ["GPU-4a2b", "GPU-5a2b", "GPU-6a2b", "GPU-7a2b"]  # the runner's half of eight GPUs
+
+
+def test_gpus_on_a_pinned_runner_name_its_gpus_only() -> None:
+    from dlci.action.host.container import resolve_gpus
+
+    assert resolve_gpus("auto", True, PIN) == "device=" + ",".join(PIN)
+    assert resolve_gpus("all", True, PIN) == "device=" + ",".join(PIN)  # all: the runner's
+    assert resolve_gpus("device=1,GPU-7a2b", True, PIN) == "device=GPU-5a2b,GPU-7a2b"
+    assert resolve_gpus("auto", False, PIN) == resolve_gpus("none", True, PIN) == "none"
+    for neighbour in ("device=4", "device=GPU-0a2b", "device=0,GPU-1a2b", "3"):
+        with pytest.raises(DlciError) as info:
+            resolve_gpus(neighbour, True, PIN)
+        assert "this runner has 4 GPU(s) of its own" in info.value.message or (
+            "expected auto, all, none or device=" in info.value.message
+        )
+        assert "belong to other runners" in (info.value.hint or "")
+    # the control: a runner with every GPU passes the input through as before
+    assert resolve_gpus("auto", True) == "all" and resolve_gpus("device=4", True) == "device=4"
+
+
+def argv_line(captured: pytest.CaptureResult[str]) -> str:
+    """The stand-in docker's argv, as the container's output the host passed on."""
+    lines = (captured.out + captured.err).splitlines()
+    return next(x for x in lines if x.startswith("argv: "))
+
+
+def test_a_pinned_runner_s_job_runs_with_its_gpus_and_its_runner_label(
+    tmp_path: Path, fake_docker, capsys, monkeypatch
+) -> None:
+    monkeypatch.setenv("DLCI_RUNNER_GPUS", ",".join(PIN))
+    monkeypatch.setenv("DLCI_RUNNER", "box-2")
+    monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "all")  # a workflow's env: would be every GPU
+    fake_docker("sys.stderr.write('argv: ' + json.dumps(sys.argv[1:]) + '\\n'); sys.exit(0)")
+    args = ["container", "run", "--image", "img:1", "--workspace", str(tmp_path), "--job", "7"]
+    assert main([*args, "--gpu-found", "true"]) == 0
+    line = argv_line(capsys.readouterr())
+    argv = json.loads(line.removeprefix("argv: "))
+    assert argv[argv.index("--gpus") + 1] == '"device=' + ",".join(PIN) + '"'  # Docker's CSV
+    assert f"NVIDIA_VISIBLE_DEVICES={','.join(PIN)}" in argv
+    assert "NVIDIA_VISIBLE_DEVICES" not in argv  # the job's value is never passed
+    assert "dlci.runner=box-2" in argv
+    assert not [g for g in ("GPU-0a2b", "GPU-1a2b", "GPU-2a2b", "GPU-3a2b") if g in line]
+    # the control: without a pin the job's NVIDIA_VISIBLE_DEVICES is passed, --gpus all
+    monkeypatch.delenv("DLCI_RUNNER_GPUS")
+    assert main([*args, "--gpu-found", "true"]) == 0
+    line = argv_line(capsys.readouterr())
+    argv = json.loads(line.removeprefix("argv: "))
+    assert argv[argv.index("--gpus") + 1] == "all" and "NVIDIA_VISIBLE_DEVICES" in argv
+
+
+# A stand-in docker whose builds take a second and leave the tag behind; each build is logged.
+SLOW_BUILD_DOCKER = """
+import pathlib
+here = pathlib.Path(sys.argv[0]).parent
+have = lambda tag: here / ("have-" + tag.replace("/", "_").replace(":", "_"))
+verb = sys.argv[1]
+if verb == "image":
+    sys.exit(0 if have(sys.argv[-1]).exists() else 1)
+if verb == "build":
+    sys.stdin.buffer.read()
+    tag = sys.argv[sys.argv.index("-t") + 1]
+    with open(here / "builds", "a") as log:
+        log.write(tag + "\\n")
+    time.sleep(1.5)
+    have(tag).touch()
+if verb == "cp":
+    sys.exit(1)
+if verb == "create":
+    print("c0ffee")
+"""
+
+
+@pytest.mark.parametrize("shared_lock", [True, False], ids=["one-lock", "control-no-lock"])
+def test_two_jobs_building_the_same_inputs_build_once(
+    tmp_path: Path, fake_docker, monkeypatch, shared_lock: bool
+) -> None:
+    """Two `dlci container build` at once (two runners' jobs): the second waits for the
+    first's build and reuses its image; the control, each with a lock of its own, builds
+    twice."""
+    import os
+    import subprocess
+    import sys
+
+    fake_docker(SLOW_BUILD_DOCKER)
+    context = tmp_path / "ctx"
+    context.mkdir()
+    (context / "Dockerfile").write_text("FROM scratch\n")
+    argv = [sys.executable, "-m", "dlci", "container", "build", "--dockerfile"]
+    argv += [str(context / "Dockerfile"), "--context", str(context)]
+    jobs = []
+    for k in range(2):
+        lock = tmp_path / ("locks" if shared_lock else f"locks-{k}")
+        env = {**os.environ, "DLCI_LOCK_DIR": str(lock), "GITHUB_EVENT_NAME": "pull_request"}
+        jobs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    outs = [job.communicate(timeout=60) for job in jobs]
+    assert [job.returncode for job in jobs] == [0, 0], outs
+    tags = {out.decode().strip() for out, _ in outs}
+    assert len(tags) == 1  # the same image for both
+    builds = (tmp_path / "bin" / "builds").read_text().split()
+    if shared_lock:
+        assert builds == list(tags)
+        assert any(b"waiting for it" in err and b"is up to date" in err for _, err in outs)
+    else:
+        assert builds == list(tags) * 2

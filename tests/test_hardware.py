@@ -295,3 +295,22 @@ def test_the_report_is_plain_json_data(ladder) -> None:
         "compute_capability": "8.9",
         "uuid": None,
     }
+
+
+def test_a_pinned_runner_detects_its_own_gpus_only(fake_smi, monkeypatch) -> None:
+    """DLCI_RUNNER_GPUS (a machine with several runners): the other GPUs are not counted;
+    a pinned UUID the machine lacks is said, and gives no GPU rather than someone else's."""
+    monkeypatch.setenv("DLCI_RUNNER_GPUS", "GPU-7c3d9e11-aaaa-bbbb-cccc-111111111111")
+    info = detect(timeout=5, probes=("nvidia-smi",))
+    assert [g.index for g in info.gpus] == [1]
+    monkeypatch.setenv("DLCI_RUNNER_GPUS", "GPU-0f6a1e2b-aaaa-bbbb-cccc-000000000000,GPU-gone")
+    info = detect(timeout=5, probes=("nvidia-smi",))
+    assert info.gpus == ()
+    assert info.probes[0] == "nvidia-smi: the runner's GPU(s) GPU-gone (DLCI_RUNNER_GPUS) not found"
+    monkeypatch.delenv("DLCI_RUNNER_GPUS")  # the control: the whole machine
+    assert len(detect(timeout=5, probes=("nvidia-smi",)).gpus) == 2
+
+
+def test_the_pin_matches_torch_s_uuids_without_the_prefix() -> None:
+    gpus = [GpuInfo(0, "A", uuid="0f6a1e2b-aaaa"), GpuInfo(1, "B", uuid="7c3d9e11-bbbb")]
+    assert hardware.pin(gpus, ("GPU-7C3D9E11-BBBB",)) == ([gpus[1]], [])

@@ -444,3 +444,56 @@ def test_a_committed_artifacts_link_is_not_written_through(tmp_path, monkeypatch
     (tmp_path / "real").mkdir()
     main(["preflight", "--out", str(tmp_path / "real")])
     assert (tmp_path / "real" / "preflight.json").exists()
+
+
+# ------------------------------------------- one machine, several runners (issue 51)
+
+EIGHT_GPUS = """#!/bin/sh
+# a stand-in nvidia-smi: eight A100s; a neighbour runner's process on GPU 5
+case "$*" in
+  *--query-gpu=*) for i in 0 1 2 3 4 5 6 7; do
+      echo "$i, GPU-${i}a2b, NVIDIA A100-SXM4-80GB, 81920, 550.54.15, 8.0"; done ;;
+  *--query-compute-apps=*) echo "GPU-5a2b, 777, 30000" ;;
+  *) echo "| NVIDIA-SMI 550.54.15   Driver Version: 550.54.15   CUDA Version: 12.4 |" ;;
+esac
+"""
+
+
+@pytest.fixture
+def eight_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(EIGHT_GPUS)
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+def test_a_pinned_runner_s_preflight_counts_its_gpus(eight_gpus, monkeypatch, tmp_path) -> None:
+    from dlci.action.host.preflight import PreflightRequest, runner_gpus
+
+    request = PreflightRequest(out=tmp_path, probes=("nvidia-smi",))
+    pin = [f"GPU-{i}a2b" for i in range(4, 8)]
+    monkeypatch.setenv("DLCI_RUNNER_GPUS", ",".join(pin))
+    assert runner_gpus(request, {"nproc": 4}) == {"pinned": pin, "found": pin}
+    with pytest.raises(DlciError) as info:  # a nightly row of 8 processes on a 4-GPU runner
+        runner_gpus(request, {"nproc": 8})
+    assert "the tier runs 8 processes, one per GPU, but this runner has 4 GPU(s)" in str(
+        info.value.message
+    )
+    assert "gpus-8" in (info.value.hint or "")
+    monkeypatch.setenv("DLCI_RUNNER_GPUS", "GPU-9a2b")  # a GPU the machine no longer has
+    with pytest.raises(DlciError) as info:
+        runner_gpus(request, {"nproc": 1})
+    assert "pinned to GPU(s) GPU-9a2b" in info.value.message and "none was found" in (
+        info.value.message
+    )
+
+
+def test_cleanup_reports_gpu_processes_on_the_runner_s_own_gpus(eight_gpus, monkeypatch) -> None:
+    from dlci.action.host.cleanup import gpu_processes
+
+    monkeypatch.setenv("DLCI_RUNNER_GPUS", "GPU-0a2b,GPU-1a2b,GPU-2a2b,GPU-3a2b")
+    assert gpu_processes() == []  # the neighbour's training on GPU 5 is not this job's
+    monkeypatch.setenv("DLCI_RUNNER_GPUS", "GPU-4a2b,GPU-5a2b")  # the control: its own GPU
+    assert gpu_processes() == [{"pid": 777, "used_memory_mib": 30000, "gpu_uuid": "GPU-5a2b"}]

@@ -13,6 +13,7 @@ into the image's labels ``dlci.torch.version``, ``dlci.torch.cuda`` and ``dlci.t
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import io
 import os
@@ -21,9 +22,10 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -179,19 +181,57 @@ def provide(request: ImageRequest) -> Image:
     # A pull request's build is tagged untrusted-<hash>: no trusted job looks for that tag.
     # An untrusted job may reuse a trusted job's image of the same inputs (the safe way round).
     tags = [f"{request.repository}:{level}-{digest}" for level in (TRUSTED, UNTRUSTED)]
-    for tag in tags if trust == UNTRUSTED else tags[:1]:
-        if image_exists(tag):
-            took = time.perf_counter() - start
-            say(f"{tag} is up to date (inputs hashed in {took:.1f} s, {trust} job)")
-            say(describe_torch(torch_labels(tag)))
-            return Image(tag, built=False)
-    tag = tags[0] if trust == TRUSTED else tags[1]
-    extra = ["--label", f"dlci.trust={trust}", *network]
-    build(dockerfile, context, tag, build_args, timeout=request.timeout, digest=digest, extra=extra)
-    labels = label_torch(tag, read_torch_record(tag), timeout=request.timeout)
+    # Jobs of other runners on this machine may build the same inputs now: one at a time,
+    # and each looks again once it holds the lock (the first one's image is then there).
+    with build_lock(digest, request.timeout):
+        for tag in tags if trust == UNTRUSTED else tags[:1]:
+            if image_exists(tag):
+                took = time.perf_counter() - start
+                say(f"{tag} is up to date (inputs hashed in {took:.1f} s, {trust} job)")
+                say(describe_torch(torch_labels(tag)))
+                return Image(tag, built=False)
+        tag = tags[0] if trust == TRUSTED else tags[1]
+        extra = ["--label", f"dlci.trust={trust}", *network]
+        timeout = request.timeout
+        build(dockerfile, context, tag, build_args, timeout=timeout, digest=digest, extra=extra)
+        labels = label_torch(tag, read_torch_record(tag), timeout=request.timeout)
     say(f"built {tag} in {time.perf_counter() - start:.1f} s")
     say(describe_torch(labels))
     return Image(tag, built=True)
+
+
+LOCK_DIR_ENV = "DLCI_LOCK_DIR"
+
+
+@contextlib.contextmanager
+def build_lock(digest: str, timeout: float) -> Iterator[None]:
+    """Hold the machine's lock on building these inputs (a file lock under ``DLCI_LOCK_DIR``,
+    default the temporary folder: shared by the runners of one machine, which run as one
+    user); wait for another job's build of them, at most ``timeout`` seconds."""
+    folder = Path(os.environ.get(LOCK_DIR_ENV) or tempfile.gettempdir()) / f"dlci-{os.getuid()}"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with open(folder / f"build-{digest[:32]}.lock", "w") as handle:
+        deadline = time.monotonic() + timeout
+        waited = False
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not waited:
+                    say("another job on this machine is building the same inputs: waiting for it")
+                    waited = True
+                if time.monotonic() > deadline:
+                    raise DlciError(
+                        f"another job's build of the same inputs held the lock for {timeout:g} s",
+                        hint="a stuck docker build on this machine: check docker ps and the "
+                        "other runners' jobs",
+                    ) from None
+                time.sleep(1)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def build(
