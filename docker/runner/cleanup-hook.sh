@@ -9,6 +9,7 @@
 #                               GPU health reported
 #   cleanup-hook.sh disk        just the disk check and prune
 #   cleanup-hook.sh caches      just the cache volumes' prune
+#   cleanup-hook.sh containers  just the removal of this runner's job containers left behind
 # The runner runs a hook by its path, with no arguments: with none, the mode comes from the
 # script's name (setup.sh installs it as dlci-job-started.sh and dlci-job-completed.sh).
 #
@@ -223,8 +224,9 @@ completed)
   ;;
 disk) disk ;;
 caches) caches ;;
+containers) containers ;;
 *)
-  echo "usage: $0 started|completed|disk|caches" >&2
+  echo "usage: $0 started|completed|disk|caches|containers" >&2
   exit 2
   ;;
 esac
