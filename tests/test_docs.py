@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 from dlci.cli import VERBS
@@ -70,3 +71,100 @@ def test_the_architecture_doc_names_every_module() -> None:
         if path.name not in doc and not in_family and not a_verb:
             missing.append(str(path.relative_to(ROOT)))
     assert missing == []
+
+
+# --- the README's snippets, as a user copies them
+
+
+def _blocks(language: str, text: str | None = None) -> list[str]:
+    text = text if text is not None else (ROOT / "README.md").read_text("utf-8")
+    return re.findall(rf"^```{language}\n(.*?)^```$", text, re.M | re.S)
+
+
+def test_the_readmes_workflows_run_the_action_with_its_real_inputs(tmp_path) -> None:
+    import subprocess
+
+    import yaml
+
+    inputs = yaml.safe_load((ROOT / "action.yml").read_text("utf-8"))["inputs"]
+    # the pull-request example the end-to-end tests run (tests/e2e/test_workflows.py)
+    tested = yaml.safe_load((ROOT / "examples" / "workflows" / "pr.yml").read_text("utf-8"))
+    tested_checkout = tested["jobs"]["dl-ci"]["steps"][0]
+    workflows = [yaml.safe_load(b) for b in _blocks("yaml") if "\njobs:" in "\n" + b]
+    assert len(workflows) == 2, "the workflow and its CPU variant"
+    full, cpu = workflows
+    assert full["permissions"] == {"contents": "read"} and set(full[True]) == {
+        "pull_request",
+        "push",
+    }  # YAML 1.1 reads the key `on` as True
+    for workflow in workflows:
+        (job,) = workflow["jobs"].values()
+        checkout, action = job["steps"][:2]
+        # as copied it works: the base commit is there, the token is not in .git/config
+        assert checkout == tested_checkout, checkout
+        assert checkout["with"] == {"persist-credentials": False, "fetch-depth": 2}
+        assert action["uses"] == tested["jobs"]["dl-ci"]["steps"][1]["uses"] == "org/dl-ci@v1"
+        unknown = set(action["with"]) - set(inputs)
+        assert not unknown, f"not inputs of action.yml: {unknown}"
+    assert cpu["jobs"]["dl-ci"]["runs-on"] == "ubuntu-latest"
+    # and actionlint reads both as workflows (the CPU variant with the full one's header)
+    for name, workflow in (("full", full), ("cpu", {**full, "jobs": cpu["jobs"]})):
+        path = tmp_path / f"{name}.yml"
+        path.write_text(yaml.safe_dump({"on" if k is True else k: v for k, v in workflow.items()}))
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "actionlint"), "-config-file",
+             str(ROOT / ".github" / "actionlint.yaml"), str(path)],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_readmes_target_file_memorises_as_copied(tmp_path, monkeypatch, capsys) -> None:
+    """The README's `mypkg/train.py` and `[tool.dlci]`, written as a user would, run through
+    `dlci memorize` with no --target: they import, build a dlci.Target and pass."""
+    import importlib
+
+    import dlci
+    from dlci.cli import main
+
+    (python,) = [b for b in _blocks("python") if "def make_target" in b]
+    (toml,) = [b for b in _blocks("toml") if "[tool.dlci]" in b]
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "train.py").write_text(python)
+    (tmp_path / "pyproject.toml").write_text(toml)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.delenv("DLCI_TARGET", raising=False)
+    assert isinstance(importlib.import_module("mypkg.train").make_target(), dlci.Target)
+    code = main(["memorize", "--budget", "pr", "--hardware", "cpu", "--quiet"])
+    assert code == 0, capsys.readouterr()
+    assert (tmp_path / "dlci-artifacts" / "memorization.json").is_file()
+    monkeypatch.delitem(sys.modules, "mypkg.train")
+    monkeypatch.delitem(sys.modules, "mypkg")
+
+
+def test_the_readme_says_how_to_install_and_what_to_ignore() -> None:
+    readme = (ROOT / "README.md").read_text("utf-8")
+    assert 'pip install "dl-ci[train]"' in readme
+    assert 'echo "dlci-artifacts/" >> .gitignore' in readme
+    assert "(docs/images/report-failing.png)" in readme
+    assert (ROOT / "docs" / "images" / "report-failing.png").read_bytes()[:4] == b"\x89PNG"
+
+
+COUNT = re.compile(r"\b(?:the|of the|of its|all) (\d+) (?:ordered )?(?:debugging )?checks\b")
+
+
+def test_every_count_of_the_checks_is_the_registrys() -> None:
+    """A number of checks in the docs is the registry's: a check added or removed makes a
+    stale count fail here (or say no number)."""
+    from dlci.checks import CHECK_IDS
+
+    assert COUNT.findall("the 17 ordered debugging checks, 15 of its 18 checks") == ["17", "18"]
+    stale = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for number in COUNT.findall(path.read_text("utf-8")):
+            if int(number) != len(CHECK_IDS):
+                stale.append(f"{path.name}: {number} checks (the registry has {len(CHECK_IDS)})")
+    assert stale == []
