@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import secrets
 import shlex
 import signal
@@ -72,8 +71,7 @@ def default_memory(trust: str, meminfo: Path = Path("/proc/meminfo")) -> str:
 def runner_name(environ: Mapping[str, str]) -> str:
     """The runner this job runs on: ``DLCI_RUNNER`` (setup.sh writes it in the runner's .env,
     where the job-completed hook reads it too), else GitHub's ``RUNNER_NAME``; '' unknown."""
-    name = environ.get("DLCI_RUNNER") or environ.get("RUNNER_NAME") or ""
-    return re.sub(r"[^A-Za-z0-9_.@-]", "_", name)[:120]
+    return environ.get("DLCI_RUNNER") or environ.get("RUNNER_NAME") or ""
 
 
 def docker_gpus(value: str) -> str:
