@@ -76,15 +76,45 @@ def test_a_skipped_check_or_malformed_details_draw_nothing_and_say_why(tmp_path:
 
 def test_the_page_holds_every_section_and_every_image_inside_it(folder: Path) -> None:
     page = html.write_report(folder).read_text()
-    for section in ("verdicts", "memorization", "doctor", "utilization", "comparison", "history"):
+    for section in ("verdicts", "memorization", "doctor", "utilization"):
         assert f'<section id="{section}">' in page
     images = page.count('<img src="data:image/png;base64,')
     assert images == 1 + len(figures.DRAWERS) == page.count("<img ")  # curve + figures
     assert "http://" not in page.replace("http-equiv", "") and "https://" not in page
     assert "default-src 'none'" in page  # nothing may load from anywhere
     assert "15 pass" in page and "loss at or below 30% of its start" in page
-    # the sections with nothing in this folder say so
-    assert "no comparison in this folder" in page and "no history in this folder" in page
+    # no empty section: a comparison or a history only where the job made one
+    assert 'id="comparison"' not in page and 'id="history"' not in page
+    (folder / "comparison.md").write_text("base against head\n")
+    assert '<section id="comparison">' in html.write_report(folder).read_text()
+    # each figure's title and healthy line once (inside the PNG; the alt text for readers)
+    for kind in figures.DRAWERS:
+        assert page.count(figures.HEALTHY[kind].replace("'", "&#39;")) == 1, kind
+    # a CPU-only trace: the caption does not ask for a busy GPU (control: a GPU trace's does)
+    shutil.copy(folder / "figures" / "grad-flow.png", folder / "utilization.png")
+    page = html.write_report(folder).read_text()
+    assert "a CPU-only trace: no GPU to keep busy" in page
+    assert "healthy: the GPU busy most of each step" not in page
+    util = _report("utilization")
+    util["gpu_utilization_pct"] = 55.0
+    (folder / "utilization.json").write_text(json.dumps(util))
+    assert "healthy: the GPU busy most of each step" in html.write_report(folder).read_text()
+
+
+def test_a_figure_that_is_not_there_is_a_line_that_says_why(folder: Path) -> None:
+    report = _report("doctor")
+    for check in report["checks"]:
+        if check["id"] == "lr-range":
+            check.update(status="skip", cause="a train_step of its own sets the rate")
+    (folder / "doctor.json").write_text(json.dumps(report))
+    (folder / "figures" / "lr-range.png").unlink()
+    page = html.write_report(folder).read_text()
+    assert 'id="figure-lr-range"' not in page
+    assert (
+        '<p class="none" id="no-figure-lr-range"><strong>learning-rate range test</strong>: '
+        "no figure, the check was skipped: a train_step of its own sets the rate</p>"
+    ) in page
+    assert 'id="figure-grad-flow"' in page  # control: the others are still drawn
 
 
 def test_outside_text_is_escaped_with_a_control(folder: Path) -> None:
@@ -209,3 +239,22 @@ def test_the_doctor_draws_into_out_only_and_a_figures_file_is_no_crash(
     assert "no figures in" in capsys.readouterr().err
     assert json.loads((out / "doctor.json").read_text())["verdict"] == "pass"
     assert (out / "report.html").is_file()  # the page, without figures
+
+
+def test_tabular_examples_are_an_html_table_and_images_stay_a_picture(folder: Path) -> None:
+    import torch
+
+    rows = torch.arange(60, dtype=torch.float32).reshape(12, 5) / 4
+    assert figures.examples_figure(rows, torch.arange(12) % 3, folder) is not None
+    page = html.write_report(folder).read_text()
+    table = page.split('<figure id="figure-examples"><table class="examples">')[1]
+    table = table.split("</figure>")[0]
+    assert "<th>x0</th><th>x1</th><th>x2</th><th>x3</th><th>x4</th><th>label</th>" in table
+    assert "<td>0</td><td>0.25</td><td>0.5</td><td>0.75</td><td>1</td><td>label 0</td>" in table
+    assert "(the first 5 of 5 columns)" in table and "<img" not in table
+    # control: an image batch is drawn as a picture, and the earlier run's table is gone
+    assert figures.examples_figure(torch.rand(4, 1, 8, 8), torch.arange(4), folder) is not None
+    assert not (folder / "figures" / "examples.json").exists()
+    page = html.write_report(folder).read_text()
+    assert '<table class="examples">' not in page
+    assert '<figure id="figure-examples"><img src="data:image/png;base64,' in page

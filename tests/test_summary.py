@@ -102,7 +102,10 @@ def test_a_failing_job_names_every_failure(tmp_path: Path, github, capsys) -> No
     assert "- step tests failed\n" in text
     # the cause beside the name, and the step's last lines in a section of their own
     assert "- step memorize failed: RuntimeError: shape \\`(N, 1)\\`" in text
-    assert "### The last lines of step memorize\n\n- `epoch 1`\n- `RuntimeError: shape '(N, 1)'`\n" in text
+    assert (
+        "### The last lines of step memorize\n\n- `epoch 1`\n- `RuntimeError: shape '(N, 1)'`\n"
+        in text
+    )
     assert "Successfully installed" not in text  # a passed step's log stays out
     assert "FAIL: best loss 2 (goal: loss at or below 30% of its start)" in text
     assert "None" not in text

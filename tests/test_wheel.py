@@ -94,8 +94,6 @@ def test_the_wheel_installs_into_a_new_environment_and_runs_the_digits_example(
     )  # fmt: skip
     tier = _run([str(dlci), "tier", "--budget", "pr", "--hardware", "cpu"], digits, env).stdout
     assert "pr" in tier and "cpu" in tier, tier
-    memorize = _run(
-        [str(dlci), "memorize", "--budget", "pr", "--hardware", "cpu"], digits, env
-    )
+    memorize = _run([str(dlci), "memorize", "--budget", "pr", "--hardware", "cpu"], digits, env)
     assert (digits / "dlci-artifacts" / "memorization.json").is_file(), memorize.stdout
     assert (digits / "dlci-artifacts" / "report.html").is_file()

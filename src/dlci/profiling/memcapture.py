@@ -98,8 +98,10 @@ def summary(capture: dict[str, Any], batch: dict[str, Any]) -> str:
     memory peak 3.0 MiB resident (the whole process, peak RSS)
     largest batch that fits: about 12,000 (confidence low), 1.0 s
     >>> gpu = dict(cpu, device="cuda:0", peak_reserved_bytes=4 << 20)
-    >>> summary(gpu, {"largest_batch": None, "confidence": "none"})
-    'memory peak 3.0 MiB allocated, 4.0 MiB reserved (0.0% of cuda:0); no batch size estimate, 1.0 s'
+    >>> for part in summary(gpu, {"largest_batch": None, "confidence": "none"}).split("; "):
+    ...     print(part)
+    memory peak 3.0 MiB allocated, 4.0 MiB reserved (0.0% of cuda:0)
+    no batch size estimate, 1.0 s
     """
     mib = 2**20
     peak, reserved = capture["peak_allocated_bytes"], capture.get("peak_reserved_bytes")

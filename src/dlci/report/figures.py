@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dlci import jsonio
 from dlci.report.text import clean, label
 
 FOLDER = "figures"
@@ -314,7 +315,24 @@ def examples_figure(
     path = Path(folder) / FOLDER / "examples.png"
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, png)
+    # rows of numbers: also as data, so report.html shows them as a table of text, not a picture
+    table = path.with_name(EXAMPLES_TABLE)
+    if x.ndim == 2 and x.is_floating_point():
+        atomic_write_bytes(table, jsonio.encode(_table_data(x, y)))
+    elif table.is_file() and not table.is_symlink():
+        table.unlink()  # an earlier run's table would stand for this run's examples
     return _entry("examples", path, folder)
+
+
+EXAMPLES_TABLE = "examples.json"
+
+
+def _table_data(x: Any, y: Any) -> dict[str, Any]:
+    """The first rows and columns of a tabular batch: ``{"columns", "rows"}``, as text."""
+    rows = x[:10]
+    columns = [f"x{j}" for j in range(min(8, rows.shape[1]))] + ["label"]
+    cells = [[f"{v:.3g}" for v in r[:8].tolist()] + [_label_text(y, i)] for i, r in enumerate(rows)]
+    return {"columns": columns, "rows": cells, "width": int(x.shape[1])}
 
 
 def _label_text(y: Any, i: int) -> str:

@@ -142,17 +142,48 @@ def _doctor(folder: Path, report: dict[str, Any] | str | None) -> dict[str, Any]
         checks.append({key: _text(check.get(key), 600) for key in
                        ("id", "status", "measured", "expected", "cause", "fix")})  # fmt: skip
     figures = []
+    by_id = {c.get("id"): c for c in _list(report.get("checks")) if isinstance(c, dict)}
     for kind in FIGURE_ORDER:
         uri = image(folder / FOLDER / f"{kind}.png")
-        if uri:
-            figures.append(
-                {"id": kind, "title": TITLES[kind], "healthy": HEALTHY[kind], "uri": uri}
-            )
+        entry: dict[str, Any] = {
+            "id": kind, "title": TITLES[kind], "healthy": HEALTHY[kind], "uri": uri
+        }  # fmt: skip
+        entry["table"] = (
+            _examples_table(folder / FOLDER / "examples.json") if kind == "examples" else None
+        )
+        if not uri:  # a line that says why, where an empty figure would stand
+            if kind == "examples":
+                continue  # drawn from the batch, not from a check: nothing to explain
+            check = by_id.get(kind)
+            if check is None:
+                entry["why"] = "the check did not run"
+            elif check.get("status") == "skip":
+                why = _text(check.get("cause") or check.get("measured"), 300)
+                entry["why"] = "the check was skipped" + (f": {why}" if why else "")
+            else:
+                entry["why"] = "the check recorded nothing to draw"
+        figures.append(entry)
     counts = _dict(report.get("counts"))
     tally = ", ".join(
         f"{_number(counts.get(k), 'd') or 0} {k}" for k in ("fail", "warn", "pass", "skip")
     )
     return {"checks": checks, "figures": figures, "tally": tally}
+
+
+def _examples_table(path: Path) -> dict[str, Any] | None:
+    """Tabular training examples (figures/examples.json) as text for an HTML table; None
+    when there is none or it is not the shape the doctor writes."""
+    data = _read_json(path)
+    if not isinstance(data, dict):
+        return None
+    columns, rows = _list(data.get("columns"))[:12], _list(data.get("rows"))[:20]
+    if not columns or not all(isinstance(r, list) for r in rows):
+        return None
+    return {
+        "columns": [_text(c, 40) for c in columns],
+        "rows": [[_text(v, 60) for v in r[: len(columns)]] for r in rows],
+        "width": _number(data.get("width"), "d"),
+    }
 
 
 def _memorization(folder: Path, report: dict[str, Any] | str | None) -> dict[str, Any] | None:
@@ -189,7 +220,14 @@ def _utilization(folder: Path, report: dict[str, Any] | str | None) -> dict[str,
             text = item.get("message") if isinstance(item, dict) else item
             if _text(text):
                 lines.append((key[:-1], _text(text, 600)))
-    return {"plot": image(folder / "utilization.png"), "facts": facts, "notes": lines[:20]}
+    # no GPU figure (a CPU-only trace): the caption must not ask for a busy GPU
+    cpu_only = not _number(report.get("gpu_utilization_pct"), ".1f")
+    return {
+        "plot": image(folder / "utilization.png"),
+        "facts": facts,
+        "notes": lines[:20],
+        "cpu_only": cpu_only,
+    }
 
 
 def _doctor_verdict(report: dict[str, Any] | str | None) -> dict[str, str]:

@@ -280,7 +280,6 @@ def problems(pre: dict[str, Any] | None, run: dict[str, Any] | None) -> list[str
     return found
 
 
-
 def evidence(name: str, folder: Path, *, gpu_gate: bool = False) -> tuple[str, str]:
     """What the report a step wrote in ``folder`` says: ``(kind, words)``.
 
