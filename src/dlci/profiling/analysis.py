@@ -188,13 +188,16 @@ def _memory_lines(memory: dict[str, Any]) -> list[str]:
 
     >>> _memory_lines({"source": "trace", "device": "cpu", "peak_allocated_bytes": 0})
     ['memory on cpu: the trace recorded no allocation']
+    >>> _memory_lines({"source": "trace", "device": "cuda:0", "peak_allocated_bytes": 20480})
+    ['memory on cuda:0: peak allocated 20.0 KiB']
     """
     peak = memory.get("peak_allocated_bytes")
     if memory.get("source") != "trace" or not isinstance(peak, int):
         return [f"memory: {memory['note']}"] if memory.get("note") else []
     if peak == 0:  # a model too small for torch's allocator to record a block on its own
         return [f"memory on {memory.get('device')}: the trace recorded no allocation"]
-    line = f"memory on {memory.get('device')}: peak allocated {peak / 2**20:,.1f} MiB"
+    size = f"{peak / 2**20:,.1f} MiB" if peak >= 2**20 else f"{peak / 2**10:,.1f} KiB"
+    line = f"memory on {memory.get('device')}: peak allocated {size}"
     if memory.get("device") == "cpu":  # torch's CPU counts start with profiling (the note)
         line += " (torch's CPU allocations while profiling ran, not the whole process)"
     reserved, pct = memory.get("peak_reserved_bytes"), memory.get("peak_percent_of_device")
