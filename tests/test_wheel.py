@@ -45,7 +45,9 @@ def test_the_wheel_installs_into_a_new_environment_and_runs_the_digits_example(
     # a copy of what the build reads, so the build's own folders never land in the checkout
     source = tmp_path / "source"
     source.mkdir()
-    shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+    )
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, source / name)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "DLCI_", "COV"))}
