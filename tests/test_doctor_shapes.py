@@ -88,7 +88,9 @@ def test_heads_merged_in_the_wrong_batch_order_fail_batch_independence() -> None
     assert _clean("perceiver")["batch-independence"].measured == "max difference 0"
 
 
-def test_control_without_replayed_draws_a_random_forward_gets_no_verdict(monkeypatch) -> None:
+def test_control_without_replayed_draws_a_random_forward_gets_no_verdict(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Before: batch-independence compared evaluations on different draws and failed the
     healthy VAE and DDPM as "examples leak into each other". Without the replay, the
     same-batch-twice control sees the draws move the outputs and says it cannot judge."""
@@ -179,7 +181,7 @@ def test_a_composite_loss_is_judged_by_its_cross_entropy_part() -> None:
     assert composite / 0.693 > 2
 
 
-def _slow_clock(monkeypatch, factor: float = 100.0) -> None:
+def _slow_clock(monkeypatch: pytest.MonkeyPatch, factor: float = 100.0) -> None:
     """Every clock the doctor could read runs ``factor`` times fast: a check then sees each
     step take 100 times as long, as on a loaded runner."""
     start = time.perf_counter()
@@ -192,28 +194,26 @@ def _slow_clock(monkeypatch, factor: float = 100.0) -> None:
     assert time.perf_counter() - start >= 0  # the patched clock runs
 
 
-def test_the_verdicts_do_not_depend_on_the_machines_speed(monkeypatch) -> None:
+def test_the_verdicts_do_not_depend_on_the_machines_speed(monkeypatch: pytest.MonkeyPatch) -> None:
     """label-alignment trains on to 240 steps on the U-Net (no pass at 60): before, it did
     so only when that was projected to take under 30 s, so a loaded machine changed the
     verdict. Under a clock 100x slow the verdicts are the same."""
-    idle = {
-        "unet": _clean("unet")["label-alignment"],
-        "nanogpt_pair": _clean("nanogpt_pair"),
-    }
+    idle_unet = _clean("unet")["label-alignment"]
+    idle_gpt = _clean("nanogpt_pair")
     _slow_clock(monkeypatch)
     slow_unet = _run("unet", "label-alignment")["label-alignment"]
-    assert slow_unet.status == idle["unet"].status
-    assert slow_unet.details["steps"] == idle["unet"].details["steps"] == 240
+    assert slow_unet.status == idle_unet.status
+    assert slow_unet.details["steps"] == idle_unet.details["steps"] == 240
     # the control: the doctor did read the slowed clock (a check's seconds are 100x)
-    assert slow_unet.seconds > 20 * idle["unet"].seconds, (slow_unet.seconds, idle["unet"])
+    assert slow_unet.seconds > 20 * idle_unet.seconds, (slow_unet.seconds, idle_unet)
     # the whole ladder on nanoGPT, but memorize: its gate's time cap (the memorization
     # engine, not these tests' code) stops it early under the slow clock, pass -> warn
     slow = _run("nanogpt_pair")
     mine = [i for i in CHECK_IDS if i != "memorize"]
-    assert [slow[i].status for i in mine] == [idle["nanogpt_pair"][i].status for i in mine]
+    assert [slow[i].status for i in mine] == [idle_gpt[i].status for i in mine]
 
 
-def test_update_ratio_knows_adadelta_sets_its_own_step(monkeypatch) -> None:
+def test_update_ratio_knows_adadelta_sets_its_own_step(monkeypatch: pytest.MonkeyPatch) -> None:
     """pytorch/examples' MNIST loop trains with Adadelta at lr 1.0: its first updates are
     sized by accumulators that start at zero, not by lr x gradient."""
     from dlci.checks import gradients
@@ -233,7 +233,7 @@ def test_update_ratio_knows_adadelta_sets_its_own_step(monkeypatch) -> None:
 
 @pytest.mark.parametrize("root", ["batch-independence", "input-dependence"])
 def test_label_alignment_is_put_down_to_a_batch_mixing_or_input_blind_model(
-    root: str, monkeypatch
+    root: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A Perceiver whose heads merge back in the wrong batch order fails batch-independence,
     and label-alignment warns beside it: the labels are not to blame."""
