@@ -677,9 +677,11 @@ class GaussianDiffusion(torch.nn.Module):
     schedule, objective pred_noise): every forward draws a timestep per image and the noise,
     and returns the prediction beside the noise it must match."""
 
-    def __init__(self, model: torch.nn.Module, timesteps: int = 100) -> None:
+    def __init__(
+        self, model: torch.nn.Module, timesteps: int = 100, *, noise_first: bool = False
+    ) -> None:
         super().__init__()
-        self.model, self.num_timesteps = model, timesteps
+        self.model, self.num_timesteps, self.noise_first = model, timesteps, noise_first
         scale = 1000 / timesteps
         betas = torch.linspace(scale * 0.0001, scale * 0.02, timesteps)
         alphas_cumprod = torch.cumprod(1.0 - betas, dim=0)
@@ -694,12 +696,15 @@ class GaussianDiffusion(torch.nn.Module):
             self.sqrt_alphas_cumprod[t][:, None, None, None] * img
             + self.sqrt_one_minus_alphas_cumprod[t][:, None, None, None] * noise
         )
+        if self.noise_first:  # the order a user may well choose: (target, prediction)
+            return noise, self.model(x, t)
         return self.model(x, t), noise
 
 
-def ddpm() -> dlci.Target:
+def ddpm(*, noise_first: bool = False) -> dlci.Target:
     """A DDPM training step on MNIST-shaped images scaled to [-1, 1], Adam 1e-3 (8e-5 in the
-    library's Trainer, for hours), the loss the MSE of the predicted against the drawn noise."""
+    library's Trainer, for hours), the loss the MSE of the predicted against the drawn noise;
+    ``noise_first`` returns the noise before the prediction."""
     torch.manual_seed(0)
     train, val = image_loaders(normalized=False)
     scaled = [
@@ -712,7 +717,7 @@ def ddpm() -> dlci.Target:
         for loader, shuffle in ((train, True), (val, False))
     ]
     return dlci.Target(
-        GaussianDiffusion(Denoiser(100)),
+        GaussianDiffusion(Denoiser(100), noise_first=noise_first),
         lambda p: torch.optim.Adam(p, lr=1e-3),
         scaled[0],
         loss_fn=lambda outputs, _: F.mse_loss(*outputs),

@@ -140,6 +140,14 @@ def test_outputs_that_ignore_the_inputs_fail_input_dependence(
     assert clean.details["ratio"] > 10 * result.details["ratio"], (clean.details, result.details)
 
 
+def test_outputs_led_by_the_drawn_noise_are_not_taken_for_a_blind_model() -> None:
+    """A diffusion step that returns (noise, prediction): the first tensor, the one read,
+    is the noise, the same under the swap on the same draws; the prediction moved, so the
+    model is not blind (no "do not depend at all")."""
+    result = _dependence("ddpm", "noise_first")
+    assert result.status == "pass" and result.details["output_move"] == 0, result
+
+
 def test_input_dependence_reads_targets_that_are_the_inputs_or_class_maps() -> None:
     assert _dependence("vae", "").details["targets"].startswith("the inputs")
     assert _clean("unet")["input-dependence"].details["targets"].startswith("the class labels")

@@ -119,6 +119,7 @@ class Reading:
     noise: float
     target_move: float
     what: str
+    anything_moved: bool = True  # any tensor of the outputs, not only the scores read
 
     @property
     def ratio(self) -> float:
@@ -128,15 +129,17 @@ class Reading:
 def _read(ctx: Context, model: Any, size: int) -> Reading | str:
     import torch
 
-    from dlci.training.draws import Draws
+    from dlci.training.draws import Draws, differs
 
     model.eval()
     draws = Draws.capture()
     swapped = (_swapped(ctx.batch[0], size), ctx.batch[1])
     with torch.no_grad():
-        outputs = logits_of(ctx.evaluate(model=model, draws=draws), size)
+        raw = ctx.evaluate(model=model, draws=draws)
+        outputs = logits_of(raw, size)
         again = logits_of(ctx.evaluate(model=model, draws=draws), size)
-        moved = logits_of(ctx.evaluate(swapped, model=model, draws=draws), size)
+        moved_raw = ctx.evaluate(swapped, model=model, draws=draws)
+        moved = logits_of(moved_raw, size)
     draws.replay()
     units = _in_target_units(ctx, outputs, ctx.batch, size)
     if isinstance(units, str):
@@ -145,11 +148,13 @@ def _read(ctx: Context, model: Any, size: int) -> Reading | str:
     if not all(isinstance(t, torch.Tensor) and t.shape == outputs.shape for t in (again, moved)):
         return "the outputs on the swapped inputs are not of the same shape as on the batch"
     out = convert(outputs)
+    gap = differs(raw, moved_raw)  # None: not comparable, so say something moved
     return Reading(
         _rms(convert(moved), out),
         _rms(convert(again), out),
         _rms(targets.roll(1, dims=0), targets),
         what,
+        gap is None or gap > 0,
     )
 
 
@@ -223,7 +228,8 @@ def input_dependence(ctx: Context) -> CheckResult:
             details=dict(details, inconclusive=True),
         )
     fell = math.isfinite(start) and math.isfinite(end) and end < FELL * start
-    if after.output_move == 0 and before.output_move == 0:
+    blind = not (before.anything_moved or after.anything_moved)
+    if blind and after.output_move == 0 and before.output_move == 0:
         cause = (
             "the outputs do not depend on the inputs at all, trained or not: the inputs are "
             "replaced or zeroed on their way through the forward, or the path from them is cut "
