@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -103,7 +104,8 @@ def test_no_target_anywhere_is_explained(project, monkeypatch) -> None:
     monkeypatch.delenv("DLCI_TARGET", raising=False)
     with pytest.raises(DlciError) as info:
         resolve_spec(None)
-    assert info.value.message == "no target given"
+    assert info.value.message.startswith("no target given: no --target, no DLCI_TARGET, ")
+    assert info.value.message.endswith(f"pyproject.toml's [tool.dlci] in {Path.cwd()}")
     assert "[tool.dlci] target" in (info.value.hint or "")
 
 

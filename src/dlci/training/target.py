@@ -286,9 +286,11 @@ def resolve_spec(spec: str | None) -> str:
     spec = spec or os.environ.get("DLCI_TARGET") or target_from_pyproject()
     if not spec:
         raise DlciError(
-            "no target given",
+            f"no target given: no --target, no DLCI_TARGET, and no target in dlci.toml or "
+            f"pyproject.toml's [tool.dlci] in {Path.cwd()}",
             hint="pass --target package.module:function, set DLCI_TARGET, or add "
-            "[tool.dlci] target = 'package.module:function' to pyproject.toml",
+            "[tool.dlci] target = 'package.module:function' to pyproject.toml (run dl-ci "
+            "from the project's root folder)",
         )
     return spec
 
