@@ -26,7 +26,7 @@ PROJECTION_LIMIT = 100  # a projection past this many times the tier's epochs is
 # healthy slow learner near its goal still closes 10-15% of it in that many steps)
 FLAT_STEPS = 25
 FLAT_TOLERANCE = 1e-6  # of the start's size
-PLATEAU_STEPS = 100
+PLATEAU_STEPS = 150
 PLATEAU_GAIN = 0.02
 
 

@@ -400,7 +400,7 @@ class _Plateau:
     not closed PLATEAU_GAIN of its remaining distance to the floor in PLATEAU_STEPS steps.
 
     >>> plateau = _Plateau()
-    >>> [plateau.reached(0.6, step) for step in (2, 30, 102, 103)]
+    >>> [plateau.reached(0.6, step) for step in (2, 30, 152, 153)]
     [False, False, False, True]
     >>> plateau = _Plateau()
     >>> [plateau.reached(0.6 * 0.999**step, step) for step in range(2, 300)][-1]  # 9.5% a 100

@@ -29,7 +29,8 @@ from typing import Any
 
 ADAM_STEPS = 300  # Adam with a cosine-decayed rate, then L-BFGS from where it ended
 LBFGS_STEPS = 30
-MAX_VALUES = 20_000_000  # outputs larger than this (a big LM's logits) are not set free
+MAX_VALUES = 2_000_000  # outputs larger than this (a big LM's logits) are not set free:
+# each search evaluates the loss about 330 times, twice
 MEASURED, DECLARED, ASSUMED = "measured", "declared", "assumed"
 
 
@@ -56,7 +57,8 @@ class References:
         elif self.floor_source == DECLARED:
             text = f"floor {self.floor:.4g} (declared by the target)"
         else:
-            text = "floor 0 (assumed: the loss is not separable from the step)"
+            why = self.notes[0] if self.notes else "the loss is not separable from the step"
+            text = f"floor 0 (assumed: {why.removesuffix(': floor assumed 0')})"
         if self.blind is not None:
             text += f", input-blind baseline {self.blind:.4g}"
         return text
@@ -98,13 +100,15 @@ def measure(
     with a device-side assert, which ends the process's CUDA context, on a GPU. A loss that
     holds tensors of its own on the GPU (class weights) is measured where they are."""
     import torch
-    from torch.utils import _pytree as pytree
 
     began = time.perf_counter()
-    leaves = pytree.tree_leaves(outputs)
+    leaves, _ = flatten(outputs)
     size = sum(leaf.numel() for leaf in leaves if _settable(leaf))
     if not size:
-        note = "the outputs hold no floating tensor to set free: floor assumed 0"
+        note = (
+            f"the outputs (a {type(outputs).__name__}) hold no floating tensor dl-ci can set "
+            "free: floor assumed 0"
+        )
         return References(None, ASSUMED, notes=[note], seconds=time.perf_counter() - began)
     if size > MAX_VALUES:
         note = f"the outputs hold {size:,} values, too many to set free: floor assumed 0"
@@ -127,11 +131,72 @@ def measure(
 
 def _to(tree: Any, device: Any) -> Any:
     import torch
-    from torch.utils import _pytree as pytree
 
-    return pytree.tree_map(
-        lambda leaf: leaf.detach().to(device) if isinstance(leaf, torch.Tensor) else leaf, tree
+    leaves, rebuild = flatten(tree)
+    return rebuild(
+        [leaf.detach().to(device) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
     )
+
+
+def flatten(value: Any, depth: int = 0) -> tuple[list[Any], Callable[[list[Any]], Any]]:
+    """The leaves of nested tuples, lists, named tuples, dicts (a Transformers ModelOutput
+    too) and dataclasses, and the function that builds the same structure from new leaves.
+
+    >>> import dataclasses, torch
+    >>> @dataclasses.dataclass
+    ... class Out:
+    ...     logits: torch.Tensor
+    ...     extra: dict
+    >>> leaves, rebuild = flatten(Out(torch.ones(2), {"a": (torch.zeros(1), 3)}))
+    >>> len(leaves), rebuild([1, 2, 3]).extra
+    (3, {'a': (2, 3)})
+    """
+    import dataclasses
+
+    if depth > 32:
+        return [value], lambda new: new[0]
+    if isinstance(value, dict):
+        keys = list(value)
+        parts = [flatten(value[key], depth + 1) for key in keys]
+
+        def rebuild_dict(new: list[Any]) -> Any:
+            items = dict(zip(keys, _split(parts, new), strict=True))
+            try:
+                return (
+                    type(value)(**items) if dataclasses.is_dataclass(value) else type(value)(items)
+                )
+            except Exception:  # a mapping type that cannot be built from items: a plain dict
+                return items
+
+        return [leaf for leaves, _ in parts for leaf in leaves], rebuild_dict
+    if isinstance(value, list | tuple):
+        parts = [flatten(item, depth + 1) for item in value]
+
+        def rebuild_sequence(new: list[Any]) -> Any:
+            items = _split(parts, new)
+            if isinstance(value, tuple) and hasattr(value, "_fields"):
+                return type(value)(*items)
+            return type(value)(items)
+
+        return [leaf for leaves, _ in parts for leaf in leaves], rebuild_sequence
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = [f.name for f in dataclasses.fields(value)]
+        parts = [flatten(getattr(value, name), depth + 1) for name in names]
+
+        def rebuild_dataclass(new: list[Any]) -> Any:
+            return dataclasses.replace(value, **dict(zip(names, _split(parts, new), strict=True)))
+
+        return [leaf for leaves, _ in parts for leaf in leaves], rebuild_dataclass
+    return [value], lambda new: new[0]
+
+
+def _split(parts: list[tuple[list[Any], Callable[[list[Any]], Any]]], new: list[Any]) -> list[Any]:
+    """Each part rebuilt from its share of ``new``."""
+    out, at = [], 0
+    for leaves, rebuild in parts:
+        out.append(rebuild(new[at : at + len(leaves)]))
+        at += len(leaves)
+    return out
 
 
 def _evaluates(loss_fn: Callable[[Any, Any], Any], outputs: Any, targets: Any, replay: Any) -> bool:
@@ -154,12 +219,15 @@ def _search(
     replay: Callable[[], None],
 ) -> tuple[float | None, float | None, list[str]]:
     import torch
-    from torch.utils import _pytree as pytree
 
-    leaves, spec = pytree.tree_flatten(outputs)
+    leaves, rebuild = flatten(outputs)
     free = [i for i, leaf in enumerate(leaves) if _settable(leaf)]
     scale, notes = _scale(targets), []
     kinds = [_kind(leaves[i]) for i in free]
+    kinds = [
+        _bounded(kind, leaves, i, loss_fn, rebuild, targets, replay)
+        for i, kind in zip(free, kinds, strict=True)
+    ]
     shaped = [kind for kind in kinds if kind != "free"]
     if shaped:
         notes.append("outputs kept on their model's manifold: " + ", ".join(sorted(set(shaped))))
@@ -169,7 +237,7 @@ def _search(
         for index, value, kind in zip(free, values, kinds, strict=True):
             filled[index] = _shape(value, kind)
         replay()
-        return loss_fn(pytree.tree_unflatten(filled, spec), targets)
+        return loss_fn(rebuild(filled), targets)
 
     with torch.enable_grad():
         start = [
@@ -189,6 +257,13 @@ def _search(
                 notes.append(f"input-blind baseline: {why}")
     if floor is not None and blind is not None and blind < floor:
         floor = blind  # both are upper bounds of the same minimum: the lower is the better one
+    if floor is not None and blind is not None and blind - floor <= 1e-3 * max(abs(floor), 1e-3):
+        notes.append(
+            "the input-blind baseline reaches the floor: a model that ignores its inputs can zero "
+            "this loss's distance to it (targets that do not depend on the example, or a loss "
+            "that does not compare outputs with targets), so the fall from the start is all the "
+            "verdict can judge"
+        )
     return floor, blind, notes
 
 
@@ -221,6 +296,36 @@ def _kind(tensor: Any) -> str:
     return "free"
 
 
+def _bounded(
+    kind: str,
+    leaves: list[Any],
+    index: int,
+    loss_fn: Callable[[Any, Any], Any],
+    rebuild: Callable[[list[Any]], Any],
+    targets: Any,
+    replay: Callable[[], None],
+) -> str:
+    """``values in [0, 1]`` for outputs in [0, 1] (a sigmoid's) that the loss refuses past 1
+    (``BCELoss``): the search then keeps them there instead of stalling at the edge."""
+    import torch
+
+    leaf = leaves[index]
+    if kind != "free" or float(leaf.min()) < 0 or float(leaf.max()) > 1:
+        return kind
+    probe = list(leaves)
+    probe[index] = leaf.detach().clone().reshape(-1)
+    probe[index][0] = 1.5
+    probe[index] = probe[index].reshape(leaf.shape)
+    try:
+        with torch.no_grad():
+            replay()
+            value = loss_fn(rebuild(probe), targets)
+        refused = not math.isfinite(float(value))
+    except Exception:  # the loss refuses a value past 1: it takes values in [0, 1]
+        refused = True
+    return "values in [0, 1]" if refused else kind
+
+
 def _shape(value: Any, kind: str) -> Any:
     """The free value through the model's normalisation."""
     import torch.nn.functional as F
@@ -231,6 +336,8 @@ def _shape(value: Any, kind: str) -> Any:
         return F.softmax(value, dim=-1)
     if kind == "unit vectors":
         return F.normalize(value, dim=-1)
+    if kind == "values in [0, 1]":
+        return value.sigmoid()
     return value
 
 
@@ -238,6 +345,8 @@ def _unshape(tensor: Any, kind: str) -> Any:
     """A free value that ``_shape`` maps to ``tensor``."""
     if kind == "probabilities":
         return tensor.clamp_min(1e-12).log()
+    if kind == "values in [0, 1]":
+        return tensor.clamp(1e-6, 1 - 1e-6).logit()
     return tensor
 
 
@@ -250,11 +359,10 @@ def _settable(leaf: Any) -> bool:
 def _scale(targets: Any) -> float:
     """How far outputs may need to travel: the targets' RMS where they are floats, else 1."""
     import torch
-    from torch.utils import _pytree as pytree
 
     values = [
         float(leaf.detach().double().pow(2).mean().sqrt())
-        for leaf in pytree.tree_leaves(targets)
+        for leaf in flatten(targets)[0]
         if isinstance(leaf, torch.Tensor) and leaf.is_floating_point() and leaf.numel()
     ]
     finite = [v for v in values if math.isfinite(v)]
@@ -264,9 +372,12 @@ def _scale(targets: Any) -> float:
 def _shared(start: list[Any], examples: int) -> tuple[list[Any], Callable[[list[Any]], list[Any]]]:
     """One value per output shared by every example (the batch dimension only), and the
     function that expands them back to the outputs' shapes."""
+    import torch
+
     dims = [_batch_dim(t, examples) for t in start]
+    generator = torch.Generator().manual_seed(0)  # off a kink (L1 at the targets' median)
     shared = [
-        (t.mean(dim=d, keepdim=True) if d is not None else t).detach().clone().requires_grad_(True)
+        _jittered(t.mean(dim=d, keepdim=True) if d is not None else t, generator)
         for t, d in zip(start, dims, strict=True)
     ]
     shapes = [t.shape for t in start]
@@ -275,6 +386,15 @@ def _shared(start: list[Any], examples: int) -> tuple[list[Any], Callable[[list[
         return [v.expand(shape) for v, shape in zip(values, shapes, strict=True)]
 
     return shared, expand
+
+
+def _jittered(tensor: Any, generator: Any) -> Any:
+    import torch
+
+    noise = torch.randn(tensor.shape, generator=generator, dtype=tensor.dtype) * 1e-3
+    return (tensor.detach() + noise.to(tensor.device) * max(_rms(tensor), 1e-3)).requires_grad_(
+        True
+    )
 
 
 def _batch_dim(tensor: Any, examples: int) -> int | None:

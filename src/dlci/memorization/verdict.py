@@ -280,16 +280,19 @@ def _failure(
     """The kind of a failed run and its headline."""
     if stopped_by == "flat":
         return "flat", "the loss did not fall from its start"
-    if shape.still_falling:
+    if shape.still_falling and stopped_by in ("epochs", "time"):
         epochs = getattr(config, "max_epochs", 0)
         pace = (
             f"; at its pace it would reach the goal near epoch {shape.projected_step}"
             if shape.projected_step is not None
             else ""
         )
-        return "still-falling", (
-            f"the loss was still falling steadily when the tier's {epochs} epochs ended{pace}"
+        ended = (
+            f"when the time cap stopped it at step {len(losses)}"
+            if stopped_by == "time"
+            else f"when the tier's {epochs} epochs ended"
         )
+        return "still-falling", f"the loss was still falling steadily {ended}{pace}"
     start = losses[0] if losses else math.nan
     blind_ref = goal.blind is not None and goal.blind_is_reference(start)
     if blind_ref and (rel is None or rel > 0.9) and start_share is not None and start_share < 0.9:

@@ -78,6 +78,8 @@ def switch_off_regularization(model: Any, optimizer: Any) -> Switched:
                 module.p = 0.0
             continue
         _zero_floats(module, f"{where} ({type(module).__name__})", switched)
+        if "drop" in type(module).__name__.lower():  # a DropPath of its own keeps its rate in p
+            _zero_floats(module, f"{where} ({type(module).__name__})", switched, ("p",))
         config = getattr(module, "config", None)
         if config is not None and id(config) not in seen_configs and not _is_module(config):
             seen_configs.add(id(config))
@@ -96,9 +98,11 @@ def _is_module(value: Any) -> bool:
     return isinstance(value, torch.nn.Module)
 
 
-def _zero_floats(holder: Any, where: str, switched: Switched) -> None:
+def _zero_floats(
+    holder: Any, where: str, switched: Switched, names: tuple[str, ...] = _DROPOUT_NAMES
+) -> None:
     """Set the dropout probabilities ``holder`` keeps as plain floats to 0."""
-    for attr in _DROPOUT_NAMES:
+    for attr in names:
         try:
             value = getattr(holder, attr, None)
         except Exception:  # noqa: S112  # a property that raises is not a probability

@@ -72,6 +72,8 @@ class Stepper:
         return self._standard(step)
 
     def _standard(self, step: int) -> Any:
+        import torch
+
         inputs, targets = self.batch
         with user_code("the model", step):
             self.optimizer.zero_grad(set_to_none=True)
@@ -79,10 +81,16 @@ class Stepper:
         with user_code("loss_fn", step):
             loss = self.target.loss_fn(outputs, targets)  # type: ignore[misc]
         loss_value(loss, step)  # shape and type checks before backward
+        if not isinstance(loss, torch.Tensor):
+            raise DlciError(
+                f"step {step}: loss_fn returned a {type(loss).__name__}, not a tensor, so it has "
+                "no gradient",
+                hint="return the loss tensor itself (not loss.item() or float(loss))",
+            )
         if not loss.requires_grad:
             raise DlciError(f"step {step}: the loss has no gradient", hint=DETACHED_HINT)
         with user_code("backward", step, _detached):
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
         with user_code("the optimizer", step):
             self.optimizer.step()
         return loss
