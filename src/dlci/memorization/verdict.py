@@ -182,7 +182,7 @@ def judge(
         judged_on=JUDGED_ON,
         case=kind or "memorised",
         projected_epochs=shape.projected_step if kind == "still-falling" else None,
-        next_step=next_step(kind) if kind else "",
+        next_step=_with_floor_hint(next_step(kind) if kind else "", kind, before),
     )
 
 
@@ -354,6 +354,20 @@ def _fall(
         return f"from {start:.4g} at step 1, with no step after it"
     share = f" ({percent(rel)} {_of(goal, start)})" if rel is not None else ""
     return f"from {start:.4g} at step 1 to at best {later[0]:.4g} at step {later[1]}{share}"
+
+
+FLOOR_ASSUMED_HINT = (
+    "; the floor was assumed 0 (the loss is not separable from the target's train_step): a "
+    "loss that cannot reach 0 on its targets (continuous or soft targets under BCE, label "
+    "smoothing, a KL term) flattens above it, so give the target its loss_fn or declare "
+    "loss_floor (a number or a function of the batch; docs/target.md)"
+)
+
+
+def _with_floor_hint(text: str, kind: str, before: Any) -> str:
+    """A loss that flattened above a floor assumed 0 may have flattened at its real floor."""
+    assumed = before is not None and before.references.floor_source == "assumed"
+    return text + FLOOR_ASSUMED_HINT if assumed and kind in ("slow", "noisy") and text else text
 
 
 def _of(goal: Goal | None, start: float) -> str:
