@@ -40,7 +40,7 @@ import base64, json, os, pathlib
 
 TOKEN = "ghs_" + "e2eFakeCheckoutToken" + "0123456789"
 NEEDLES = [TOKEN.encode(), base64.b64encode(("x-access-token:" + TOKEN).encode())]
-FORGED = {"budget": "pr", "hardware_class": "cpu", "max_epochs": 1000, "max_loss": 100.0,
+FORGED = {"budget": "pr", "hardware_class": "cpu", "max_epochs": 99999, "max_loss": 100.0,
           "time_cap_minutes": 60, "profile_steps": 2, "nproc": 1}
 
 

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 BROKEN = "digits_example.broken:make_tiny_lr_target"  # cannot memorize at the pr tier
-FORGED = {"max_epochs": 1000, "max_loss": 100.0, "time_cap_minutes": 60.0}
+FORGED = {"max_epochs": 99999, "max_loss": 100.0, "time_cap_minutes": 60.0}
 
 # Rewrites every tier file it can reach, plants a passing memorization report, and a `dlci`
 # package in the workspace root that would take over `python -m dlci` in a later step.
@@ -153,7 +153,7 @@ def test_a_test_that_forges_the_tier_and_the_report_cannot_pass_the_gate(
     # the gate used the host's tier, in its own container, and its report replaced the fake
     report = json.loads((ws / "dlci-artifacts" / "memorization.json").read_text())
     assert report["verdict"] == "fail" and report["threshold"] != 100.0
-    assert report["tier"]["max_epochs"] != 1000
+    assert report["tier"]["max_epochs"] != 99999
     assert not (ws / "shadowed").exists()  # the planted dlci/ package was never imported
     steps = {
         s["name"]: s for s in json.loads((ws / "dlci-artifacts" / "run.json").read_text())["steps"]
@@ -189,7 +189,7 @@ def test_control_the_same_attack_passes_the_gate_in_one_shared_container(
     report = json.loads((ws / "dlci-artifacts" / "memorization.json").read_text())
     # the forged tier reached the gate (since issue 28 its loose max_loss alone cannot pass a
     # loss that never fell: the built-in half-way rule holds under any tier)
-    assert report["threshold"] == 100.0 and report["tier"]["max_epochs"] == 1000
+    assert report["threshold"] == 100.0 and report["tier"]["max_epochs"] == 99999
     # and `python -m dlci` from the workspace runs the planted package
     probe = [*cmd[: cmd.index(kit_image) + 1], "python", "-m", "dlci", "--version"]
     subprocess.run(probe, capture_output=True, timeout=120)
