@@ -17,6 +17,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import dlci
+from memorize_zoo import forgets_step
 
 N, FEATURES, CLASSES = 64, 12, 10
 SHAPES = (
@@ -205,16 +206,6 @@ def _masked_lm_step(frozen: bool):
     return step
 
 
-def _frozen_step(loss_fn):
-    def step(model, batch, optimizer):
-        optimizer.zero_grad()
-        loss = loss_fn(model(batch[0]), batch[1])
-        loss.backward()
-        return loss
-
-    return step
-
-
 def _data(shape: str) -> tuple[torch.Tensor, torch.Tensor]:
     g = _gen(SHAPES.index(shape) + 100)
     x = torch.randn(N, FEATURES, generator=g)
@@ -306,7 +297,7 @@ def target(shape: str, variant: str = "healthy") -> dlci.Target:
     elif shape == "masked-lm":
         step = _masked_lm_step(frozen=variant == "frozen")
     elif variant == "frozen":
-        step = _frozen_step(loss)
+        step = forgets_step(loss)
     return dlci.Target(
         model=model,
         optimizer=_optimizer(shape, variant == "lr0"),

@@ -104,7 +104,7 @@ def _loss(shape: str):
     return nn.MSELoss()
 
 
-def _forgets_step(loss_fn):
+def forgets_step(loss_fn):
     """A training step that computes and backpropagates the loss, and never steps."""
 
     def step(model, batch, optimizer):
@@ -124,7 +124,7 @@ def target(shape: str, variant: str = "healthy") -> dlci.Target:
     healthy_lr = 3e-2 if shape == "mse-large" else 1e-2
     lr = {"lr0": 0.0, "lr1e-9": 1e-9}.get(variant, healthy_lr)
     loss = _loss(shape)
-    step = _forgets_step(loss) if variant == "frozen" else None
+    step = forgets_step(loss) if variant == "frozen" else None
     return dlci.Target(
         model=_model(shape),
         optimizer=lambda params: torch.optim.Adam(params, lr=lr),
