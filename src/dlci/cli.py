@@ -38,6 +38,7 @@ VERBS: dict[str, str] = {
     "summary": "write the GitHub job summary, step outputs and annotations",
     "baseline": "compare this run with its baseline run (fetched from GitHub), with statistics",
     "history": "append a run to the history, plot the trends, flag drift",
+    "bisect": "find the first commit between a good and a bad one that fails a gate",
 }
 
 # old name -> verb: each runs the verb's module, with the same output

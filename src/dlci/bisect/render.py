@@ -1,0 +1,124 @@
+"""The bisect's answer for people: console lines and Markdown (a job summary's top), from the
+result dict. Every commit subject, author and reason is outside text: escaped here, once per
+medium (dlci.report.text).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dlci.report.text import clean, md, md_code, table
+
+
+def figures_text(figures: dict[str, Any]) -> str:
+    """A run's figures, briefly.
+
+    >>> figures_text({"case": "flat", "steps": 26, "max_epochs": 60, "relative_loss": 1.0,
+    ...               "relative_threshold": 0.1})
+    'flat, 26/60 steps, relative loss 1 (goal 0.1)'
+    """
+    parts = []
+    if figures.get("case"):
+        parts.append(str(figures["case"]))
+    if figures.get("steps") is not None:
+        epochs = figures.get("max_epochs")
+        parts.append(f"{figures['steps']}{f'/{epochs}' if epochs else ''} steps")
+    if isinstance(figures.get("relative_loss"), int | float):
+        goal = figures.get("relative_threshold")
+        shown = f"relative loss {figures['relative_loss']:.3g}"
+        parts.append(shown + (f" (goal {goal:.3g})" if isinstance(goal, int | float) else ""))
+    for key, unit in (("gpu_utilization_pct", "% GPU"), ("step_time_ms", " ms a step")):
+        if isinstance(figures.get(key), int | float):
+            parts.append(f"{figures[key]:.4g}{unit}")
+    if figures.get("status"):
+        parts.append(f"{figures['status']} {figures.get('measured') or ''}".strip())
+    return ", ".join(parts)
+
+
+def runs_text(runs: list[dict[str, Any]]) -> str:
+    """Every run of one commit: purpose, seeds, verdicts."""
+    out = []
+    for run in runs:
+        seeds = run["seeds"]
+        where = f" seed{'s' if len(seeds) > 1 else ''} {','.join(map(str, seeds))}" if seeds else ""
+        near = " near" if run.get("near") else ""
+        out.append(f"{run['purpose']}{where}: {','.join(run['verdicts'])}{near}")
+    return "; ".join(out)
+
+
+def _who(entry: dict[str, Any]) -> str:
+    pull = entry.get("pull")
+    if pull and pull.get("number"):
+        by = f" by @{pull['author']}" if pull.get("author") else ""
+        return f"pull request #{pull['number']}{by}: {pull.get('title', '')}"
+    if entry.get("pull_number"):
+        return f"pull request #{entry['pull_number']} (from the commit's subject)"
+    return ""
+
+
+def console_lines(data: dict[str, Any]) -> list[str]:
+    cost = data["cost"]
+    lines = [f"bisect: {clean(data['message'])}"]
+    for entry in data["candidates"] if data["status"] != "not-reproduced" else []:
+        lines.append(f"  {clean(entry['sha'][:12])} {clean(entry['subject'], limit=100)}")
+        lines.append(f"    author {clean(entry['author'])}, {clean(entry['date'])}")
+        if _who(entry):
+            lines.append(f"    {clean(_who(entry), limit=200)}")
+    lines.append(
+        f"  last good: {clean(data['last_good']['sha'][:12])} "
+        f"{clean(data['last_good']['subject'], limit=100)}"
+    )
+    lines.append(
+        f"  {cost['gate_runs']} gate run(s) ({cost['seed_runs']} seed run(s)) in "
+        f"{cost['wall_s']:g} s, of at most {cost['max_runs']} and {cost['time_cap_minutes']:g} min"
+    )
+    for entry in data["tested"]:
+        last = entry["runs"][-1]
+        lines.append(
+            f"  {entry['sha'][:12]} {str(entry['verdict']).upper():<4} "
+            f"{clean(runs_text(entry['runs']))}; {clean(figures_text(last['figures']))}"
+        )
+        if entry["verdict"] == "skip":
+            lines.append(f"      {clean(last['reason'], limit=300)}")
+    return lines
+
+
+def markdown(data: dict[str, Any]) -> str:
+    """The answer first (a job summary's top), then every tested commit."""
+    status = data["status"]
+    if status == "found":
+        first = data["first_bad"]
+        head = f"### dl-ci bisect: first bad commit {md_code(first['sha'][:12])}"
+        body = [f"**{md(first['subject'], limit=200)}** by {md(first['author'])}"]
+        if _who(first):
+            body.append(md(_who(first), limit=300))
+    else:
+        head = f"### dl-ci bisect: {md(status)}"
+        body = [md(data["message"], limit=1000)]
+        body += [
+            f"- {md_code(c['sha'][:12])} {md(c['subject'], limit=200)} by {md(c['author'])}"
+            + (f"; {md(_who(c), limit=300)}" if _who(c) else "")
+            for c in data["candidates"]
+        ]
+    cost = data["cost"]
+    body.append(
+        f"Gate {md_code(data['gate'], limit=300)}; last good "
+        f"{md_code(data['last_good']['sha'][:12])}; {cost['gate_runs']} gate run(s) "
+        f"({cost['seed_runs']} seed runs) in {cost['wall_s']:g} s."
+    )
+    rows = [
+        [
+            md_code(e["sha"][:12]),
+            md(e["subject"], limit=80),
+            md(str(e["verdict"])),
+            md(runs_text(e["runs"])),
+            md(figures_text(e["runs"][-1]["figures"]) or e["runs"][-1]["reason"], limit=200),
+        ]
+        for e in data["tested"]
+    ]
+    return (
+        "\n".join(
+            [head, "", *body, "", *table(["commit", "subject", "verdict", "runs", "figures"], rows)]
+        )
+        + "\n"
+    )

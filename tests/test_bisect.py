@@ -1,0 +1,641 @@
+"""dlci bisect on a real consumer repository built here: a dozen commits of a tiny model
+package, a silent bug merged in the middle (its unit tests pass; the learning rate it reads
+is 0), a flaky tier, and a branch with a commit that cannot be imported.
+
+Every gate run is a real ``dlci memorize`` subprocess (torch on the CPU, one thread) in a
+clean worktree of the commit. The bisects run once per module (they are the slow part) and
+many assertions read their answers. Each protection has its control: the culprit's parent
+passes and the culprit's unit tests pass; without re-runs the flaky gate blames a healthy
+commit; a skipped commit counted as bad would be blamed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dlci import cli
+from dlci.bisect.search import Answer, Search, Step
+
+# two tiers of one ladder: "nightly" lets every seed of a healthy commit pass; "merge" stops
+# at 20 epochs, where an unlucky seed (one in four) of a healthy commit is still falling
+LADDER = """\
+version: 2
+classes:
+  cpu: {match: [], speed: 0.02}
+budgets:
+  pr:
+    cpu: {max_epochs: 100, max_relative_loss: 0.1, time_cap_minutes: 1, profile_steps: 3, nproc: 1}
+  merge:
+    cpu: {max_epochs: 20, max_relative_loss: 0.1, time_cap_minutes: 1, profile_steps: 3, nproc: 1}
+  nightly:
+    cpu: {max_epochs: 100, max_relative_loss: 0.1, time_cap_minutes: 1, profile_steps: 3, nproc: 1}
+"""
+
+PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "tinynet"
+version = "0.1.0"
+
+[tool.setuptools.packages.find]
+include = ["tinynet*"]
+
+[tool.dlci]
+target = "tinynet.target:make_target"
+"""
+
+TARGET = '''\
+"""What dl-ci trains."""
+
+import torch
+from torch import nn
+
+import dlci
+from tinynet.data import loader
+from tinynet.luck import SALT
+from tinynet.model import Net
+from tinynet.settings import SETTINGS
+
+
+def learning_rate():
+    {lr_line}
+
+
+def make_target():
+    # one seed in four is unlucky (an initialisation the short tier is too short for),
+    # a different one at each commit (SALT): this seed's rate is a fifth of the others'
+    unlucky = (torch.initial_seed() + SALT) % 4 == 0
+    lr = learning_rate() * (0.2 if unlucky else 1.0)
+    return dlci.Target(
+        Net(SETTINGS["hidden"]),
+        lambda params: torch.optim.Adam(params, lr=lr),
+        loader(),
+        loss_fn=nn.CrossEntropyLoss(),
+        num_classes=4,
+    )
+'''
+
+GOOD_LR = 'return SETTINGS["lr"]'
+BUG_LR = 'return SETTINGS.get("learning_rate", 0.0)  # read the rate by its long name'
+
+FILES = {
+    "pyproject.toml": PYPROJECT,
+    "ladder.yaml": LADDER,
+    "tinynet/__init__.py": '"""A tiny model package."""\n',
+    "tinynet/luck.py": "SALT = 1\n",
+    "tinynet/settings.py": 'SETTINGS = {"lr": 0.05, "hidden": 32}\n',
+    "tinynet/data.py": textwrap.dedent(
+        """\
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def loader():
+            g = torch.Generator().manual_seed(0)
+            x = torch.randn(64, 8, generator=g)
+            y = torch.randint(0, 4, (64,), generator=g)
+            return DataLoader(TensorDataset(x, y), batch_size=16)
+        """
+    ),
+    "tinynet/model.py": textwrap.dedent(
+        """\
+        from torch import nn
+
+
+        class Net(nn.Sequential):
+            def __init__(self, hidden=32):
+                super().__init__(nn.Linear(8, hidden), nn.Tanh(), nn.Linear(hidden, 4))
+        """
+    ),
+    "tinynet/target.py": TARGET.replace("{lr_line}", GOOD_LR),
+    "tests/test_tinynet.py": textwrap.dedent(
+        """\
+        import torch
+
+        from tinynet.target import make_target
+
+
+        def test_the_target_builds_and_runs():
+            target = make_target()
+            x, y = next(iter(target.train_loader))
+            assert target.model(x).shape == (16, 4)
+            assert target.optimizer(target.model.parameters()) is not None
+        """
+    ),
+}
+
+# (subject, files changed): c0 is the last green night, c11 tonight's red one
+MAIN = [
+    ("tinynet: a tiny classifier and its target", FILES),
+    ("docs: a README (#2)", {"README.md": "tinynet\n"}),
+    ("tests: the target builds (#3)", {"tests/test_more.py": "def test_nothing():\n    pass\n"}),
+    ("model: hidden width from the settings (#4)", {"README.md": "tinynet: hidden 32\n"}),
+    ("data: a comment on the split (#5)", {"NOTES.md": "the split is fixed\n"}),
+    ("model: build the layers in another order (#6)", {"tinynet/luck.py": "SALT = 0\n"}),
+    ("settings: read the learning rate by its long name (#7)",
+     {"tinynet/target.py": TARGET.replace("{lr_line}", BUG_LR)}),
+    ("docs: the settings (#8)", {"README.md": "tinynet: lr and hidden\n"}),
+    ("ci: nothing (#9)", {"NOTES.md": "the split is fixed; ci\n"}),
+    ("docs: typo (#10)", {"README.md": "tinynet: lr and hidden.\n"}),
+    ("tests: one more (#11)", {"tests/test_more.py": "def test_more():\n    pass\n"}),
+    ("release 0.2 (#12)", {"NOTES.md": "0.2\n"}),
+]  # fmt: skip
+CULPRIT = 6
+
+# a branch from c4: d1 imports a module only d2 adds (a refactor split in two pull requests),
+# and d2 brings the bug too: the first bad commit is d1 or d2, and the bisect must say so
+BRANCH = [
+    ("target: use the new layers (#22)",
+     {"tinynet/target.py": "from tinynet.layers import Block  # noqa\n" + FILES["tinynet/target.py"]}),
+    ("layers: the new module (#23)",
+     {"tinynet/layers.py": "Block = None\n",
+      "tinynet/target.py": "from tinynet.layers import Block  # noqa\n"
+      + TARGET.replace("{lr_line}", BUG_LR)}),
+    ("docs: layers done (#24)", {"README.md": "layers done\n"}),
+    ("release 0.3 (#25)", {"NOTES.md": "0.3\n"}),
+]  # fmt: skip
+
+AUTHORS = {CULPRIT: ("Ada Lovelace", "ada@example.org")}
+GIT_ENV = {
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_COMMITTER_NAME": "CI",
+    "GIT_COMMITTER_EMAIL": "ci@example.org",
+}
+
+
+def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **GIT_ENV, **(env or {})},
+    ).stdout.strip()
+
+
+def _commit(repo: Path, subject: str, files: dict[str, str], author: tuple[str, str]) -> str:
+    for name, text in files.items():
+        path = repo / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    _git(repo, "add", "-A")
+    name, email = author
+    _git(repo, "commit", "-q", "-m", subject,
+         env={"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email})  # fmt: skip
+    return _git(repo, "rev-parse", "HEAD")
+
+
+def build_repository(root: Path) -> dict[str, list[str]]:
+    """The consumer's history: main (c0..c11) and the branch (d1..d4) from c4."""
+    repo = root / "consumer"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    main = [
+        _commit(repo, subject, files, AUTHORS.get(i, ("Bob", "bob@example.org")))
+        for i, (subject, files) in enumerate(MAIN)
+    ]
+    _git(repo, "checkout", "-q", "-b", "refactor", main[4])
+    branch = [main[4]] + [
+        _commit(repo, subject, files, ("Cy", "cy@example.org")) for subject, files in BRANCH
+    ]
+    _git(repo, "checkout", "-q", "main")
+    return {"main": main, "branch": branch, "repo": [str(repo)]}
+
+
+class StandIn:
+    """GitHub's "list pull requests associated with a commit", and nothing else."""
+
+    def __init__(self, token: str, pulls: dict[str, dict[str, Any]]) -> None:
+        from github_standin import StandIn as Base
+
+        state = Base(token=token)
+        route = state._route
+
+        def _route(method, path, query, handler, body):  # type: ignore[no-untyped-def]
+            if path.startswith(f"/repos/{state.repo}/commits/") and path.endswith("/pulls"):
+                if handler.headers.get("Authorization") != f"Bearer {token}":
+                    return 401, {"message": "Bad credentials"}, {}
+                sha = path.split("/")[-2]
+                return 200, [pulls[sha]] if sha in pulls else [], {}
+            return route(method, path, query, handler, body)
+
+        state._route = _route  # type: ignore[method-assign]
+        self.state = state.start()
+
+
+def _bisect(repo: Path, out: Path, *args: str) -> dict[str, Any]:
+    """``dlci bisect`` in this process (its gate runs are subprocesses); the JSON, the exit
+    code, the console and the wall time."""
+    import contextlib
+    import io
+    import time
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    start = time.monotonic()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = cli.main(["bisect", "--repo", str(repo), "--json", str(out), *args])
+    data = json.loads(out.read_text()) if out.exists() else {}
+    return {"code": code, "data": data, "out": stdout.getvalue(), "err": stderr.getvalue(),
+            "wall_s": time.monotonic() - start}  # fmt: skip
+
+
+TOKEN = "bisect-token"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The three bisects, once: the silent bug over a dozen commits (with GitHub's pull
+    requests), the flaky tier, and the branch with a commit that cannot be imported."""
+    root = tmp_path_factory.mktemp("bisect")
+    history = build_repository(root)
+    repo = Path(history["repo"][0])
+    main, branch = history["main"], history["branch"]
+    pull = {"number": 7, "title": "settings: read the learning rate by its long name",
+            "html_url": "https://github.com/org/project/pull/7", "user": {"login": "ada"},
+            "merged_at": "2026-12-01T10:00:00Z"}  # fmt: skip
+    github = StandIn(TOKEN, {main[CULPRIT]: pull})
+    tier = ["--ladder", str(repo / "ladder.yaml"), "--hardware", "cpu", "--device", "cpu"]
+    try:
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("OMP_NUM_THREADS", "1")
+            env.setenv("MKL_NUM_THREADS", "1")
+            env.setenv("GITHUB_API_URL", github.state.api)
+            env.setenv("GITHUB_REPOSITORY", "org/project")
+            found = _bisect(
+                repo, root / "found.json", "--good", main[0], "--bad", main[-1],
+                "--budget", "nightly", "--github-token", TOKEN,
+                "--markdown", str(root / "found.md"), *tier,
+            )  # fmt: skip
+            flaky = _bisect(
+                repo, root / "flaky.json", "--good", main[4], "--bad", main[8],
+                "--budget", "merge", *tier,
+            )  # fmt: skip
+            skipped = _bisect(
+                repo, root / "skipped.json", "--good", branch[0], "--bad", branch[-1],
+                "--budget", "nightly", *tier,
+            )  # fmt: skip
+    finally:
+        github.state.stop()
+    timing = {k: round(v["wall_s"], 1) for k, v in
+              (("found", found), ("flaky", flaky), ("skipped", skipped))}  # fmt: skip
+    print(f"bisect wall times: {timing}", file=sys.stderr)
+    return {
+        "repo": repo, "main": main, "branch": branch, "github": github.state,
+        "found": found, "flaky": flaky, "skipped": skipped,
+        "markdown": (root / "found.md").read_text(encoding="utf-8"),
+    }  # fmt: skip
+
+
+def _tested(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {entry["sha"]: entry for entry in data["tested"]}
+
+
+def test_the_silent_bug_is_named_within_five_gate_runs(runs: dict[str, Any]) -> None:
+    found, main = runs["found"], runs["main"]
+    data = found["data"]
+    assert found["code"] == 0, found["err"]
+    assert data["status"] == "found"
+    assert data["first_bad"]["sha"] == main[CULPRIT]
+    assert data["last_good"]["sha"] == main[CULPRIT - 1]
+    assert data["cost"]["gate_runs"] <= 5
+    assert data["cost"]["max_runs"] == 8  # printed before it started (below)
+    # every tested commit's verdict and figures
+    tested = _tested(data)
+    assert tested[main[CULPRIT]]["verdict"] == "fail"
+    assert tested[main[CULPRIT - 1]]["verdict"] == "pass"  # the control: its parent passes
+    assert tested[main[CULPRIT]]["runs"][0]["figures"]["case"] == "flat"
+    assert tested[main[CULPRIT - 1]]["runs"][0]["figures"]["case"] == "memorised"
+    # the answer rests on a confirmed fail: re-run on two other seeds
+    confirm = tested[main[CULPRIT]]["runs"][-1]
+    assert (confirm["purpose"], confirm["seeds"], confirm["verdicts"]) == (
+        "confirm",
+        [1, 2],
+        ["fail", "fail"],
+    )
+    assert all(entry["verdict"] == "fail" for sha, entry in tested.items()
+               if main.index(sha) > CULPRIT)  # fmt: skip
+
+
+def test_the_cost_is_printed_before_the_first_run(runs: dict[str, Any]) -> None:
+    err = runs["found"]["err"]
+    cost = err.index("cost: 11 commit(s)")
+    assert "stops at 8 gate runs or 60 min" in err
+    assert cost < err.index(" test: ")
+
+
+def test_the_culprits_pull_request_and_author(runs: dict[str, Any]) -> None:
+    data, main = runs["found"]["data"], runs["main"]
+    first = data["first_bad"]
+    assert first["author"] == "Ada Lovelace <ada@example.org>"
+    assert first["pull"]["number"] == 7 and first["pull"]["author"] == "ada"
+    asked = runs["github"].requests("GET", "/commits/")
+    assert [s.path for s in asked] == [f"/repos/org/project/commits/{main[CULPRIT]}/pulls"]
+    assert asked[0].authorization == f"Bearer {TOKEN}"
+    out = runs["found"]["out"]
+    assert out.startswith(f"bisect: first bad commit: {main[CULPRIT][:12]} settings:")
+    assert "pull request #7 by @ada" in out
+
+
+def test_the_markdown_puts_the_culprit_first(runs: dict[str, Any]) -> None:
+    text, main = runs["markdown"], runs["main"]
+    assert text.startswith(f"### dl-ci bisect: first bad commit `{main[CULPRIT][:12]}`\n")
+    assert "pull request \\#" in text and "@" in text
+    assert f"| `{main[CULPRIT - 1][:12]}` |" in text and "| pass |" in text
+
+
+def test_the_culprits_unit_tests_pass(runs: dict[str, Any], tmp_path: Path) -> None:
+    """The control for the bug being silent: the culprit's own tests pass (in-process: the
+    commit's files read from git, its test function called)."""
+    repo, sha = runs["repo"], runs["main"][CULPRIT]
+    tree = tmp_path / "culprit"
+    for name in ("tinynet/__init__.py", "tinynet/luck.py", "tinynet/settings.py",
+                 "tinynet/data.py", "tinynet/model.py", "tinynet/target.py",
+                 "tests/test_tinynet.py"):  # fmt: skip
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text(_git(repo, "show", f"{sha}:{name}"), encoding="utf-8")
+    assert "learning_rate" in (tree / "tinynet/target.py").read_text()
+    sys.path.insert(0, str(tree))
+    try:
+        import importlib
+
+        module = importlib.import_module("tests.test_tinynet")
+        module.test_the_target_builds_and_runs()
+        assert module.make_target.__module__ == "tinynet.target"
+        from tinynet.target import learning_rate
+
+        assert learning_rate() == 0.0  # the bug: the gate's flat loss is this
+    finally:
+        sys.path.remove(str(tree))
+        for name in [
+            m
+            for m in sys.modules
+            if m == "tinynet" or m.startswith(("tinynet.", "tests.test_tinynet"))
+        ]:
+            del sys.modules[name]
+
+
+def test_a_flaky_gate_does_not_blame_a_healthy_commit(runs: dict[str, Any]) -> None:
+    flaky, main = runs["flaky"], runs["main"]
+    data = flaky["data"]
+    assert flaky["code"] == 0, flaky["err"]
+    assert data["first_bad"]["sha"] == main[CULPRIT]
+    healthy = _tested(data)[main[CULPRIT - 1]]
+    # its first run failed (seed 0 is this commit's unlucky one), near its threshold ...
+    first = healthy["runs"][0]
+    assert (first["purpose"], first["verdicts"], first["near"]) == ("test", ["fail"], True)
+    assert first["figures"]["case"] == "still-falling"
+    # ... so it was re-run at once on seeds 1 and 2, which passed: it counts as good
+    assert [r["purpose"] for r in healthy["runs"]] == ["test", "recheck"]
+    assert healthy["runs"][1]["verdicts"] == ["pass", "pass"]
+    assert healthy["verdict"] == "pass"
+    assert data["cost"]["gate_runs"] == 4
+
+
+def test_without_reruns_the_flaky_gate_blames_the_healthy_commit(runs: dict[str, Any]) -> None:
+    """The control: the same search with re-runs off, fed the first verdicts the gate really
+    gave on these commits, blames the healthy one."""
+    data, main = runs["flaky"]["data"], runs["main"]
+    first = {main.index(e["sha"]) - 4: e["runs"][0]["verdicts"] for e in data["tested"]}
+    answer = _replay(Search(4, reruns=0), first)
+    assert answer.status == "found" and answer.first_bad == CULPRIT - 1 - 4
+    assert _replay(Search(4, reruns=2), first, rerun=["pass", "pass"]).first_bad == CULPRIT - 4
+
+
+def _replay(search: Search, first: dict[int, list[str]], rerun: list[str] | None = None) -> Answer:
+    """Run the search on recorded verdicts; a commit it asks for that was not run fails the
+    test (the replay would not be the real path)."""
+    near = None
+    while True:
+        step = search.next(near)
+        if isinstance(step, Answer):
+            return step
+        assert step.index in first, f"the replay needs commit {step.index}, never run"
+        if step.purpose == "test":
+            search.record(step.index, first[step.index])
+            near = step.index if first[step.index] == ["fail"] and rerun else None
+        else:
+            truth = first[step.index] if step.index != CULPRIT - 1 - 4 else rerun
+            search.record(step.index, (truth or []) * 2)
+            near = None
+
+
+def test_a_commit_that_cannot_be_imported_is_skipped_and_the_range_said(
+    runs: dict[str, Any],
+) -> None:
+    skipped, branch = runs["skipped"], runs["branch"]
+    data = skipped["data"]
+    assert skipped["code"] == 0, skipped["err"]
+    assert data["status"] == "range" and data["first_bad"] is None
+    assert [c["sha"] for c in data["candidates"]] == [branch[1], branch[2]]
+    assert data["last_good"]["sha"] == branch[0]
+    tested = _tested(data)
+    assert tested[branch[1]]["verdict"] == "skip"
+    assert "No module named 'tinynet.layers'" in tested[branch[1]]["runs"][0]["reason"]
+    assert tested[branch[2]]["verdict"] == "fail"
+    assert [r["purpose"] for r in tested[branch[2]]["runs"]] == ["test", "confirm"]
+    assert data["cost"]["gate_runs"] == 3
+    out = skipped["out"]
+    assert out.startswith("bisect: the first bad commit is one of 2: ")
+    assert branch[1][:12] in out and branch[2][:12] in out
+
+
+def test_counted_as_a_fail_the_unimportable_commit_would_be_blamed(runs: dict[str, Any]) -> None:
+    """The control: the unimportable commit's run counted as a fail (as ``git bisect run``
+    counts any failing exit) names it alone, wrongly."""
+    data, branch = runs["skipped"]["data"], runs["branch"]
+    first = {branch.index(e["sha"]): e["runs"][0]["verdicts"] for e in data["tested"]}
+    as_fail = {i: ["fail" if v == "skip" else v for v in verdicts] for i, verdicts in first.items()}
+    answer = _replay(Search(4, reruns=0), as_fail)
+    assert answer.status == "found" and answer.first_bad == 1
+    assert _replay(Search(4, reruns=0), first).candidates == (1, 2)
+
+
+def test_the_callers_tree_is_untouched(runs: dict[str, Any]) -> None:
+    repo = runs["repo"]
+    assert _git(repo, "status", "--porcelain") == ""
+    assert _git(repo, "rev-parse", "--abbrev-ref", "HEAD") == "main"
+    assert _git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+
+
+# --- the parts, without gate runs
+
+
+def test_the_search_confirms_a_bad_end_that_passes_and_says_not_reproduced() -> None:
+    search = Search(3)
+    asked = []
+    while not isinstance(step := search.next(), Answer):
+        asked.append((step.index, step.purpose))
+        search.record(step.index, ["pass"] if step.purpose == "test" else ["pass", "pass"])
+    assert asked == [(1, "test"), (2, "test"), (3, "test"), (3, "confirm")]
+    assert step.status == "not-reproduced" and step.first_bad is None
+    # the control: a bad end that fails again is the answer
+    search = Search(1)
+    assert search.next() == Step(1, "test")
+    search.record(1, ["fail"])
+    assert search.next() == Step(1, "confirm")
+    search.record(1, ["fail", "pass"])
+    assert search.next() == Answer("found", 0, 1, (1,))
+
+
+def test_the_profile_gate_confirms_the_last_good_pass_too() -> None:
+    for confirm_passes, expected in ((True, [(1, "confirm"), (2, "confirm")]), (False, [])):
+        search = Search(2, confirm_passes=confirm_passes)
+        search.record(1, ["pass"])
+        search.record(2, ["fail"])
+        asked = []
+        while not isinstance(step := search.next(), Answer):
+            asked.append((step.index, step.purpose))
+            search.record(step.index, ["pass", "pass"] if step.index == 1 else ["fail", "fail"])
+        assert sorted(asked) == sorted(expected or [(2, "confirm")])
+        assert step.first_bad == 2
+
+
+def test_a_tie_counts_as_a_fail_and_skips_do_not_count() -> None:
+    from dlci.bisect.search import Tally
+
+    assert Tally([["pass"], ["fail"]]).verdict == "fail"
+    assert Tally([["skip"], ["pass"]]).verdict == "pass"
+    assert Tally([["skip"]]).settled and not Tally([["fail"]]).settled
+
+
+def _report(folder: Path, name: str, data: dict[str, Any]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(json.dumps(data), encoding="utf-8")
+    return folder
+
+
+def test_the_gates_read_their_reports(tmp_path: Path) -> None:
+    from dlci.bisect.gates import Gate
+
+    memorize = Gate()
+    tier = {"max_epochs": 100}
+    slow_pass = {"verdict": "pass", "steps": 90, "case": "memorised", "tier": tier}
+    assert memorize.judge(_report(tmp_path / "a", "memorization.json", slow_pass), 0, 1, "").near
+    quick_pass = {**slow_pass, "steps": 10}
+    judged = memorize.judge(_report(tmp_path / "b", "memorization.json", quick_pass), 0, 1, "")
+    assert judged.verdicts == ["pass"] and not judged.near
+    close_fail = {"verdict": "fail", "case": "slow", "relative_loss": 0.12,
+                  "relative_threshold": 0.1, "tier": tier}  # fmt: skip
+    assert memorize.judge(_report(tmp_path / "c", "memorization.json", close_fail), 1, 1, "").near
+    far_fail = {**close_fail, "relative_loss": 0.9}
+    assert not memorize.judge(_report(tmp_path / "d", "memorization.json", far_fail), 1, 1, "").near
+    seeds = {**far_fail, "seeds": {"runs": [{"verdict": "pass"}, {"verdict": "fail"}]}}
+    judged = memorize.judge(_report(tmp_path / "e", "memorization.json", seeds), 1, 2, "")
+    assert judged.verdicts == ["pass", "fail"]
+    error = {"verdict": "fail", "stopped_by": "error", "reason": "importing 'x' failed"}
+    folder = _report(tmp_path / "f", "memorization.json", error)
+    assert memorize.judge(folder, 1, 2, "").verdicts == ["skip", "skip"]
+    assert Gate(errors_fail=True).judge(folder, 1, 1, "").verdicts == ["fail"]
+    missing = memorize.judge(tmp_path / "none", 137, 1, "Killed")
+    assert missing.verdicts == ["skip"] and "(exit 137): Killed" in missing.reason
+
+    util = Gate("profile", min_gpu_util=40)
+    for value, verdict, near in ((55.0, "pass", False), (38.0, "fail", True), (20, "fail", False)):
+        report = {"gpu_utilization_pct": value, "steps": {"mean_step_us": 1000}}
+        judged = util.judge(_report(tmp_path / f"u{value}", "utilization.json", report), 0, 1, "")
+        assert (judged.verdicts, judged.near) == ([verdict], near), value
+    step = Gate("profile", max_step_time_ms=2.0)
+    report = {"gpu_utilization_pct": None, "steps": {"mean_step_us": 3000}}
+    judged = step.judge(_report(tmp_path / "s", "utilization.json", report), 0, 1, "")
+    assert judged.verdicts == ["fail"] and judged.figures["step_time_ms"] == 3.0
+    nothing = util.judge(_report(tmp_path / "n", "utilization.json", {}), 0, 1, "")
+    assert nothing.verdicts == ["skip"]
+
+    doctor = Gate("doctor", check="grad-flow")
+    checks = {"checks": [{"id": "grad-flow", "status": "fail", "measured": "0 of 4 reached"}]}
+    judged = doctor.judge(_report(tmp_path / "g", "doctor.json", checks), 1, 1, "")
+    assert judged.verdicts == ["fail"] and "0 of 4 reached" in judged.reason
+    checks["checks"][0]["status"] = "warn"
+    assert doctor.judge(_report(tmp_path / "h", "doctor.json", checks), 0, 1, "").verdicts == [
+        "pass"
+    ]
+    assert doctor.judge(
+        _report(tmp_path / "i", "doctor.json", {"checks": []}), 0, 1, ""
+    ).verdicts == ["skip"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"kind": "nothing"}, "choose from"),
+        ({"kind": "profile"}, "needs one bound"),
+        ({"kind": "profile", "min_gpu_util": 1, "max_step_time_ms": 2}, "needs one bound"),
+        ({"kind": "doctor"}, "needs --check"),
+        ({"near": 1.5}, "--near"),
+    ],
+)
+def test_a_gate_asked_wrongly_is_refused(kwargs: dict[str, Any], words: str) -> None:
+    from dlci.bisect.gates import Gate
+    from dlci.errors import DlciError
+
+    with pytest.raises(DlciError, match=words):
+        Gate(**kwargs)
+
+
+def test_revisions_are_checked(runs: dict[str, Any], tmp_path: Path) -> None:
+    repo, main, branch = runs["repo"], runs["main"], runs["branch"]
+    for good, bad, words in (
+        (main[3], main[3], "the same commit"),
+        (main[8], main[3], "not an ancestor"),
+        ("no-such-rev", main[3], "names no commit"),
+        (branch[2], main[-1], "not an ancestor"),
+    ):
+        result = _bisect(repo, tmp_path / "x.json", "--good", good, "--bad", bad)
+        assert result["code"] == 1 and words in result["err"], (good, bad, result["err"])
+        assert not (tmp_path / "x.json").exists()
+
+
+def test_a_spent_budget_leaves_the_range_open(runs: dict[str, Any], tmp_path: Path) -> None:
+    """A time cap spent before the first run: no gate run, exit 1, the whole range open;
+    --good last-green reads the history's newest green night."""
+    repo, main = runs["repo"], runs["main"]
+    history = {
+        "schema_version": 1,
+        "kind": "dlci-history",
+        "entries": [
+            {"hardware_class": "cpu", "sha": main[1], "epochs_to_threshold": 30},
+            {"hardware_class": "cpu", "sha": main[3], "epochs_to_threshold": 31},
+            {"hardware_class": "cpu", "sha": main[11], "epochs_to_threshold": None},
+        ],
+    }
+    path = tmp_path / "history.json"
+    path.write_text(json.dumps(history), encoding="utf-8")
+    result = _bisect(repo, tmp_path / "u.json", "--good", "last-green", "--history", str(path),
+                     "--bad", main[-1], "--time-cap", "0.00001")  # fmt: skip
+    data = result["data"]
+    assert result["code"] == 1, result["err"]
+    assert data["status"] == "unfinished" and data["good"]["sha"] == main[3]
+    assert [c["sha"] for c in data["candidates"]] == main[4:]
+    assert data["cost"]["gate_runs"] == 0 and "time cap" in result["err"]
+
+
+def test_pip_installs_a_commit_or_says_why_not(tmp_path: Path) -> None:
+    from dlci.bisect.install import Unrunnable, install, source_root
+
+    tree = tmp_path / "tree"
+    for name in ("pyproject.toml", "tinynet/__init__.py", "tinynet/settings.py"):
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text(FILES[name], encoding="utf-8")
+    assert source_root(tree) == tree
+    installed = install(tree, "pip", tmp_path / "into")
+    env = installed.environment({"PATH": os.environ["PATH"], "PYTHONPATH": "/elsewhere"})
+    assert env["PYTHONPATH"] == os.pathsep.join([str(tmp_path / "into"), "/elsewhere"])
+    probe = "import tinynet.settings as s; print(s.__file__)"
+    where = subprocess.run([sys.executable, "-c", probe], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert where.startswith(str(tmp_path / "into"))
+    (tree / "pyproject.toml").write_text(FILES["pyproject.toml"] + "name = \n", encoding="utf-8")
+    with pytest.raises(Unrunnable, match=r"pip install failed: .*Invalid value"):
+        install(tree, "pip", tmp_path / "into2")
