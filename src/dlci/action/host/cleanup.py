@@ -22,6 +22,7 @@ from typing import Any
 
 from dlci.action.host.container import JOB_LABEL
 from dlci.action.host.image import docker
+from dlci.action.host.installed import remove_job_images
 from dlci.hardware import pinned_gpus
 
 #: the runner's environment variable naming a trusted image with ``chown`` (docs/runner.md)
@@ -42,6 +43,7 @@ def cleanup(job: str, workspace: Path, cleanup_image: str | None = None) -> dict
     None reads ``DLCI_CLEANUP_IMAGE``. The job's own image is never used for this.
     """
     removed = remove_containers(job)
+    images = remove_job_images(job) if job and shutil.which("docker") else []
     uid, gid = os.getuid(), os.getgid()
     foreign = foreign_files(workspace, uid)
     image = os.environ.get(CLEANUP_IMAGE_ENV, "") if cleanup_image is None else cleanup_image
@@ -52,6 +54,7 @@ def cleanup(job: str, workspace: Path, cleanup_image: str | None = None) -> dict
         "kind": "cleanup",
         "job": job,
         "containers_removed": len(removed),
+        "images_removed": len(images),  # the job's installed image, left by a killed job
         "foreign_files": len(foreign),
         "ownership_restored": len(foreign) - len(left),
         "ownership_method": method,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlci.action.host import scratch
+from dlci.action.host import installed, scratch
 from dlci.action.host.cache import CACHE_PREFIX, UNTRUSTED, cache_mount, decide_trust
 from dlci.action.host.gates import RECORD_VARIABLE, Parts
 from dlci.action.host.gitview import hide_credentials, host_temp
@@ -317,14 +317,15 @@ class Copies:
     hidden: Sequence[str] = ()  # what the git view covers: copied as empty files
     git: dict[str, str] | None = None  # the checkout's git files, read before any container
 
-    def make(self, part: str) -> Path:
+    def make(self, part: str, source: Path | None = None) -> Path:
+        """A fresh copy for ``part``: of the checkout, or of ``source`` (the installed copy)."""
         if self.git is None:
             self.git = scratch.git_files(self.workspace)
         copy = self.folder / f"workspace-{part}"
         scratch.remove_copy(copy)
         started = time.monotonic()
         try:
-            notes = scratch.make_copy(self.workspace, copy, empty=self.hidden)
+            notes = scratch.make_copy(source or self.workspace, copy, empty=self.hidden)
         except OSError as exc:
             scratch.remove_copy(copy)
             raise DlciError(
@@ -335,17 +336,25 @@ class Copies:
             ) from None
         took = time.monotonic() - started
         size = f"{notes.files} files, {notes.bytes >> 20} MiB"
-        say(f"{part}: runs on a copy of the checkout ({size}, copied in {took:.1f} s)")
+        what = "the installed checkout" if source else "the checkout"
+        say(f"{part}: runs on a copy of {what} ({size}, copied in {took:.1f} s)")
         for why in notes.left_out[:5]:
             say(f"{part}: not copied: {why}")
         return copy
 
-    def done(self, part: str, copy: Path) -> list[str]:
-        """What the part's container planted in its copy for git on the host; the copy gone."""
+    def planted(self, copy: Path) -> list[str]:
+        """What the part's container planted in its copy for git on the host."""
         try:
-            found = scratch.planted(self.git or {}, copy)
+            return scratch.planted(self.git or {}, copy)
         except DlciError as exc:
-            found = [exc.message]
+            return [exc.message]
+
+    def done(self, part: str, copy: Path, *, keep: bool = False) -> list[str]:
+        """What the part's container planted in its copy for git on the host; the copy gone
+        (``keep``: the install's, the source of every later copy, removed after the last)."""
+        found = self.planted(copy)
+        if keep and not found:
+            return found
         if not scratch.remove_copy(copy):
             say(f"{part}: its copy of the checkout could not be removed whole ({copy})")
         return found
@@ -364,25 +373,44 @@ def _run_parts(
     deadline = time.monotonic() + timeout_minutes * 60
     planned = parts.plan()
     worst = 0
+    once = Once()  # the install container's image and copy (dlci.action.host.installed)
     try:
         for part in planned:
-            if part.name != "tests" and not parts.installed():
+            if _blocked(parts, part):
                 parts.blocked = "not run: the install step failed"
                 break
             here = name if part.name == "tests" else f"{name}-{part.name}"
             check()
-            copy = copies.make(part.name) if copies else None
+            code, cmd, started = -1, [], time.monotonic()
+            copy = copies.make(part.name, once.copy) if copies else None
+            timing = parts.timing.setdefault(part.name, {})
+            timing["copy_s"] = round(time.monotonic() - started, 3)
             try:
-                mounts = {"workspace": copy, "git_from": parts.workspace} if copy else {}
-                cmd = build(name=here, inner=["dlci", "run", *part.argv], **mounts)
+                mounts: dict[str, Any] = (
+                    {"workspace": copy, "git_from": parts.workspace} if copy else {}
+                )
+                if once.image:
+                    mounts["image"] = once.image
+                argv = [*part.argv, *(["--installed"] if once.image else [])]
+                cmd = build(name=here, inner=["dlci", "run", *argv], **mounts)
                 cmd[2:2] = part.flags  # after "docker run": the part's own mounts
+                if part.name == "install":  # kept until committed (dlci.action.host.installed)
+                    cmd = [a for a in cmd if a != "--rm"]
+                    installed.remove_container(here)
                 say(shlex.join(cmd))
+                started = time.monotonic()
                 code, tail = _watch(cmd, here, timeout_minutes, deadline)
+                timing["container_s"] = round(time.monotonic() - started, 3)
                 if code == 125:  # docker itself failed to start the container
                     raise _start_failure(tail)
                 parts.collect(part, code, copy)
             finally:
-                found = copies.done(part.name, copy) if copies and copy else []
+                keep = part.name == "install" and code == 0 and parts.install_passed()
+                found = copies.done(part.name, copy, keep=keep) if copies and copy else []
+                if part.name == "install":
+                    if keep and not found:
+                        once.commit(here, cmd, copy, timing)
+                    installed.remove_container(here)
             if found:  # the copy is gone; the job fails, naming what git would have read
                 shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
                 parts.planted.append(
@@ -396,8 +424,47 @@ def _run_parts(
                 say(f"{here} was killed (exit code {code})")
                 break
     finally:
+        once.close(copies)
         parts.finish(planned)
     return worst
+
+
+def _blocked(parts: Parts, part: Any) -> bool:
+    """Whether the install step failed before this part (the tests part of a job without an
+    install container runs the step itself)."""
+    if part.name == "install" or (part.name == "tests" and "install" not in parts.exit_codes):
+        return False
+    return not parts.installed()
+
+
+@dataclass
+class Once:
+    """The job's installed image and the install's copy of the checkout (the source of every
+    later part's copy); nothing while the install container has not passed."""
+
+    image: str | None = None
+    copy: Path | None = None
+
+    def commit(
+        self, container: str, cmd: list[str], copy: Path | None, timing: dict[str, float]
+    ) -> None:
+        job = next((v.partition("=")[2] for v in cmd if v.startswith(f"{JOB_LABEL}=")), "")
+        image, took, why = installed.commit(container, job, cmd)
+        timing["commit_s"] = round(took, 3)
+        if image is None:
+            say(f"install: the container could not be kept as an image ({why}): every part "
+                "installs the project again")  # fmt: skip
+            if copy is not None:
+                scratch.remove_copy(copy)
+            return
+        say(f"install: kept as the image {image} in {took:.1f} s; every part starts from it")
+        self.image, self.copy = image, copy
+
+    def close(self, copies: Copies | None) -> None:
+        installed.remove_image(self.image)
+        if self.copy is not None and not scratch.remove_copy(self.copy):
+            say(f"install: its copy of the checkout could not be removed whole ({self.copy})")
+        self.image = self.copy = None
 
 
 def _kill(name: str) -> None:

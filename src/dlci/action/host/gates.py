@@ -87,6 +87,8 @@ class Parts:
     refused: list[str] = field(init=False, default_factory=list)  # what the host left out
     planted: list[str] = field(init=False, default_factory=list)  # git files a part planted
     reports: Path = field(init=False)  # the host's folder of reports, outside the workspace
+    # the host's own seconds per part: copy_s, container_s, commit_s (the install's)
+    timing: dict[str, dict[str, float]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.record_path:
@@ -124,21 +126,32 @@ class Parts:
         shutil.copyfile(path, host / "tier.json")
 
     def plan(self) -> list[Part]:
-        """The tests part, then one part per gate that is not switched off."""
+        """The install part (unless the install is none), the tests part, then one part per
+        gate that is not switched off."""
         tier = ["--tier-json", f"{HOST_MOUNT}/tier.json"] if self.tier is not None else []
         flags = ["-v", f"{self.base / 'host'}:{HOST_MOUNT}:ro"] if self.tier is not None else []
         out = os.path.join(WORKSPACE, self._rel())
-        parts = [Part("tests", [*self.args, "--out", out, *tier, "--phase", "tests"], flags)]
+        parts = []
+        if _option(self.args, "--install") != "none":  # once a job (dlci.action.host.installed)
+            mine = self._own_out("install")
+            argv = [*self.args, "--out", OUT_MOUNT, *tier, "--phase", "install"]
+            parts.append(Part("install", argv, [*flags, "-v", f"{mine}:{OUT_MOUNT}"], mine))
+        parts.append(Part("tests", [*self.args, "--out", out, *tier, "--phase", "tests"], flags))
         for gate in GATES:
             if f"--no-{gate}" in self.args:
                 continue
-            mine = self.base / f"out-{gate}"
-            mine.mkdir(mode=0o755)
-            if os.geteuid() == 0:  # the container's user (run_command's --user) must write here
-                os.chown(mine, os.getuid(), os.getgid())
+            mine = self._own_out(gate)
             argv = [*self.args, "--out", OUT_MOUNT, *tier, "--phase", gate]
             parts.append(Part(gate, argv, [*flags, "-v", f"{mine}:{OUT_MOUNT}"], mine))
         return parts
+
+    def _own_out(self, name: str) -> Path:
+        """A fresh host folder for one container's reports (mounted at /dlci/out)."""
+        mine = self.base / f"out-{name}"
+        mine.mkdir(mode=0o755)
+        if os.geteuid() == 0:  # the container's user (run_command's --user) must write here
+            os.chown(mine, os.getuid(), os.getgid())
+        return mine
 
     def collect(self, part: Part, code: int, copy: Path | None = None) -> None:
         """Note the container's exit code; copy out, now that it has gone, the regular files
@@ -151,7 +164,9 @@ class Parts:
         tests = copy or self.workspace
         root, rel = (tests, self._rel()) if part.out is None else (part.out, ".")
         allowed = _tests_file if part.out is None else _gate_file
-        if part.out is not None:
+        if part.name == "install":
+            allowed = _install_file
+        elif part.out is not None:
             self.collected[part.name] = kept
         try:
             left = copy_beneath(root, rel, kept, allowed, limit=FILE_LIMIT, total=TOTAL_LIMIT)
@@ -227,10 +242,15 @@ class Parts:
         )
         steps = [s for s in (tests or {}).get("steps", []) if s.get("name") in ("install", "tests")]
         steps = [self._tests_step(s) if s.get("name") == "tests" else s for s in steps]
+        if "install" in self.exit_codes:  # the install container's step, not the tests' skip
+            steps = [s for s in steps if s.get("name") != "install"] + [self._install_step()]
         if tests is None:
-            steps.append(_missing("tests", self.exit_codes.get("tests")))
-        for part in planned[1:]:
-            steps.append(self._gate_step(part.name))
+            ran = "tests" in self.exit_codes
+            steps.append(_missing("tests", self.exit_codes["tests"]) if ran else
+                         _skipped("tests", self.blocked))  # fmt: skip
+        for part in planned:
+            if part.name in GATES:
+                steps.append(self._gate_step(part.name))
         for gate in GATES:
             if f"--no-{gate}" in self.args:
                 steps.append(_skipped(gate, f"switched off ({gate}: false)"))
@@ -309,8 +329,26 @@ class Parts:
         kept = self.base / "kept-tests"
         return {**step, **judge("tests", code, "passed", kept, allow_no_tests=allow)}
 
+    def _install_step(self) -> dict[str, Any]:
+        """The install container's record of its step (its own claim), with its exit code."""
+        code = self.exit_codes.get("install")
+        steps = (read_report(self.base / "kept-install" / "run.json") or {}).get("steps", [])
+        step = next((s for s in steps if isinstance(s, dict) and s.get("name") == "install"), None)
+        if step is None:
+            return _missing("install", code)
+        if code not in (0, 1) and step.get("status") in ("passed", "skipped"):
+            step = {**step, "status": "error", "reason": f"its container exited {code}"}
+        return {**step, "container_exit_code": code}
+
+    def install_passed(self) -> bool:
+        """Whether the install container installed something (worth keeping as an image)."""
+        return "install" in self.exit_codes and self._install_step().get("status") == "passed"
+
     def installed(self) -> bool:
-        """Whether the tests container's install step passed (or had nothing to do)."""
+        """Whether the install step passed (or had nothing to do): the install container's,
+        else the tests container's."""
+        if "install" in self.exit_codes:
+            return self._install_step().get("status") in ("passed", "skipped")
         steps = (read_report(self.base / "kept-tests" / "run.json") or {}).get("steps", [])
         install: dict[str, Any] = next((s for s in steps if s.get("name") == "install"), {})
         return install.get("status") in ("passed", "skipped")
@@ -337,6 +375,24 @@ def _gate_file(path: str) -> bool:
 
 def _tests_file(path: str) -> bool:
     return path in TESTS_FILES
+
+
+def _install_file(path: str) -> bool:
+    return path == "run.json"
+
+
+def _option(args: Sequence[str], name: str) -> str | None:
+    """The last value given to ``name`` in dlci run's arguments (``--x v`` or ``--x=v``).
+
+    >>> _option(["--install", "auto", "--install=none"], "--install")
+    'none'
+    """
+    value = None
+    for index, arg in enumerate(args):
+        key, eq, given = arg.partition("=")
+        if key == name:
+            value = given if eq else (args[index + 1] if index + 1 < len(args) else None)
+    return value
 
 
 def _tests_extra(path: str) -> bool:

@@ -38,7 +38,8 @@ class JobOptions:
     min_gpu_util: float | None = None
     max_gpu_memory: float | None = None  # percent of the device's memory
     tier_json: str | None = None
-    phase: str = "all"  # all, tests, or one gate
+    phase: str = "all"  # all, install, tests, or one gate
+    installed: bool = False  # the image already has the project installed (skip the step)
     allow_no_tests: bool = False  # pytest's exit code 5 (no tests collected) passes
 
 

@@ -5,10 +5,12 @@ install -> tests (pytest with doctests, coverage, JUnit) -> memorize -> doctor -
 others' results; ``OUT/run.json`` is rewritten after every step starts and ends, so a job
 killed in the middle still says which step was running.
 
-``--phase`` runs one part: ``tests`` (install and tests) or one gate (install, then that
-gate), each in its own container (dlci.action.host.gates), so nothing the tests step leaves
-behind reaches a gate. The gates run the ``dlci`` console script next to this interpreter,
-never ``python -m dlci`` from the workspace, so a ``dlci/`` folder there is not imported.
+``--phase`` runs one part: ``install`` alone, ``tests`` (install and tests) or one gate
+(install, then that gate), each in its own container (dlci.action.host.gates), so nothing the
+tests step leaves behind reaches a gate; with ``--installed`` a part skips the install step
+(the host runs it once and hands every part an image with it: dlci.action.host.installed).
+The gates run the ``dlci`` console script next to this interpreter, never ``python -m dlci``
+from the workspace, so a ``dlci/`` folder there is not imported.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from dlci.report.text import clean
 REPORT_NAME = "run.json"
 STEPS = ("install", "tests", "memorize", "doctor", "profile")
 GATES = ("memorize", "doctor", "profile")
-PHASES = ("all", "tests", *GATES)
+PHASES = ("all", "install", "tests", *GATES)
+INSTALLED_ONCE = "done once for the job, in its install container (dlci.action.host.installed)"
 LOG_TAIL = 40
 BAD = ("failed", "error", "interrupted")
 
@@ -56,8 +59,11 @@ def run_job(options: JobOptions) -> int:
         from dlci.ladder.tiers import TIER_JSON_VARIABLE
 
         runner.env[TIER_JSON_VARIABLE] = str(Path(options.tier_json).resolve())
-    install = install_command(options.install)
-    runner.step("install", install, shell=options.install not in ("auto", "none"))
+    if options.installed:  # the host committed the install container: this image has it
+        runner.skip("install", INSTALLED_ONCE)
+    else:
+        install = install_command(options.install)
+        runner.step("install", install, shell=options.install not in ("auto", "none"))
     installed = runner.steps[-1]["status"] in ("passed", "skipped")
     blocked = None if installed else "the install step failed"
     if options.phase in ("all", "tests"):
