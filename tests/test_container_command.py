@@ -143,7 +143,13 @@ def test_the_project_is_installed_once_and_every_part_starts_from_that_image(
     (ws / "pyproject.toml").write_text("[project]\nname = 'x'\n")
     monkeypatch.setenv("DATASET_URL", "https://user:pw@data.example")  # pragma: allowlist secret
     fake_docker(_PARTS_DOCKER.format(ran=str(ran), commit=commit, install="passed", plant=plant))
+    monkeypatch.setenv(RECORD_VARIABLE, str(tmp_path / "record.json"))
     code = run(RunRequest(image="img:1", workspace=str(ws), job="7", env=["DATASET_URL"]))
+    timing = json.loads((tmp_path / "record.json").read_text())["run"]["timing"]
+    assert list(timing["parts"]) == ["install", "tests", "memorize", "doctor", "profile"]
+    assert all(p["container_s"] > 0 and "copy_s" in p for p in timing["parts"].values())
+    assert ("commit_s" in timing["parts"]["install"]) == (not plant)  # timed when tried
+    assert timing["kit_s"] > 0 and timing["project_s"] == 0  # the stand-in's steps: no time
     calls = ran.read_text().splitlines()
     starts = [line.split() for line in calls if line.startswith("run ")]
     phases = [a[a.index("--phase") + 1] for a in starts]

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from dlci.action.host.gates import where_the_time_went
+
 from dlci.cli import main
 from dlci.report.github import format_outputs
 
@@ -61,7 +63,10 @@ def test_a_passing_job(tmp_path: Path, github, capsys) -> None:
     art = tmp_path / "art"
     write(art, "preflight.json", {"passed": True, "gpu": False, "tier": tier()})
     steps = [step(n, "passed") for n in ("install", "tests", "memorize", "doctor", "profile")]
-    write(art, "run.json", {"kind": "run", "steps": steps, "verdict": "pass"})
+    parts = {n: {"copy_s": 0.25, "container_s": 2.5} for n in ("install", "tests", "memorize")}
+    parts["install"]["commit_s"] = 0.5
+    timing = where_the_time_went(parts, steps)
+    write(art, "run.json", {"kind": "run", "steps": steps, "verdict": "pass", "timing": timing})
     write(
         art,
         "junit.xml",
@@ -76,6 +81,11 @@ def test_a_passing_job(tmp_path: Path, github, capsys) -> None:
     assert "| tier | pr on cpu: up to 100 epochs to loss < 1.0, 3 min, 3 profiled steps |" in text
     assert "| coverage | 87.3% of lines |" in text
     assert "| tests | 3 passed, 0 failed, 0 errors, 1 skipped |" in text
+    assert (  # each container 1 s over its step, a copy each, the commit
+        "| where the time went | the project's 7.5 s (install 1.5 s, tests 1.5 s, memorize 1.5 s, "
+        "doctor 1.5 s, profile 1.5 s); the kit's own 4.2 s (copies of the checkout 0.8 s, "
+        "container start and stop 3.0 s, the install's image 0.5 s) |"
+    ) in text
     out = outputs.read_text()
     assert "verdict=pass" in out and "coverage=87.34" in out and "hardware-class=cpu" in out
     assert "artifact-name=dlci-cpu-42-1-abcd" in out

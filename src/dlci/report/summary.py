@@ -196,6 +196,9 @@ def _report_facts(data: dict[str, Any]) -> list[list[str]]:
                 + (f", {md(c['crashed'])} crashed (dl-ci's own bug)" if c.get("crashed") else ""),
             ]
         )
+    timing = (data.get("run") or {}).get("timing")
+    if isinstance(timing, dict) and isinstance(timing.get("project"), dict):
+        rows.append(["where the time went", _time_split(timing)])
     cleanup = data["cleanup"]
     if cleanup:
         rows.append(
@@ -207,6 +210,23 @@ def _report_facts(data: dict[str, Any]) -> list[list[str]]:
             ]
         )
     return rows
+
+
+def _time_split(timing: dict[str, Any]) -> str:
+    """The containers' time: the project's work, then the kit's own (dlci.action.host.gates)."""
+    project = ", ".join(
+        f"{md(name)} {_number(value, '.1f')} s" for name, value in timing["project"].items()
+    )
+    kit = timing.get("kit") if isinstance(timing.get("kit"), dict) else {}
+    words = {"copies_s": "copies of the checkout", "containers_s": "container start and stop",
+             "commit_s": "the install's image"}  # fmt: skip
+    own = ", ".join(
+        f"{words[k]} {_number(kit.get(k), '.1f')} s" for k in words if kit.get(k) is not None
+    )
+    return (
+        f"the project's {_number(timing.get('project_s'), '.1f')} s ({project}); "
+        f"the kit's own {_number(timing.get('kit_s'), '.1f')} s ({own})"
+    )
 
 
 def _step_rows(run: dict[str, Any]) -> list[list[str]]:

@@ -260,6 +260,7 @@ class Parts:
         return {
             "schema_version": 1,
             "kind": "run",
+            "timing": where_the_time_went(self.timing, steps),
             "started": (tests or {}).get("started", ""),
             "cwd": (tests or {}).get("cwd", ""),
             "steps": steps,
@@ -355,6 +356,43 @@ class Parts:
 
     def close(self) -> None:
         shutil.rmtree(self.base, ignore_errors=True)
+
+
+def where_the_time_went(
+    parts: dict[str, dict[str, float]], steps: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
+    """The job's container phase split into the project's work (its install, its tests, the
+    gates' training and profiled steps: each step's own time, as its container recorded it)
+    and the kit's own (the host's copies of the checkout, each container's start and stop,
+    dl-ci's start-up inside it, the install image's commit). The host measures each part's
+    wall time; the steps' times are the containers' claims, shown, never judged.
+
+    >>> t = where_the_time_went({"tests": {"copy_s": 0.5, "container_s": 10.0}},
+    ...                         [{"name": "tests", "duration_s": 8.0}])
+    >>> t["project_s"], t["kit_s"], t["kit"]
+    (8.0, 2.5, {'copies_s': 0.5, 'containers_s': 2.0, 'commit_s': 0.0})
+    """
+    work = {}
+    for step in steps:
+        value = step.get("duration_s")
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+            work[str(step.get("name"))] = float(value)
+    kit = {"copies_s": 0.0, "containers_s": 0.0, "commit_s": 0.0}
+    for name, part in parts.items():
+        inside = work.get(name, 0.0) + (work.get("install", 0.0) if name == "tests" and
+                                        "install" not in parts else 0.0)  # fmt: skip
+        kit["copies_s"] += part.get("copy_s", 0.0)
+        kit["commit_s"] += part.get("commit_s", 0.0)
+        kit["containers_s"] += max(part.get("container_s", 0.0) - inside, 0.0)
+    kit = {k: round(v, 2) for k, v in kit.items()}
+    project = {name: round(value, 2) for name, value in work.items() if value > 0}
+    return {
+        "project_s": round(sum(project.values()), 2),
+        "project": project,
+        "kit_s": round(sum(kit.values()), 2),
+        "kit": kit,
+        "parts": parts,
+    }
 
 
 def reports_dir(record_path: str) -> Path:
