@@ -14,7 +14,7 @@ import pytest
 
 # other projects' code, vendored unchanged and imported by tests/test_real_code.py only:
 # --doctest-modules must not import it as a module of the suite
-collect_ignore_glob = ["data/code/*"]
+collect_ignore_glob = ["data/code/*", "data/scripts/*"]
 
 # Under pytest-xdist every worker runs torch: with torch's default of one thread per core, two
 # workers on two cores run four busy threads whose OpenMP spin-waits stall each other (the

@@ -228,6 +228,7 @@ LEVELS = {
     "checks": 6, "profiling": 6, "calibration": 6,
     "action": 7, "config": 7,
     "bisect": 7,
+    "script": 7,
     "commands": 8, "pytest_plugin": 8,
     "cli": 9, "__main__": 10,
 }  # fmt: skip

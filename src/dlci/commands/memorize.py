@@ -10,25 +10,24 @@ from dlci.commands import _common
 from dlci.memorization.request import MemorizeOutcome, MemorizeRequest, worker_argv
 from dlci.memorization.run import run_memorize
 from dlci.report.text import clean
+from dlci.script.command import split_command
 
 
 def main(argv: Sequence[str]) -> int:
-    argv = worker_argv(argv)  # under torchrun, the launcher's command line
+    argv, script = split_command(worker_argv(argv))  # torchrun: the launcher's command line
     p = _common.parser(
         "memorize",
         "Overfit one small batch of the target until the loss falls below the tier's threshold; "
-        "stop as soon as it does, fail when the tier's epoch or time cap runs out.",
+        "stop as soon as it does, fail when the tier's epoch or time cap runs out. "
+        "After --: the user's own script, unchanged (docs/script-mode.md).",
     )
     _common.add_target(p)
     _common.add_tier_options(p)
     _common.add_json(p, "the report (default: OUT/memorization.json)")
     p.add_argument(
-        "--out",
-        default="dlci-artifacts",
-        metavar="DIR",
-        help="directory for the report, the loss curve and tracking files "
-        "(default: dlci-artifacts)",
-    )
+        "--out", default="dlci-artifacts", metavar="DIR",
+        help="directory for the report, the loss curve and tracking (default: dlci-artifacts)",
+    )  # fmt: skip
     _add_run_options(p)
     p.add_argument(
         "--no-early-stop",
@@ -62,7 +61,12 @@ def main(argv: Sequence[str]) -> int:
         argv=tuple(argv),
     )
     with _common.stdout_for_the_report(args.json):
-        outcome = run_memorize(request, say=_say)
+        if script:
+            from dlci.script.run import memorize_script
+
+            outcome = memorize_script(request, script, say=_say)
+        else:
+            outcome = run_memorize(request, say=_say)
     from dlci.report.html import report_folder
 
     if outcome.report is not None and report_folder(outcome.json_path, args.out):

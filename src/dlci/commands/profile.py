@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dlci.commands import _common, analyze
+from dlci.script.command import split_command
 
 if TYPE_CHECKING:
     from dlci.profiling.session import Schedule
@@ -22,7 +23,7 @@ def _parser() -> argparse.ArgumentParser:
         "(OUT/utilization.json, .md, .png). Then, unless --no-memory, a short memory pass of "
         "its own (OUT/trace-memory.json.gz, peak memory per step) and the largest batch that "
         "fits (docs/memory.md). On a machine without a GPU the trace is CPU-only and the "
-        "report says so. OUT/report.html shows it all.",
+        "report says so. OUT/report.html shows it all. After --: a script (docs/script-mode.md).",
     )
     _common.add_target(p)
     _common.add_tier_options(p)
@@ -56,52 +57,55 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str]) -> int:
+    argv, script = split_command(argv)
     args = _parser().parse_args(list(argv))
 
     from dlci.profiling.analysis import Destinations, analyze_trace
-    from dlci.profiling.capture import profile_target
-    from dlci.profiling.gate import MemoryFigures, check_gate
-    from dlci.profiling.memcapture import measure_memory
-    from dlci.training.target import load_target, resolve_spec
+    from dlci.profiling.gate import check_gate
 
     _common.gates_need_analysis(args)
     check_gate(args.min_gpu_util, args.max_gpu_memory)
     schedule, tier_info = _schedule(args)
-    spec = resolve_spec(args.target)
-    target = load_target(spec)
     say = analyze.speaker("profile", quiet=args.quiet)
-    say(
-        f"{spec}, {schedule.active} recorded steps{tier_info} "
-        f"after {schedule.wait} wait and {schedule.warmup} warmup"
-    )
-
-    def progress(step: int, total: int) -> None:
-        say(f"step {step}/{total} ({schedule.phase_of(step)})")
-
     out = Path(args.out)
-    result = profile_target(
-        target, out=out, schedule=schedule, device=args.device, seed=args.seed, on_step=progress
-    )
+    if script:  # the user's own script, unchanged: its steps, no memory pass
+        from dlci.script.run import profile_script
+
+        result, memory = profile_script(script, args, schedule, out)
+    else:
+        result, memory = _target(args, schedule, tier_info, out, say)
     kind = "CPU-only trace (no GPU here)" if result.cpu_only else f"trace on {result.device}"
     say(f"wrote {result.trace}: {kind}, {result.wall_time_s:.1f} s")
     if result.log is not None:
         say(f"wrote {result.log}: what torch.profiler printed")
-    memory = MemoryFigures(skipped="--no-memory")
-    if args.memory and args.analyze:  # the figures go into the report
-        memory = measure_memory(target, out=out, device=args.device, seed=args.seed, say=say)
     if not args.analyze:
         return 0
     analysis = analyze_trace(
-        result.trace,
-        Destinations.choose(out),
-        min_gpu_util=args.min_gpu_util,
-        max_gpu_memory=args.max_gpu_memory,
-        memory=memory,
-        on_written=lambda path: say(f"wrote {path}"),
-        no_gpu=_common.no_gpu(args, result.cpu_only),
-    )
+        result.trace, Destinations.choose(out), min_gpu_util=args.min_gpu_util,
+        max_gpu_memory=args.max_gpu_memory, memory=memory,
+        on_written=lambda path: say(f"wrote {path}"), no_gpu=_common.no_gpu(args, result.cpu_only),
+    )  # fmt: skip
     _common.write_html(out, say)
     return analyze.show(analysis, say)
+
+
+def _target(args: argparse.Namespace, sch: Schedule, info: str, out: Path, say: Any) -> Any:
+    """The target's steps under the profiler, then its memory pass unless --no-memory."""
+    from dlci.profiling.capture import profile_target
+    from dlci.profiling.gate import MemoryFigures
+    from dlci.profiling.memcapture import measure_memory
+    from dlci.training.target import load_target, resolve_spec
+
+    spec = resolve_spec(args.target)
+    target = load_target(spec)
+    say(f"{spec}, {sch.active} recorded steps{info} after {sch.wait} wait and {sch.warmup} warmup")
+    result = profile_target(target, out=out, schedule=sch, device=args.device,
+        seed=args.seed, on_step=lambda step, total: say(f"step {step}/{total} "
+        f"({sch.phase_of(step)})"))  # fmt: skip
+    memory = MemoryFigures(skipped="--no-memory")
+    if args.memory and args.analyze:  # the figures go into the report
+        memory = measure_memory(target, out=out, device=args.device, seed=args.seed, say=say)
+    return result, memory
 
 
 def _schedule(args: argparse.Namespace) -> tuple[Schedule, str]:
@@ -112,6 +116,5 @@ def _schedule(args: argparse.Namespace) -> tuple[Schedule, str]:
     if args.steps is not None:
         return Schedule(wait=args.wait, warmup=args.warmup, active=args.steps), ""
     tier = _common.tier_request(args).choose()
-    active = tier.profile_steps
     info = f" ({tier.budget} tier on {tier.hardware_class})"
-    return Schedule(wait=args.wait, warmup=args.warmup, active=active), info
+    return Schedule(wait=args.wait, warmup=args.warmup, active=tier.profile_steps), info

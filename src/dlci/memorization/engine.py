@@ -37,7 +37,7 @@ from dlci.training.regularization import Switched, no_dropout, switch_off_regula
 from dlci.training.stepping import DETACHED_HINT, Stepper, loss_value, optimizer_hparams
 from dlci.training.target import Target, build_optimizer
 
-__all__ = ["MemorizeConfig", "MemorizeResult", "memorize", "training_time"]
+__all__ = ["MemorizeConfig", "MemorizeResult", "Stops", "memorize", "training_time"]
 
 StepCallback = Callable[[int, float, float], None]  # (step, loss, best loss)
 StartCallback = Callable[[list[str]], None]  # the changes made before the first step
@@ -345,9 +345,8 @@ def _train(
     """
     losses = live.losses
     best, best_step = math.inf, 0
-    plateau = _Plateau()
-    stopped_by, unjudged = "epochs", None
-    goal = prepared.goal
+    stops = Stops(prepared.goal, config.early_stop, prepared.before.still_random)
+    stopped_by = "epochs"
     start = time.perf_counter()
     for step in range(1, config.max_epochs + 1):
         live.step = step
@@ -365,23 +364,44 @@ def _train(
             best, best_step = value, step
         if on_step is not None:
             on_step(step, value, best)
-        unjudged = goal.unjudged(losses[0], value)
-        if unjudged is not None:
-            stopped_by = "unjudged"
-            break
-        if config.early_stop and goal.met(losses[0], smoothed(losses), step):
-            stopped_by = "threshold"
-            break
-        if config.early_stop and _flat(losses, prepared.before.still_random):
-            stopped_by = "flat"
-            break
-        if config.early_stop and plateau.reached(goal.relative(losses[0], smoothed(losses)), step):
-            stopped_by = "plateau"
+        stop = stops.after(losses)
+        if stop is not None:
+            stopped_by = stop
             break
         if timed_out:
             stopped_by = "time"
             break
-    return _Trained(losses, best, best_step, stopped_by, time.perf_counter() - start, unjudged)
+    return _Trained(
+        losses, best, best_step, stopped_by, time.perf_counter() - start, stops.unjudged
+    )
+
+
+@dataclass
+class Stops:
+    """When the loop stops after a finite step's loss, before its epochs or time run out:
+    the engine's rules, shared with the runs where the user's own loop steps (dl-ci's script
+    mode). ``after`` gives the reason to stop (unjudged, threshold, flat, plateau) or None."""
+
+    goal: Goal
+    early_stop: bool = True
+    still_random: bool = False
+    unjudged: str | None = None  # why the loss could not be judged against its start
+    plateau: _Plateau = field(default_factory=lambda: _Plateau())
+
+    def after(self, losses: list[float]) -> str | None:
+        step, start = len(losses), losses[0]
+        self.unjudged = self.goal.unjudged(start, losses[-1])
+        if self.unjudged is not None:
+            return "unjudged"
+        if not self.early_stop:
+            return None
+        if self.goal.met(start, smoothed(losses), step):
+            return "threshold"
+        if _flat(losses, self.still_random):
+            return "flat"
+        if self.plateau.reached(self.goal.relative(start, smoothed(losses)), step):
+            return "plateau"
+        return None
 
 
 def _all_reduce(value: float, timed_out: bool, device: Any, world: int) -> tuple[float, bool]:

@@ -44,7 +44,8 @@ NEXT_CHECKS = {
 @dataclass
 class MemorizeResult:
     verdict: str  # "pass" or "fail"
-    stopped_by: str  # threshold, epochs, time, nonfinite; watchdog, exited, error (partial)
+    stopped_by: str  # threshold, epochs, time, nonfinite, ended (a script's own loop); watchdog,
+    # exited, error (partial)
     reason: str
     steps: int
     best_loss: float | None
@@ -265,6 +266,13 @@ def _decide(
                 f"{criterion}"
             ),
         )
+    if stopped_by == "ended":  # the user's own loop (script mode) ended before the tier did
+        return (
+            "fail",
+            kind,
+            f"{head}: {fell}; the script ended after {steps} steps, before the tier's "
+            f"{config.max_epochs} epochs; {criterion}",
+        )
     return "fail", kind, f"{head}: {fell}, in {config.max_epochs} epochs; {criterion}"
 
 
@@ -280,18 +288,17 @@ def _failure(
     """The kind of a failed run and its headline."""
     if stopped_by == "flat":
         return "flat", "the loss did not fall from its start"
-    if shape.still_falling and stopped_by in ("epochs", "time"):
+    if shape.still_falling and stopped_by in ("epochs", "time", "ended"):
         epochs = getattr(config, "max_epochs", 0)
         pace = (
             f"; at its pace it would reach the goal near epoch {shape.projected_step}"
             if shape.projected_step is not None
             else ""
         )
-        ended = (
-            f"when the time cap stopped it at step {len(losses)}"
-            if stopped_by == "time"
-            else f"when the tier's {epochs} epochs ended"
-        )
+        ended = {
+            "time": f"when the time cap stopped it at step {len(losses)}",
+            "ended": f"when the script ended at step {len(losses)}",
+        }.get(stopped_by, f"when the tier's {epochs} epochs ended")
         return "still-falling", f"the loss was still falling steadily {ended}{pace}"
     start = losses[0] if losses else math.nan
     blind_ref = goal.blind is not None and goal.blind_is_reference(start)

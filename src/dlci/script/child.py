@@ -1,0 +1,229 @@
+"""The child process of script mode: ``python -m dlci.script.child`` with the plan in
+``$DLCI_SCRIPT_PLAN`` (run.py writes it). Installs the hooks, runs the user's script as
+``python train.py ...`` would, and writes what it found to the plan's ``result`` file: the
+gate's result, or the located message of what script mode cannot follow, or the script's
+own failure. The script's output goes where it always goes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+PLAN_VARIABLE = "DLCI_SCRIPT_PLAN"
+
+
+def main() -> int:
+    from dlci import jsonio
+
+    plan = jsonio.decode(Path(os.environ.pop(PLAN_VARIABLE)).read_bytes())
+    outcome: dict[str, Any] = {}
+    try:
+        outcome = run_plan(plan)
+    finally:
+        jsonio.write(plan["result"], outcome or {"error": "the child ended before a result"})
+    sys.stdout.flush()
+    return 0
+
+
+def _say(line: str) -> None:
+    from dlci.report.text import clean
+
+    print(f"{clean(line)}", file=sys.stderr, flush=True)
+
+
+def run_plan(plan: dict[str, Any]) -> dict[str, Any]:
+    """Install the hooks, run the script, take them out: what was found (run.py's answer)."""
+    from dlci.script.hooks import Unsupported
+
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        return {
+            "error": "the script runs under a distributed launcher (WORLD_SIZE > 1): script "
+            "mode follows one process",
+            "where": plan["script"],
+        }
+    driver: Any = _Memorize(plan) if plan["mode"] == "memorize" else _Profile(plan)
+    hooks = driver.hooks
+    hooks.install()
+    failure = None
+    try:
+        with driver:
+            _script(plan, hooks)
+    except Unsupported as exc:
+        driver.failed(f"{exc.where}: {exc.message}")
+        return {"error": exc.message, "where": exc.where, "hint": exc.hint}
+    except _Stopped:
+        pass
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            failure = f"the script exited with status {exc.code}"
+    except Exception as exc:  # the script's own failure: its traceback, as python prints it
+        traceback.print_exc()
+        failure = f"the script raised {type(exc).__name__}: {exc}"
+        failure += f" (at {_where(exc)})" if _where(exc) else ""
+    finally:
+        hooks.uninstall()
+    if failure is not None:
+        driver.failed(failure)
+        return {"failure": failure}
+    found: dict[str, Any] = driver.outcome()
+    return found
+
+
+class _Stopped(BaseException):
+    pass
+
+
+def _script(plan: dict[str, Any], hooks: Any) -> None:
+    """The script, then its last step's judgement (``hooks.flush``) once it ended by itself."""
+    from dlci.script.hooks import ScriptStop, run_script
+
+    try:
+        try:
+            run_script(plan["script"], plan["module"], list(plan["args"]))
+        except SystemExit as exc:
+            if exc.code in (None, 0):
+                hooks.flush()
+            raise
+        hooks.flush()
+    except ScriptStop:
+        raise _Stopped() from None
+
+
+def _where(exc: BaseException) -> str:
+    """The script's innermost line in the traceback."""
+    from dlci.script.hooks import user_frame
+
+    return user_frame(traceback.extract_tb(exc.__traceback__))
+
+
+class _Memorize:
+    """The gate, its report, its progress, and the engine's deterministic mode around the
+    script."""
+
+    def __init__(self, plan: dict[str, Any]) -> None:
+        from dlci.memorization.engine import MemorizeConfig, seed_everything
+        from dlci.progress import StepProgress
+        from dlci.script.gate import ScriptGate
+        from dlci.script.report import ScriptReport
+
+        self.plan = plan
+        self.report = ScriptReport(plan)  # failing until the verdict replaces it
+        self.config = MemorizeConfig(**plan["config"])
+        seed_everything(self.config.seed)  # as for a Target: the same start on every run
+        self.bar = StepProgress(self.config.max_epochs, plan["label"], enabled=not plan["quiet"])
+        say = (lambda _line: None) if plan["quiet"] else (lambda line: _say(f"memorize: {line}"))
+        self.gate = ScriptGate(self.config, say, self.bar)
+        self.hooks = self.gate.hooks
+
+    def __enter__(self) -> _Memorize:
+        from dlci.memorization.engine import deterministic
+
+        self._deterministic = deterministic()
+        self._deterministic.__enter__()
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.gate.close()  # functional dropout back, whatever stopped the script
+        self.bar.__exit__(*exc)
+        self._deterministic.__exit__(*exc)
+
+    def failed(self, text: str) -> None:
+        self.report.error(text)
+
+    def outcome(self) -> dict[str, Any]:
+        if not self.gate.losses:
+            message = (
+                f"the script ended after {self.hooks.steps} optimizer steps with no loss read: "
+                "it never stepped an optimizer after a backward()"
+            )
+            self.failed(message)
+            return {
+                "error": message,
+                "where": self.plan["script"],
+                "hint": "check that the command trains (not --sample-only or 0 epochs)",
+            }
+        result = self.gate.result()
+        return {"outcome": self.report.finish(result, self.hooks.parsed)}
+
+
+class _Profile:
+    """torch.profiler's schedule driven by the script's optimizer steps."""
+
+    def __init__(self, plan: dict[str, Any]) -> None:
+        from dlci.memorization.engine import seed_everything
+        from dlci.profiling.capture import Profiler
+        from dlci.script.hooks import Hooks
+
+        seed_everything(int(plan.get("seed", 0)))
+        schedule = plan["schedule"]
+        self.total = schedule["wait"] + schedule["warmup"] + schedule["steps"]
+        self.profiler = Profiler(plan["out"], analyze=False, device=plan.get("device"), **schedule)
+        self.hooks = Hooks(False, self.on_step, on_optimizer=self.on_optimizer)
+        self.marks = contextlib.ExitStack()
+        quiet = plan["quiet"]
+        self.say: Callable[[str], None] = lambda line: None if quiet else _say(f"profile: {line}")
+        self.error: str | None = None
+        self.start = time.perf_counter()
+
+    def on_optimizer(self, optimizer: Any) -> None:
+        """At the first step (never recorded: the schedule waits), the model the optimizer
+        trains gets its forward annotated ``dlci/forward``, as a Target's own step does."""
+        from dlci.profiling.session import forward_marked
+        from dlci.script.hooks import find_model
+
+        for model in find_model(optimizer):
+            self.marks.enter_context(forward_marked(model))
+
+    def on_step(self, _value: float) -> None:
+        from dlci.script.hooks import ScriptStop
+
+        step = self.hooks.steps
+        self.say(f"step {step}/{self.total} ({self.profiler.schedule.phase_of(step)})")
+        if not self.profiler.step():
+            raise ScriptStop("profiled")
+
+    def __enter__(self) -> _Profile:
+        self.profiler.__enter__()
+        return self
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        from dlci.errors import DlciError
+
+        self.marks.close()
+        stop = kind is None or kind is _Stopped or issubclass(kind, SystemExit)
+        try:
+            self.profiler.__exit__(*((None, None, None) if stop else (kind, exc, tb)))
+        except DlciError as err:
+            self.error = err.message
+
+    def failed(self, text: str) -> None:
+        pass  # the parent says it; a profile has no partial report
+
+    def outcome(self) -> dict[str, Any]:
+        import torch
+
+        device = self.profiler.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        written = self.profiler.trace_path.is_file() and self.error is None
+        return {
+            "profile": {
+                "trace": str(self.profiler.trace_path) if written else None,
+                "steps": self.profiler.schedule.active,
+                "device": str(device),
+                "cpu_only": not str(device).startswith("cuda"),
+                "wall_time_s": time.perf_counter() - self.start,
+                "log": str(self.profiler.log) if self.profiler.log else None,
+                "steps_taken": self.hooks.steps,
+                "error": self.error,
+            }
+        }
+
+
+if __name__ == "__main__":
+    sys.exit(main())

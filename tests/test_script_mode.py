@@ -1,0 +1,354 @@
+"""Script mode: real public training scripts, unchanged, under ``dlci memorize -- python ...``
+and ``dlci profile -- python ...`` (docs/script-mode.md).
+
+The scripts are vendored unchanged in tests/data/scripts/ (README.md there: source, commit,
+licence) and run by their own argument parsers on tiny synthetic data. A planted bug in each
+(a copy of the script with one line changed, outside any step a wrapper would copy: the
+loader, the loop) fails the gate; the unchanged script is its control. What script mode
+cannot follow gets a located message. The runs through the command line are few (each
+imports torch in a child process); the rest run the child's own entry point in this process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dlci.errors import DlciError
+from dlci.ladder.tiers import TierRequest
+from dlci.memorization.request import MemorizeRequest
+from dlci.script.command import epoch_arguments, parse_command, raise_hint, split_command
+
+SCRIPTS = Path(__file__).parent / "data" / "scripts"
+MAKEMORE = SCRIPTS / "makemore" / "makemore.py"
+MINGPT = SCRIPTS / "mingpt"
+SHAPES = SCRIPTS / "shapes" / "shapes.py"
+ROW = (
+    "{max_epochs: 150, max_relative_loss: 0.3, time_cap_minutes: 2, profile_steps: 3, "
+    "nproc: 1, batch_size: 16}"
+)
+# makemore, small: its own parser's options (2 layers of 32, batch 16, no workers)
+MAKEMORE_ARGS = ["-n", "0", "--n-layer", "2", "--n-embd", "32", "--n-embd2", "32", "-b", "16"]
+MAKEMORE_ARGS += ["-l", "2e-3"]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A ladder of 150 epochs (the PR row's goal), names for makemore, a corpus for the word LM."""
+    root = tmp_path_factory.mktemp("script-mode")
+    lines = ["version: 2", "classes:", "  cpu: {match: [], speed: 0.02}"]
+    lines += ["  t4: {match: ['\\bT4\\b'], speed: 1.0}", "budgets:"]
+    for budget in ("pr", "merge", "nightly"):
+        lines += [f"  {budget}:", f"    cpu: {ROW}", f"    t4: {ROW}"]
+    (root / "ladder.yaml").write_text("\n".join(lines) + "\n")
+    rng = random.Random(0)
+    names = {
+        "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 8)))
+        for _ in range(400)
+    }
+    (root / "names.txt").write_text("\n".join(sorted(names)) + "\n")
+    corpus = root / "corpus"
+    corpus.mkdir()
+    words = [f"w{i}" for i in range(40)]
+    for split in ("train", "valid", "test"):
+        text = "\n".join(" ".join(rng.choice(words) for _ in range(12)) for _ in range(30))
+        (corpus / f"{split}.txt").write_text(text + "\n")
+    return root
+
+
+def _cli(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """``dlci ARGS`` in a fresh process (one torch thread); the report of its --out, if any."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(cwd)}
+    env["PYTHONPATH"] += os.pathsep + os.environ.get("PYTHONPATH", "")
+    proc = subprocess.run(
+        [sys.executable, "-m", "dlci", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    out = Path(args[args.index("--out") + 1]) if "--out" in args else None
+    report = out / "memorization.json" if out else None
+    found = json.loads(report.read_text()) if report and report.is_file() else None
+    return proc, found
+
+
+def _memorize(work: Path, out: Path, command: list[str], cwd: Path) -> tuple[Any, Any]:
+    args = ["memorize", "--ladder", str(work / "ladder.yaml"), "--budget", "pr"]
+    args += ["--hardware", "cpu", "--tracker", "none", "--out", str(out), "--", *command]
+    return _cli(args, cwd)
+
+
+def _planted(source: Path, folder: Path, old: str, new: str) -> Path:
+    """A copy of ``source`` in ``folder`` with the one line ``old`` changed to ``new``."""
+    text = source.read_text()
+    assert text.count(old) == 1, f"{old!r} is not once in {source}"
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = folder / source.name
+    copy.write_text(text.replace(old, new))
+    return copy
+
+
+@pytest.fixture(scope="module")
+def makemore(work: Path) -> dict[str, Any]:
+    """makemore unchanged, and with its Dataset building the inputs from the targets before
+    they are filled (every input 0), through the command line."""
+    names = ["-i", str(work / "names.txt"), "-o", str(work / "makemore-out")]
+    args = [*names, "--max-steps", "2000", *MAKEMORE_ARGS]
+    bug = _planted(
+        MAKEMORE,
+        work / "makemore-bug",
+        "        x[1:1+len(ix)] = ix\n",
+        "        x[1:1+len(ix)] = y[:len(ix)]\n",
+    )
+    return {
+        "control": _memorize(work, work / "mm", ["python", str(MAKEMORE), *args], work),
+        "bug": _memorize(work, work / "mm-bug", ["python", str(bug), *args], work),
+    }
+
+
+def test_makemore_unchanged_memorizes_its_first_batch(makemore: dict[str, Any]) -> None:
+    proc, report = makemore["control"]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report["verdict"] == "pass" and report["stopped_by"] == "threshold"
+    assert report["script_mode"] is True and report["draws_replayed"] is True
+    assert (
+        report["config"]["target"].startswith("python ")
+        and "makemore.py" in report["config"]["target"]
+    )
+    assert "weight decay off: param group 0 (0.01 -> 0)" in report["config"]["changes"]
+    assert any("makemore.py:" in line and "(16 examples)" in line for line in report["measured"])
+    # the script ran its own loop: its own log lines, stopped by dl-ci once memorised
+    assert "step 0 | loss" in proc.stdout + proc.stderr
+    assert report["steps"] < 150 and report["batch_examples"] == 16
+    assert "memorization PASS" in proc.stdout
+
+
+def test_a_loader_that_zeroes_the_inputs_fails_makemore(makemore: dict[str, Any]) -> None:
+    proc, report = makemore["bug"]
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert report["verdict"] == "fail" and report["case"] in ("slow", "still-falling")
+    assert report["relative_loss"] > 0.5  # the control reaches 0.3
+    assert "the doctor needs a Target" in report["next_step"]
+    assert "dlci doctor --target" not in report["next_step"]
+
+
+def test_profile_drives_the_schedule_from_the_optimizer_steps(work: Path) -> None:
+    out = work / "profile"
+    names = ["-i", str(work / "names.txt"), "-o", str(work / "makemore-out")]
+    args = ["profile", "--ladder", str(work / "ladder.yaml"), "--budget", "pr"]
+    args += ["--hardware", "cpu", "--out", str(out), "--", "python", str(MAKEMORE), *names]
+    proc, _ = _cli([*args, "--max-steps", "2000", *MAKEMORE_ARGS], work)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    utilization = json.loads((out / "utilization.json").read_text())
+    assert (out / "trace.json.gz").is_file()
+    print(list(utilization))
+
+
+def test_a_script_that_takes_batches_by_hand_is_told_so_at_its_line(work: Path) -> None:
+    """pytorch/examples' word_language_model slices its batches itself (get_batch)."""
+    folder = SCRIPTS / "word_language_model"
+    command = ["python", str(folder / "main.py"), "--data", str(work / "corpus"), "--epochs", "1"]
+    command += ["--emsize", "8", "--nhid", "8", "--nlayers", "1", "--bptt", "5", "--use-optimizer"]
+    proc, report = _memorize(work, work / "wlm", command, work)
+    assert proc.returncode == 1
+    assert "main.py:" in proc.stderr and "before any torch.utils.data.DataLoader" in proc.stderr
+    assert "hint: write a Target for it (docs/target.md)" in proc.stderr
+    assert report["verdict"] == "fail" and report["stopped_by"] == "error"
+    assert "main.py:" in report["reason"]
+
+
+# -- in this process: the child's entry point on real scripts ----------------------------
+class _Saved:
+    """sys.argv, sys.path, the working directory and the modules a script imported, put back."""
+
+    def __enter__(self) -> _Saved:
+        self.argv, self.path, self.cwd = list(sys.argv), list(sys.path), os.getcwd()
+        self.modules = set(sys.modules)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        sys.argv[:], sys.path[:] = self.argv, self.path
+        os.chdir(self.cwd)
+        for name in set(sys.modules) - self.modules:
+            if name.split(".")[0] in ("mingpt", "__main__", "data", "model"):
+                del sys.modules[name]
+
+
+def _in_process(work: Path, out: Path, words: list[str], cwd: Path) -> dict[str, Any]:
+    """What the child answers for ``words``, run here (one torch thread)."""
+    import torch
+
+    from dlci.script.child import run_plan
+    from dlci.script.run import memorize_plan
+
+    tier = TierRequest(budget="pr", hardware="cpu", ladder=str(work / "ladder.yaml")).choose()
+    request = MemorizeRequest(out=str(out), tracker="none", quiet=True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with _Saved():
+        os.chdir(cwd)
+        sys.path.insert(1, str(cwd))  # as PYTHONPATH=. (minGPT's package); [0] is the script's
+        try:
+            return run_plan(memorize_plan(request, parse_command(words), tier))
+        finally:
+            torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def mingpt(work: Path) -> dict[str, Any]:
+    """minGPT's adder (its own Trainer, CfgNode arguments, dropout, weight decay groups,
+    gradient clipping), and a copy whose Trainer zeroes the gradients after backward()."""
+    args = ["projects/adder/adder.py", f"--system.work_dir='{work / 'adder'}'"]
+    args += ["--data.ndigit=1", "--trainer.num_workers=0", "--trainer.batch_size=16"]
+    control = _in_process(work, work / "adder-out", ["python", *args], MINGPT)
+    bug = work / "mingpt-bug"
+    shutil.copytree(MINGPT, bug)
+    _planted(
+        MINGPT / "mingpt" / "trainer.py",
+        bug / "mingpt",
+        "            model.zero_grad(set_to_none=True)\n            self.loss.backward()\n",
+        "            self.loss.backward()\n            model.zero_grad(set_to_none=True)\n",
+    )
+    return {"control": control, "bug": _in_process(work, work / "bug-out", ["python", *args], bug)}
+
+
+def test_mingpt_adder_unchanged_memorizes(mingpt: dict[str, Any]) -> None:
+    report = mingpt["control"]["outcome"]["report"]
+    assert mingpt["control"]["outcome"]["exit_code"] == 0, report["reason"]
+    assert report["verdict"] == "pass"
+    changes = report["config"]["changes"]
+    assert "dropout off: transformer.drop (Dropout, p=0.1 -> 0)" in changes
+    assert "weight decay off: param group 0 (0.1 -> 0)" in changes
+    assert any("mingpt/trainer.py:" in line for line in report["measured"])
+
+
+def test_zero_grad_after_backward_in_the_loop_fails_mingpt(mingpt: dict[str, Any]) -> None:
+    report = mingpt["bug"]["outcome"]["report"]
+    assert mingpt["bug"]["outcome"]["exit_code"] == 1
+    assert (report["verdict"], report["case"], report["stopped_by"]) == ("fail", "flat", "flat")
+    assert report["steps"] == 26  # the engine's flat stop, on the script's own steps
+
+
+def test_a_script_that_ends_first_is_told_which_argument_to_raise(work: Path) -> None:
+    names = ["-i", str(work / "names.txt"), "-o", str(work / "makemore-out")]
+    words = ["python", str(MAKEMORE), *names, "--max-steps", "12", *MAKEMORE_ARGS]
+    found = _in_process(work, work / "ended", words, work)
+    report = found["outcome"]["report"]
+    assert report["verdict"] == "fail" and report["stopped_by"] == "ended"
+    assert report["steps"] == 12 and "the script ended after 12 steps" in report["reason"]
+    assert report["next_step"].startswith(
+        "the script ended by its own count: raise --max-steps (now 12) to at least 150"
+    )
+
+
+def test_a_grad_scaler_loss_is_read_unscaled(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    found = _in_process(work, work / "scaled", ["python", str(SHAPES), "--epochs", "100"], work)
+    report = found["outcome"]["report"]
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("loss ")]
+    assert report["verdict"] == "pass"
+    # the script's own first loss (scaled by 1024 before its backward) is the start
+    assert report["start_loss"] == pytest.approx(float(printed[0].split()[1]), abs=1e-5)
+    # one memorised batch per epoch, one step each; a step is judged when the next one
+    # steps (the same optimizer's?), so the next forward ran, and its update did not
+    assert len(printed) == report["steps"] + 1
+
+
+def test_accelerate_backward_is_read(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = pytest.importorskip("accelerate.state")
+    words = ["python", str(SHAPES), "--shape", "accelerate", "--epochs", "100"]
+    try:
+        report = _in_process(work, work / "accelerate", words, work)["outcome"]["report"]
+    finally:
+        state.AcceleratorState._reset_state(reset_partial_state=True)
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("loss ")]
+    assert report["verdict"] == "pass"
+    assert report["start_loss"] == pytest.approx(float(printed[0].split()[1]), abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("shape", "line", "says"),
+    [
+        ("two-optimizers", 58, "a second optimizer (Adam) stepped, after the first (SGD"),
+        ("no-backward", 67, "with no backward() since the last step"),
+        ("ddp", 72, "starts a torch.distributed process group"),
+    ],
+)
+def test_what_script_mode_cannot_follow_is_located(
+    work: Path, shape: str, line: int, says: str
+) -> None:
+    words = ["python", str(SHAPES), "--shape", shape, "--epochs", "2"]
+    found = _in_process(work, work / shape, words, work)
+    assert says in found["error"]
+    assert found["where"].endswith(f"shapes.py:{line}")
+    assert "docs/target.md" in found["hint"]
+    partial = json.loads((work / shape / "memorization.json").read_text())
+    assert partial["verdict"] == "fail" and partial["stopped_by"] == "error"
+
+
+def test_shapes_control_passes(work: Path) -> None:
+    """The control of the refusals: the same script's plain shape is followed."""
+    words = ["python", str(SHAPES), "--shape", "scaled", "--epochs", "100"]
+    assert "error" not in _in_process(work, work / "control", words, work)
+
+
+# -- the command after -- ------------------------------------------------------------------
+def test_the_command_after_the_dashes(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("")
+    assert split_command(["--budget", "pr"]) == (["--budget", "pr"], [])
+    command = parse_command(["python3", "-u", "-W", "ignore", str(script), "--epochs", "3"])
+    assert (command.flags, command.module, command.args) == (("-u", "-W", "ignore"), False,
+                                                              ("--epochs", "3"))  # fmt: skip
+    assert parse_command(["python", "-m", "pkg.train", "--x"]).module is True
+    for words, says in (
+        (["torchrun", "--nproc-per-node", "2", "train.py"], "distributed launcher"),
+        (["python", "-m", "torch.distributed.run", "train.py"], "distributed launcher"),
+        (["./train.py"], "not a Python interpreter"),
+        (["python", "-c", "pass"], "a script file or a module"),
+        (["python", str(tmp_path / "missing.py")], "no such script"),
+        ([], "nothing follows --"),
+    ):
+        with pytest.raises(DlciError, match=says):
+            parse_command(words)
+    assert epoch_arguments(["--niter", "5", "--lr", "3"], []) == ["--niter 5"]
+    assert "no argument of its command line" in raise_hint([], 150)
+
+
+def test_torchrun_is_refused_before_anything_runs(work: Path) -> None:
+    from dlci.cli import main
+
+    args = ["memorize", "--out", str(work / "torchrun"), "--", "torchrun", "train.py"]
+    assert main(args) == 1
+    assert not (work / "torchrun" / "memorization.json").exists()
+
+
+def test_the_scripts_are_vendored_with_their_source() -> None:
+    readme = (SCRIPTS / "README.md").read_text()
+    for folder in ("makemore", "mingpt", "word_language_model"):
+        assert (SCRIPTS / folder / "LICENSE").is_file()
+        assert f"`{folder}/" in readme
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_hooks() -> Iterator[None]:
+    """Every test leaves torch as it found it: no DataLoader or backward hook stays."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    before = (DataLoader.__iter__, torch.autograd.backward)
+    yield
+    assert (DataLoader.__iter__, torch.autograd.backward) == before
