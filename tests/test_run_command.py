@@ -125,6 +125,47 @@ def test_a_failed_install_blocks_the_steps_that_need_it(project: Path) -> None:
     assert tests["reason"] == "not run: the install step failed"
 
 
+@pytest.mark.parametrize("asked", ["3", "auto"])
+def test_each_step_gets_the_cpu_threads_and_the_record_says_why(
+    project: Path, monkeypatch: pytest.MonkeyPatch, asked: str
+) -> None:
+    """The install alone (--phase install) as the probe: its shell command writes what its
+    process was given. auto on this machine: no quota, every CPU, so nothing is set."""
+    from dlci.action.job import threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "quota_cpus", lambda: None)
+    monkeypatch.setattr(threads, "affinity_cpus", lambda: 8)
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 8)
+    out = project / "dlci-artifacts"
+    probe = 'echo "${OMP_NUM_THREADS:-unset} ${MKL_NUM_THREADS:-unset}" > seen.txt'
+    argv = ["run", "--install", probe, "--phase", "install", "--cpu-threads", asked]
+    assert main([*argv, "--out", str(out)]) == 0
+    seen = (project / "seen.txt").read_text().split()
+    record = run_json(out)["threads"]
+    if asked == "3":
+        assert seen == ["3", "3"] and record == {"value": 3, "source": "the input cpu-threads: 3"}
+    else:  # control: no limit, so torch's own default stands and the record says so
+        assert seen == ["unset", "unset"] and record["value"] is None
+    assert main([*argv[:-1], "lots", "--out", str(out)]) == 2  # a bad value: a usage error
+
+
+def test_the_quota_and_the_affinity_decide_the_threads(tmp_path: Path) -> None:
+    from dlci.action.job.threads import decide, quota_cpus
+
+    v1 = tmp_path / "cpu"
+    v1.mkdir()
+    (v1 / "cpu.cfs_quota_us").write_text("150000\n")
+    (v1 / "cpu.cfs_period_us").write_text("100000\n")
+    assert quota_cpus(tmp_path) == 1.5
+    (tmp_path / "cpu.max").write_text("max 100000\n")  # v2 first: no quota
+    assert quota_cpus(tmp_path) is None
+    env, record = decide("auto", {}, quota=1.5, affinity=16, machine=64)
+    assert env["OMP_NUM_THREADS"] == "2" and "quota: 1.5" in record["source"]
+    env, record = decide("auto", {}, quota=None, affinity=4, machine=64)  # --cpuset-cpus
+    assert env["MKL_NUM_THREADS"] == "4" and "4 of 64" in record["source"]
+
+
 def test_the_auto_install_command(project: Path) -> None:
     from dlci.action.job.run import install_command
 

@@ -9,6 +9,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from dlci.action.job import threads
 from dlci.commands import _common
 
 
@@ -40,13 +41,11 @@ def _parser() -> argparse.ArgumentParser:
     _common.add_tier_options(p, config=False, tier_file=False)
     p.add_argument("--out", default="dlci-artifacts", metavar="DIR", help="reports' folder "
                    "(default: dlci-artifacts)")  # fmt: skip
-    p.add_argument(
-        "--install",
-        default="auto",
-        metavar="CMD",
-        help="how to install the project: auto (pip install the requirements files and the "
-        "project in place), none, or a shell command (default: auto)",
-    )
+    p.add_argument("--install", default="auto", metavar="CMD", help="how to install the project: "
+                   "auto (pip install the requirements files and the project in place), none, or "
+                   "a shell command (default: auto)")  # fmt: skip
+    p.add_argument("--cpu-threads", default="auto", type=threads.argument, metavar="N", help="torch"
+                   "'s and OpenMP's threads per step (default auto: the CPU quota)")  # fmt: skip
     p.add_argument(
         "--tests", default="", metavar="PATHS", help="test paths for pytest (default: pytest's own)"
     )
@@ -115,6 +114,7 @@ def main(argv: Sequence[str]) -> int:
             tier_json=args.tier_json,
             phase=args.phase,
             installed=args.installed,
+            cpu_threads=args.cpu_threads,
             allow_no_tests=args.allow_no_tests,
         )
     )

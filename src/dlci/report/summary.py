@@ -196,6 +196,9 @@ def _report_facts(data: dict[str, Any]) -> list[list[str]]:
                 + (f", {md(c['crashed'])} crashed (dl-ci's own bug)" if c.get("crashed") else ""),
             ]
         )
+    threads = (data.get("run") or {}).get("threads")
+    if isinstance(threads, dict) and threads.get("source"):
+        rows.append(["CPU threads", md(threads["source"])])
     timing = (data.get("run") or {}).get("timing")
     if isinstance(timing, dict) and isinstance(timing.get("project"), dict):
         rows.append(["where the time went", _time_split(timing)])

@@ -6,9 +6,10 @@ reads what the containers write as claims:
 
 - the tier (the host's preflight.json) is copied into a host folder mounted read-only at
   /dlci/host, outside the workspace; each part runs with ``--tier-json /dlci/host/tier.json``;
-- each gate (memorize, doctor, profile) runs in a fresh container from the image, after the
-  tests container has gone, so nothing the tests changed outside the workspace is there; the
-  install step runs again in it (docs/security.md says why and what it costs);
+- the install step runs once, in a container of its own, committed to the job's image
+  (dlci.action.host.installed); the tests and each gate (memorize, doctor, profile) then run
+  in a fresh container from that image, one after another, so nothing the tests changed
+  outside the workspace is there (docs/security.md);
 - a gate writes its reports to /dlci/out, a fresh host directory only its container mounts;
   when a container has gone the host copies out the regular files of the names it writes
   (no link, FIFO or device; size caps: dlci.fsutil.copy_beneath), the tests' from the workspace;
@@ -268,6 +269,7 @@ class Parts:
             "verdict": "fail" if failed else "pass",
             "isolated_gates": sorted(self.collected),
             "torch": (tests or {}).get("torch"),  # the image's record (a claim, shown as such)
+            "threads": (tests or {}).get("threads"),  # CPU threads set in the tests container
         }
 
     def _gate_step(self, gate: str) -> dict[str, Any]:

@@ -40,7 +40,9 @@ SECRET_HINTS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL")
 
 # Action inputs that become `dlci run` options: DLCI_INPUT_<NAME> on the host -> argv in the
 # container (a list, never a shell string, so no input can inject a command).
-VALUE_INPUTS = ("target", "tests", "pytest-args", "install", "min-gpu-util", "max-gpu-memory")
+VALUE_INPUTS = (
+    "target", "tests", "pytest-args", "install", "min-gpu-util", "max-gpu-memory", "cpu-threads",
+)  # fmt: skip
 SWITCH_INPUTS = ("doctest", "coverage", "memorize", "doctor", "profile")
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 

@@ -39,6 +39,7 @@ class JobOptions:
     max_gpu_memory: float | None = None  # percent of the device's memory
     tier_json: str | None = None
     phase: str = "all"  # all, install, tests, or one gate
+    cpu_threads: str = "auto"  # torch's and OpenMP's threads (dlci.action.job.threads)
     installed: bool = False  # the image already has the project installed (skip the step)
     allow_no_tests: bool = False  # pytest's exit code 5 (no tests collected) passes
 

@@ -29,6 +29,7 @@ from typing import Any
 from dlci import jsonio
 from dlci.action.job.files import image_torch, relative_coverage
 from dlci.action.job.options import JobOptions, configured
+from dlci.action.job.threads import from_container
 from dlci.report.text import clean
 
 REPORT_NAME = "run.json"
@@ -49,6 +50,8 @@ def run_job(options: JobOptions) -> int:
         tier_from_file(options.tier_json)  # a bad file is one clear error, before any step
     options = configured(options)
     runner = Runner(options.out)
+    threads, runner.threads = from_container(options.cpu_threads)
+    runner.env.update(threads)  # every step's process: torch's and OpenMP's pools
     if os.environ.get("DLCI_IN_CONTAINER"):  # bytecode of its own: never a planted __pycache__
         runner.env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="dlci-pycache-")
     runner.rules = {
@@ -206,6 +209,7 @@ class Runner:
         self.stopping = False
         self.env: dict[str, str] = {}  # for every step's process
         self.rules: dict[str, bool] = {}  # gates.judge's options: gpu_gate, allow_no_tests
+        self.threads: dict[str, Any] | None = None  # CPU threads set, and why (threads.py)
         self._previous = signal.signal(signal.SIGTERM, self._terminate)
 
     def _terminate(self, signum: int, frame: Any) -> None:
@@ -225,6 +229,7 @@ class Runner:
             "failed_steps": failed,
             "verdict": verdict or ("running" if not failed else "failing"),
             "torch": image_torch(),
+            "threads": self.threads,
         }
         jsonio.write(self.out / REPORT_NAME, report)
 
