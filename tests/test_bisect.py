@@ -598,12 +598,12 @@ def test_revisions_are_checked(runs: dict[str, Any], tmp_path: Path) -> None:
 
 
 def test_a_spent_budget_leaves_the_range_open(runs: dict[str, Any], tmp_path: Path) -> None:
-    """A time cap spent before the first run: no gate run, exit 1, the whole range open;
-    --good last-green reads the history's newest green night."""
+    """--max-runs 0 is the plan alone: no gate run, exit 1, the whole range open; --good
+    last-green reads the history's newest green night (tonight's red one has no epochs)."""
     repo, main = runs["repo"], runs["main"]
     history = {
         "schema_version": 1,
-        "kind": "dlci-history",
+        "kind": "history",
         "entries": [
             {"hardware_class": "cpu", "sha": main[1], "epochs_to_threshold": 30},
             {"hardware_class": "cpu", "sha": main[3], "epochs_to_threshold": 31},
@@ -613,12 +613,28 @@ def test_a_spent_budget_leaves_the_range_open(runs: dict[str, Any], tmp_path: Pa
     path = tmp_path / "history.json"
     path.write_text(json.dumps(history), encoding="utf-8")
     result = _bisect(repo, tmp_path / "u.json", "--good", "last-green", "--history", str(path),
-                     "--bad", main[-1], "--time-cap", "0.00001")  # fmt: skip
+                     "--bad", main[-1], "--max-runs", "0")  # fmt: skip
     data = result["data"]
     assert result["code"] == 1, result["err"]
     assert data["status"] == "unfinished" and data["good"]["sha"] == main[3]
     assert [c["sha"] for c in data["candidates"]] == main[4:]
-    assert data["cost"]["gate_runs"] == 0 and "time cap" in result["err"]
+    assert data["cost"]["gate_runs"] == 0 and data["tested"] == []
+    assert "the budget of 0 gate runs is spent" in result["err"]
+
+
+def test_the_time_cap_cuts_a_run_short_without_a_verdict(
+    runs: dict[str, Any], tmp_path: Path
+) -> None:
+    """A run the bisect's time cap cuts short is no skip: the bisect ends, unfinished."""
+    repo, main = runs["repo"], runs["main"]
+    result = _bisect(repo, tmp_path / "t.json", "--good", main[5], "--bad", main[7],
+                     "--time-cap", "0.01", "--budget", "nightly", "--hardware", "cpu",
+                     "--ladder", str(repo / "ladder.yaml"))  # fmt: skip
+    data = result["data"]
+    assert result["code"] == 1 and data["status"] == "unfinished", result["err"]
+    assert data["tested"] == [] and data["cost"]["gate_runs"] == 1
+    assert "time cap of 0.01 min cut the run" in result["err"]
+    assert [c["sha"] for c in data["candidates"]] == main[6:8]
 
 
 def test_pip_installs_a_commit_or_says_why_not(tmp_path: Path) -> None:

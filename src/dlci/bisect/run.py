@@ -25,6 +25,7 @@ from dlci.errors import DlciError
 
 SCHEMA_VERSION = 1
 TAIL_LINES = 3
+TIMED_OUT = 124
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,8 @@ class BisectRequest:
             raise DlciError(f"--install {self.install!r}: choose from {', '.join(INSTALLS)}")
         if not 0 <= self.reruns <= 10:
             raise DlciError(f"--reruns must be from 0 to 10, got {self.reruns}")
-        if self.max_runs is not None and self.max_runs < 1:
-            raise DlciError(f"--max-runs must be at least 1, got {self.max_runs}")
+        if self.max_runs is not None and self.max_runs < 0:
+            raise DlciError(f"--max-runs must be 0 (the plan only) or more, got {self.max_runs}")
         for name, value in (
             ("--time-cap", self.time_cap_minutes),
             ("--run-timeout", self.run_timeout_minutes),
@@ -97,6 +98,10 @@ def dlci_command() -> tuple[str, ...]:
     """This environment's ``dlci`` console script, else ``python -m dlci``."""
     script = Path(sys.executable).with_name("dlci")
     return (str(script),) if script.exists() else (sys.executable, "-m", "dlci")
+
+
+class _TimeCap(Exception):
+    """A gate run cut short by the bisect's own time cap: no verdict, the bisect ends."""
 
 
 @dataclass
@@ -174,6 +179,8 @@ class _Runner:
             timeout = min(self.request.run_timeout_minutes * 60, self.deadline - time.monotonic())
             self.runs += 1
             code = _call(argv, self.workdir / "trees" / commit.short, env, out, timeout)
+            if code == TIMED_OUT and time.monotonic() >= self.deadline:
+                raise _TimeCap
             judged = gate.judge(out, code, runs, _tail(out / "gate.log"))
             verdicts += judged.verdicts
         judged.verdicts = verdicts
@@ -202,7 +209,7 @@ def _call(argv: list[str], cwd: Path, env: dict[str, str], out: Path, timeout: f
             ).returncode
         except subprocess.TimeoutExpired:
             log.write(b"\ndlci bisect: the gate run timed out\n")
-            return 124
+            return TIMED_OUT
 
 
 def _tail(path: Path) -> str:
@@ -308,6 +315,13 @@ def _loop(search: Search, runner: _Runner) -> Answer:
         if why:
             runner.say(f"stopped: {why}")
             return search.unfinished()
-        verdicts, is_near = runner.run(step)
+        try:
+            verdicts, is_near = runner.run(step)
+        except _TimeCap:
+            runner.say(
+                f"stopped: the time cap of {runner.request.time_cap_minutes:g} min "
+                f"cut the run of {runner.commits[step.index].short} short"
+            )
+            return search.unfinished()
         search.record(step.index, verdicts)
         near = step.index if step.purpose == "test" and is_near else None
