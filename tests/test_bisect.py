@@ -597,10 +597,15 @@ def test_revisions_are_checked(runs: dict[str, Any], tmp_path: Path) -> None:
         assert not (tmp_path / "x.json").exists()
 
 
-def test_a_spent_budget_leaves_the_range_open(runs: dict[str, Any], tmp_path: Path) -> None:
+def test_a_spent_budget_leaves_the_range_open(
+    runs: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """--max-runs 0 is the plan alone: no gate run, exit 1, the whole range open; --good
-    last-green reads the history's newest green night (tonight's red one has no epochs)."""
+    last-green reads the history's newest green night (tonight's red one has no epochs); a
+    relative --ladder is the caller's file, for every commit."""
     repo, main = runs["repo"], runs["main"]
+    (tmp_path / "mine.yaml").write_text(LADDER, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
     history = {
         "schema_version": 1,
         "kind": "history",
@@ -613,8 +618,9 @@ def test_a_spent_budget_leaves_the_range_open(runs: dict[str, Any], tmp_path: Pa
     path = tmp_path / "history.json"
     path.write_text(json.dumps(history), encoding="utf-8")
     result = _bisect(repo, tmp_path / "u.json", "--good", "last-green", "--history", str(path),
-                     "--bad", main[-1], "--max-runs", "0")  # fmt: skip
+                     "--bad", main[-1], "--max-runs", "0", "--ladder", "mine.yaml")  # fmt: skip
     data = result["data"]
+    assert f"--ladder {tmp_path / 'mine.yaml'}" in data["gate"]
     assert result["code"] == 1, result["err"]
     assert data["status"] == "unfinished" and data["good"]["sha"] == main[3]
     assert [c["sha"] for c in data["candidates"]] == main[4:]

@@ -230,6 +230,7 @@ def run_bisect(request: BisectRequest, say: Callable[[str], None]) -> dict[str, 
         say(f"good: {good[:12]}, the newest night in {request.history} whose memorization passed")
     request = BisectRequest(**{**request.__dict__, "repo": repo, "good": good})
     commits = git.chain(repo, request.good, request.bad)
+    git.git(repo, "worktree", "prune")  # a killed bisect's worktrees, whose folders are gone
     cost = plan(request, commits)
     say(f"gate: {request.gate.describe()}")
     say(f"cost: {cost['text']}")

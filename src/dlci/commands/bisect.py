@@ -74,6 +74,8 @@ def _passthrough(args: argparse.Namespace) -> tuple[str, ...]:
     out: list[str] = []
     for flag in ("--target", "--budget", "--hardware", "--ladder", "--tier-file", "--device"):
         value = getattr(args, flag[2:].replace("-", "_"))
+        if flag in ("--ladder", "--tier-file") and value and Path(value).is_file():
+            value = str(Path(value).resolve())  # the caller's file judges every commit
         if value is not None and not (flag in ("--budget", "--hardware") and value == "auto"):
             out += [flag, str(value)]
     return tuple(out)
