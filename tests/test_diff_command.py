@@ -301,3 +301,25 @@ def test_nothing_to_compare_is_a_user_error(tmp_path: Path, capsys) -> None:
     err = capsys.readouterr().err
     assert err.startswith("error: nothing to compare")
     assert "Traceback" not in err
+
+
+def test_three_steps_each_all_worse_are_a_likely_regression_blocking_when_asked(
+    tmp_path: Path, capsys
+) -> None:
+    """The PR tier's few steps: a 15-point drop on every step is no noise, though no 95%
+    interval exists for 3 and 3 steps. Reported as likely regressed (exit 0 and a warning),
+    exit 1 with --block-likely; control: the same three steps mixed with the base's."""
+
+    def steps(utils: list[float]) -> list[dict]:
+        return [{"duration_us": 100e3, "gpu_utilization_pct": u} for u in utils]
+
+    base = _report(tmp_path / "b.json", 70.3, 100.0, 0.0, 0, steps=steps([70.1, 71.0, 69.8]))
+    head = _report(tmp_path / "h.json", 55.5, 100.0, 0.0, 0, steps=steps([55.0, 56.2, 55.3]))
+    assert main(["diff", base, head, "--max-regression", "5"]) == 0
+    captured = capsys.readouterr()
+    assert "likely regressed" in captured.out and "--block-likely" in captured.err
+    assert main(["diff", base, head, "--max-regression", "5", "--block-likely"]) == 1
+    capsys.readouterr()
+    mixed = _report(tmp_path / "m.json", 63.0, 100.0, 0.0, 0, steps=steps([55.0, 70.5, 55.3]))
+    assert main(["diff", base, mixed, "--max-regression", "5", "--block-likely"]) == 0
+    assert "inconclusive" in capsys.readouterr().out

@@ -56,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument(flag, default=default, metavar=metavar, help=text)
     p.add_argument("--comment", type=str.lower, choices=("true", "false"), default="false",
                    help="post or update the sticky comment on the pull request")  # fmt: skip
+    p.add_argument("--block-likely", type=str.lower, choices=("true", "false"), default="false",
+                   help="fail on a likely regression too (the estimate beyond the bound, the "
+                   "change real; else a warning)")  # fmt: skip
     p.add_argument(
         "--markdown",
         metavar="FILE",
@@ -93,6 +96,7 @@ def main(argv: Sequence[str]) -> int:
         max_utilization_drop=_bound(args.max_utilization_drop),
         max_step_time=_bound(args.max_step_time_regression),
         comment=args.comment == "true",
+        block_likely=args.block_likely == "true",
     )
     if args.markdown:
         try:

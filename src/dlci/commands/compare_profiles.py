@@ -20,24 +20,19 @@ def _parser() -> argparse.ArgumentParser:
         f"Compare two UTILIZATION reports written by dlci analyze (alias: dlci {ALIAS}; to "
         "compare two memorization runs, use dlci compare-runs). BASE is the main branch or "
         "last night, HEAD this change. Every profiled step of both runs is a sample: the "
-        "change is the Hodges-Lehmann shift with its 95% interval. Exit 1 only when the "
-        "whole interval is beyond a bound (GPU utilization dropped by more than the bound in "
-        "percentage points, or the step time grew by more than the bound in percent); exit 0 "
-        "with a warning when the runs cannot tell (too few steps, too much spread) or are not "
-        "comparable (other GPU, hardware class or torch version).",
+        "change is the Hodges-Lehmann shift with its 95% interval. Exit 1 when the whole "
+        "interval is beyond a bound (GPU utilization dropped by more than the bound in "
+        "percentage points, or the step time grew by more than the bound in percent), and with "
+        "--block-likely when the estimate is beyond it and the change is real (likely "
+        "regressed); exit 0 with a warning when the runs cannot tell (too few steps, too much "
+        "spread) or are not comparable (other GPU, hardware class or torch version).",
     )
-    p.add_argument(
-        "base", metavar="BASE", help="utilization.json of the baseline (or its directory)"
-    )
+    p.add_argument("--block-likely", action="store_true", help="fail on a likely regression "
+                   "too (the estimate beyond the bound, the change real)")  # fmt: skip
+    p.add_argument("base", metavar="BASE", help="utilization.json of the baseline (or its folder)")
     p.add_argument("head", metavar="HEAD", help="utilization.json of the change (or its directory)")
-    p.add_argument(
-        "--max-regression",
-        type=float,
-        default=5.0,
-        metavar="BOUND",
-        help="both bounds at once: percentage points of utilization, percent of step time "
-        "(default: 5)",
-    )
+    p.add_argument("--max-regression", type=float, default=5.0, metavar="BOUND", help="both "
+                   "bounds: points of utilization, percent of step time (default: 5)")  # fmt: skip
     for name, unit in (
         ("utilization-drop", "percentage points"),
         ("step-time-regression", "percent"),
@@ -67,6 +62,7 @@ def main(argv: Sequence[str]) -> int:
         args.max_regression,
         max_utilization_drop=args.max_utilization_drop,
         max_step_time_regression=args.max_step_time_regression,
+        block_likely=args.block_likely,
     )
     if not result["compared"]:
         raise DlciError(
@@ -74,11 +70,15 @@ def main(argv: Sequence[str]) -> int:
             hint="compare reports of traces with ProfilerStep markers (dlci profile writes them)",
         )
     _write(result, args)
-    if result["not_comparable"] or result["verdict"] in ("inconclusive", "not comparable"):
+    if result["not_comparable"] or result["verdict"] in (
+        "inconclusive", "not comparable", "likely regressed",
+    ):  # fmt: skip
         from dlci.report.console import print_warning
 
         why = "not comparable" if result["not_comparable"] else result["verdict"]
-        print_warning(f"nothing was gated: the runs are {why} (see the notes)")
+        print_warning(f"nothing was gated: the runs are {why} (see the notes; --block-likely "
+                      "fails a likely regression)" if why == "likely regressed" else
+                      f"nothing was gated: the runs are {why} (see the notes)")  # fmt: skip
     return 0 if result["passed"] else 1
 
 

@@ -22,6 +22,7 @@ from dlci.jsonio import describe
 SCHEMA_VERSION = 2
 KIND = "utilization-diff"
 DEFAULT_BOUND = 5.0  # points of utilization, percent of step time
+VERDICTS_JUDGED = ("ok", "regressed", "likely regressed", "inconclusive")
 MAX_STEPS = 100_000  # per_step entries a report may hold
 GPU = "gpu_utilization_pct"
 # Why a CPU-only trace's step time is shown, not gated: the steps time the host's CPU, which
@@ -251,8 +252,11 @@ def compare(
     max_step_time_regression: float | None = None,
     base_env: dict[str, Any] | None = None,
     head_env: dict[str, Any] | None = None,
+    block_likely: bool = False,
 ) -> dict[str, Any]:
     """What got worse from BASE to HEAD, judged on every profiled step of both.
+
+    ``block_likely``: a ``likely regressed`` figure fails too (else it is a warning).
 
     ``bound`` is both bounds (points of utilization, percent of step time) unless one is
     given alone; a bound of None shows the figure with its interval, without a verdict.
@@ -282,9 +286,13 @@ def compare(
             row |= _plain_row(metric, b, h)
         else:
             continue
-        row["regressed"] = row["verdict"] == "regressed"
+        row["regressed"] = row["verdict"] == "regressed" or (
+            block_likely and row["verdict"] == "likely regressed"
+        )
         rows.append(row)
-    return _result(rows, bounds, blocked, benv, henv)
+    result = _result(rows, bounds, blocked, benv, henv)
+    result["block_likely_regressions"] = block_likely
+    return result
 
 
 def _result(
@@ -296,8 +304,12 @@ def _result(
 ) -> dict[str, Any]:
     regressions = [row for row in rows if row["regressed"]]
     inconclusive = [row["metric"] for row in rows if row["verdict"] == "inconclusive"]
-    judged = [row for row in rows if row["verdict"] in ("ok", "regressed", "inconclusive")]
-    verdict = "failed" if regressions else "inconclusive" if inconclusive else "passed"
+    likely = [row["metric"] for row in rows if row["verdict"] == "likely regressed"]
+    judged = [row for row in rows if row["verdict"] in VERDICTS_JUDGED]
+    verdict = (
+        "failed" if regressions else "likely regressed" if likely
+        else "inconclusive" if inconclusive else "passed"
+    )  # fmt: skip
     if not judged and any(row["verdict"] == "not comparable" for row in rows):
         verdict = "not comparable"
     return {
@@ -318,5 +330,6 @@ def _result(
         "passed": not regressions,
         "rows": rows,
         "regressions": regressions,
+        "likely_regressed": likely,  # warned, or failed with block_likely (then in regressions)
         "inconclusive": inconclusive,
     }

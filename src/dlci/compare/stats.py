@@ -11,8 +11,16 @@ give the same answer.
 The interval assumes the two runs differ by a shift only. When one run's steps vary far more
 than the other's (a rank test on the distances from each run's median), one run was
 disturbed, by a loaded machine for instance, and the comparison says so instead of
-measuring the disturbance. Every verdict is one of ``ok``, ``regressed``, ``inconclusive``
-and ``not gated``; only ``regressed`` fails a gate.
+measuring the disturbance. Every verdict is one of ``ok``, ``regressed``,
+``likely regressed``, ``inconclusive`` and ``not gated``; ``regressed`` fails a gate, and so
+does ``likely regressed`` where the configuration says so (``block-likely-regressions``).
+
+``likely regressed``: the estimate is worse than the bound and the change is real (the
+interval excludes no change; with too few steps for an interval, the one-sided rank test:
+every head step worse than every base step, at most a 5% chance when nothing changed), but
+the interval still reaches back over the bound. Three noisy steps against three cannot say
+"more than 5 points" at 95%, yet a 15-point drop seen on every step is no noise; a gate that
+called it "inconclusive" could never fail a pull request's profile (round 4's issue 47).
 """
 
 from __future__ import annotations
@@ -160,6 +168,18 @@ def unequal_spread(base: np.ndarray, head: np.ndarray) -> float:
     return min(1.0, 2 * tail)
 
 
+def one_sided_p(base: np.ndarray, head: np.ndarray, worse: int) -> float:
+    """The chance, when nothing changed, of head's steps ranking this far in the bad direction
+    (exact Mann-Whitney, one-sided).
+
+    >>> one_sided_p(np.array([1.0, 2, 3]), np.array([4.0, 5, 6]), 1)  # 1 of C(6, 3) orders
+    0.05
+    """
+    a, b = (base, head) if worse > 0 else (head, base)
+    u = float(np.sum(a[:, None] > b[None, :]) + 0.5 * np.sum(a[:, None] == b[None, :]))
+    return u_cdf(u, a.size, b.size)
+
+
 def _unit(value: float, log: bool) -> float:
     """A difference of logs as percent, of values as it is."""
     return 100.0 * math.expm1(value) if log else value
@@ -215,6 +235,15 @@ def _decide(
     low, high = found["low"], found["high"]
     s_base, s_head = found["spread_base"], found["spread_head"]
     scatter = f"base ±{s_base:.1f}{unit}, head ±{s_head:.1f}{unit}"
+    if (low is None or high is None) and bound is not None:
+        bad = found["estimate"] * (1 if worse > 0 else -1)
+        if bad > bound and one_sided_p(base, head, worse) <= 1 - CONFIDENCE:
+            return "likely regressed", (
+                f"worse by {bad:.1f}{unit}, beyond the bound of {bound:g}{unit}, on every "
+                f"profiled step ({base.size} and {head.size}: a one-sided rank test's "
+                f"p = {one_sided_p(base, head, worse):.3f}); too few steps for a "
+                f"{CONFIDENCE:.0%} interval: profile at least 4 steps on each side"
+            )
     if low is None or high is None:
         return "inconclusive", (
             f"too few profiled steps ({base.size} and {head.size}) for a {CONFIDENCE:.0%} "
@@ -234,6 +263,13 @@ def _decide(
         return "regressed", f"worse by more than {bound:g}{unit} ({interval})"
     if most <= bound:
         return "ok", f"within {bound:g}{unit} ({interval})"
+    bad = found["estimate"] * (1 if worse > 0 else -1)
+    if bad > bound and least > 0:
+        return "likely regressed", (
+            f"worse by {bad:.1f}{unit}, beyond the bound of {bound:g}{unit}, and the {interval} "
+            f"excludes no change; it still reaches the bound ({scatter}): more steps on both "
+            "sides would make it certain"
+        )
     return "inconclusive", (
         f"the {interval} includes the bound of {bound:g}{unit}: the steps vary too much "
         f"({scatter}) to tell with this many steps; profile more steps"

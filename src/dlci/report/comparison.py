@@ -17,7 +17,10 @@ MARKER = "<!-- dl-ci baseline comparison -->"  # finds the sticky comment again
 HEADERS = ["", "base", "head", "change", "verdict"]
 CHART_POINTS = 60
 ZERO = re.compile(r"[+-]?0(\.0+)?( |$)")  # a change shown as zero: "+0.0 pt", "+0", "-0 per step"
-ICON = {"passed": "✅", "failed": "❌", "inconclusive": "⚠️", "not comparable": "➖", "none": "➖"}
+ICON = {
+    "passed": "✅", "failed": "❌", "likely regressed": "⚠️", "inconclusive": "⚠️",
+    "not comparable": "➖", "none": "➖",
+}  # fmt: skip
 TITLES = {
     "epochs_to_threshold": "memorization: epochs to threshold",
     "final_loss": "memorization: final loss",
@@ -76,7 +79,7 @@ def _with_arrow(values: list[str], change: float | None) -> list[str]:
     if ZERO.match(delta):  # what rounds to zero is level, whatever its sign
         change = 0.0
     shown = f"{arrow(change)} {delta}".strip() if delta != "-" else delta
-    marked = f"**{md(verdict)}**" if verdict == "regressed" else md(verdict)
+    marked = f"**{md(verdict)}**" if verdict in ("regressed", "likely regressed") else md(verdict)
     return [md(name), md(base), md(head), md(shown), marked]
 
 

@@ -208,7 +208,12 @@ def _plain(metric: str, b: float | None, h: float | None, unit: str) -> dict[str
 
 
 def compare_sides(
-    base: Side, head: Side, *, max_utilization_drop: float | None, max_step_time: float | None
+    base: Side,
+    head: Side,
+    *,
+    max_utilization_drop: float | None,
+    max_step_time: float | None,
+    block_likely: bool = False,
 ) -> dict[str, Any]:
     """The side-by-side result: rows by section, the utilization diff, the verdict."""
     from dlci.compare import diff
@@ -223,6 +228,7 @@ def compare_sides(
             max_step_time_regression=max_step_time,
             base_env=base.environment(),
             head_env=head.environment(),
+            block_likely=block_likely,
         )
     coverage = []
     if base.coverage is not None or head.coverage is not None:
@@ -285,6 +291,7 @@ def against_baseline(
     max_utilization_drop: float | None,
     max_step_time: float | None,
     comment: bool,
+    block_likely: bool = False,
 ) -> Outcome:
     """This run's verified reports against the baseline (``base_dir``, else fetched by
     ``spec``), rendered; a problem on the way is a warning and "no baseline", never a failure."""
@@ -320,7 +327,9 @@ def against_baseline(
             reason = f"no baseline: {problem}"
             out = Outcome(render_none(reason), "none", warnings=[reason], outputs=_outputs("none"))
         else:
-            out = _compared(base_side(folder), head, source, max_utilization_drop, max_step_time)
+            out = _compared(
+                base_side(folder), head, source, max_utilization_drop, max_step_time, block_likely
+            )
             out.warnings += [f"baseline: left out {item}" for item in skipped]
             if passed_over:
                 out.warnings.append(
@@ -342,20 +351,29 @@ def _compared(
     source: dict[str, Any],
     max_utilization_drop: float | None,
     max_step_time: float | None,
+    block_likely: bool = False,
 ) -> Outcome:
     from dlci.report.comparison import render
 
     max_utilization_drop = bound(max_utilization_drop, head, "max-utilization-drop")
     max_step_time = bound(max_step_time, head, "max-step-time-regression")
     result = compare_sides(
-        base, head, max_utilization_drop=max_utilization_drop, max_step_time=max_step_time
-    )
+        base, head, max_utilization_drop=max_utilization_drop, max_step_time=max_step_time,
+        block_likely=block_likely,
+    )  # fmt: skip
     result["source"] = source
     out = Outcome(render(result), result["verdict"], result=result)
     out.warnings += result["warnings"]
+    rows = (result["utilization"] or {}).get("rows", [])
     out.failures = [
         f"{row['metric']} regressed against the baseline: {row['reason']}"
         for row in (result["utilization"] or {}).get("regressions", [])
+    ]
+    out.warnings += [
+        f"{row['metric']} likely regressed against the baseline (not blocking: the input "
+        f"block-likely-regressions): {row['reason']}"
+        for row in rows
+        if row.get("verdict") == "likely regressed" and not row.get("regressed")
     ]
     out.outputs = _outputs(result["verdict"], source.get("id"))
     return out
