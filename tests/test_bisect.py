@@ -661,3 +661,29 @@ def test_pip_installs_a_commit_or_says_why_not(tmp_path: Path) -> None:
     (tree / "pyproject.toml").write_text(FILES["pyproject.toml"] + "name = \n", encoding="utf-8")
     with pytest.raises(Unrunnable, match=r"pip install failed: .*Invalid value"):
         install(tree, "pip", tmp_path / "into2")
+
+
+@pytest.mark.parametrize(
+    "gate",
+    [
+        {"kind": "memorize"},
+        {"kind": "profile", "max_step_time_ms": 5.0},
+        {"kind": "doctor", "check": "grad-flow"},
+    ],
+)
+def test_each_gates_command_line_is_one_its_verb_accepts(
+    gate: dict[str, Any], tmp_path: Path
+) -> None:
+    """The verb parses the gate's arguments (a refused command line exits 2, and the bisect
+    stops on it); the target that does not exist then fails the run with exit 1."""
+    import contextlib
+    import io
+
+    from dlci.bisect.gates import Gate
+
+    options = ("--target", "no_such_module_for_bisect:make", "--device", "cpu", "--budget",
+               "pr", "--hardware", "cpu")  # fmt: skip
+    argv = Gate(passthrough=options, **gate).argv(tmp_path, 3, 2)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert cli.main(argv) == 1
+        assert cli.main([*argv, "--no-such-option"]) == 2  # the control

@@ -95,17 +95,14 @@ class Gate:
     def argv(self, out: Path, seed: int, seeds: int) -> list[str]:
         """The ``dlci`` arguments of one run into ``out`` (seeds ``seed``.. ``seed+seeds-1``
         for memorize; the other gates run one seed)."""
-        common = ["--out", str(out), "--json", str(out / self.report_name), "--quiet"]
+        common = ["--out", str(out), "--seed", str(seed), *self.passthrough]
         if self.kind == "memorize":
             many = ["--seeds", str(seeds), "--quorum", "1"] if seeds > 1 else []
-            return [
-                "memorize", *common, "--tracker", "none", "--seed", str(seed), *many,
-                *self.passthrough,
-            ]  # fmt: skip
-        if self.kind == "profile":
-            return ["profile", *common, "--seed", str(seed), "--no-memory", *self.passthrough]
-        return ["doctor", *common, "--seed", str(seed), "--only", str(self.check),
-                *self.passthrough]  # fmt: skip
+            json = ["--json", str(out / self.report_name)]
+            return ["memorize", *common, *json, "--quiet", "--tracker", "none", *many]
+        if self.kind == "profile":  # writes OUT/utilization.json
+            return ["profile", *common, "--quiet", "--no-memory"]
+        return ["doctor", *common, "--json", str(out / self.report_name), "--only", str(self.check)]
 
     def judge(self, out: Path, exit_code: int, seeds: int, stderr_tail: str) -> Judged:
         """What the run's report says; a run with no report or no verdict is a skip."""

@@ -21,7 +21,7 @@ from dlci.bisect import git
 from dlci.bisect.gates import Gate, Judged
 from dlci.bisect.install import INSTALLS, Installed, Unrunnable, install
 from dlci.bisect.search import Answer, Search, Step
-from dlci.errors import DlciError
+from dlci.errors import EXIT_USAGE, DlciError
 
 SCHEMA_VERSION = 1
 TAIL_LINES = 3
@@ -181,6 +181,11 @@ class _Runner:
             code = _call(argv, self.workdir / "trees" / commit.short, env, out, timeout)
             if code == TIMED_OUT and time.monotonic() >= self.deadline:
                 raise _TimeCap
+            if code == EXIT_USAGE:  # the same dlci runs every commit: the bisect's mistake
+                raise DlciError(
+                    f"dlci {gate.kind} refused the gate's command line: {_tail(out / 'gate.log')}",
+                    hint="check the gate's options (dlci bisect --help)",
+                )
             judged = gate.judge(out, code, runs, _tail(out / "gate.log"))
             verdicts += judged.verdicts
         judged.verdicts = verdicts
