@@ -505,7 +505,10 @@ def test_the_token_stays_on_the_host_in_the_baseline_step_alone() -> None:
         for step in action["runs"]["steps"]
         if "inputs.github-token" in json.dumps(step.get("env", {}))
     ]
-    assert holders == ["Compare with the baseline"]
+    assert holders == ["Size the profile from the baseline", "Compare with the baseline"]
+    for step in action["runs"]["steps"]:  # both on the host: `dlci baseline`, no container
+        if step["name"] in holders:
+            assert "dlci baseline" in step["run"] and "container" not in step["run"]
     assert action["inputs"]["github-token"]["default"] == "${{ github.token }}"
     # control: the check sees an input where it is (the codecov token in its own step)
     uses = [s for s in action["runs"]["steps"] if "inputs.codecov-token" in json.dumps(s)]
@@ -834,3 +837,60 @@ def test_another_bots_comment_quoting_the_marker_is_never_edited(
     api = GitHub.from_environment(TOKEN)
     standin.comments[7].remove(ours)
     assert find_comment(api, 7, MARKER) == copy["id"]
+
+
+def _noisy(report: bytes, scatter: list[float]) -> bytes:
+    """The synthetic report with its steps' utilization scattered by ``scatter`` points."""
+    data = json.loads(report)
+    for step, delta in zip(data["per_step"], scatter, strict=False):
+        step["gpu_utilization_pct"] += delta
+    return json.dumps(data).encode()
+
+
+SCATTER = [3.1, -2.8, 0.4, -4.0, 2.2, -0.9, 3.6, -3.3, 1.1, -1.7, 2.9, -2.5]  # ±3 points
+
+
+def test_the_profile_is_sized_from_the_baselines_scatter_before_the_job(
+    standin, tmp_path, capsys, monkeypatch
+) -> None:
+    """12 base steps scattered ±3 points and a 5-point bound: the 95% interval needs about a
+    dozen head steps, not the tier's 5. The fetched baseline is kept for the comparison after
+    the job, which then asks GitHub for nothing more."""
+    from dlci.action.github.sizing import needed_steps
+
+    noisy = _noisy(utilization(10), SCATTER)
+    run = base_run(standin, {"utilization.json": noisy, "preflight.json": preflight()})
+    pre = tmp_path / "preflight.json"
+    tier = {**TIER, "hardware_class": "cpu", "profile_steps": 5, "time_cap_minutes": 3}
+    pre.write_text(json.dumps({"passed": True, "tier": tier}))
+    kept = tmp_path / "baseline"
+    argv = ["baseline", "--size-profile", str(pre), "--base-dir", str(kept)]
+    assert main([*argv, "--max-utilization-drop", "5"]) == 0
+    sized = json.loads(pre.read_text())
+    values = [s["gpu_utilization_pct"] for s in json.loads(noisy)["per_step"]]
+    want, sigma = needed_steps(values, 5.0, log=False)
+    assert want is not None and want > 5 and 2.5 < sigma < 4.0
+    assert sized["tier"]["profile_steps"] == want == sized["profile_sizing"]["steps"]
+    assert f"profile_steps 5 -> {want}" in sized["tier"]["reasons"][-1]
+    assert f"profile_steps 5 -> {want}" in capsys.readouterr().err
+    assert json.loads((kept / "baseline-source.json").read_text())["id"] == run["id"]
+    requests = len(standin.seen)
+    outputs = tmp_path / "outputs.txt"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(outputs))
+    code, text = compare(tmp_path / "job", {"utilization.json": noisy}, "--base-dir", str(kept))
+    assert code == 0 and f"baseline-run={run['id']}" in outputs.read_text()
+    assert len(standin.seen) == requests  # the kept baseline: no second download
+    # controls: no bound, nothing sized; a base too noisy for any head says what would do
+    pre.write_text(json.dumps({"passed": True, "tier": tier}))
+    assert main([*argv[:-2], "--base-dir", str(tmp_path / "b2")]) == 0
+    assert json.loads(pre.read_text())["tier"]["profile_steps"] == 5
+    assert "not sized: no bound set" in capsys.readouterr().err
+    wild = _noisy(utilization(10), [5 * d for d in SCATTER])  # ±15 points
+    from dlci.action.github.sizing import plan
+
+    record = plan(json.loads(wild), tier, {"gpu_utilization_pct": 5.0})
+    assert record["steps"] == 5 and "too much for a bound of 5pt" in record["reason"]
+    assert "profile more steps on the base branch" in record["reason"]
+    short = {**tier, "time_cap_minutes": 0.001}
+    capped = plan(json.loads(noisy), short, {"gpu_utilization_pct": 5.0})
+    assert capped["steps"] == 5 and "capped" in capped["reason"]  # the time cap wins

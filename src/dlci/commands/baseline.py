@@ -13,21 +13,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from dlci.action.github.bounds import parse_bound as _bound
 from dlci.commands import _common
 from dlci.errors import DlciError
-
-
-def _bound(value: str) -> float | None:
-    """An empty bound is no gate; anything else a number of 0 or more."""
-    if not value.strip():
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        number = float("nan")
-    if not number >= 0:
-        raise DlciError(f"a bound must be a number of 0 or more, got {value[:40]!r}")
-    return number
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -59,12 +47,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--block-likely", type=str.lower, choices=("true", "false"), default="false",
                    help="fail on a likely regression too (the estimate beyond the bound, the "
                    "change real; else a warning)")  # fmt: skip
-    p.add_argument(
-        "--markdown",
-        metavar="FILE",
-        default=os.environ.get("GITHUB_STEP_SUMMARY") or None,
-        help="append the comparison to FILE (default: $GITHUB_STEP_SUMMARY, else print it)",
-    )
+    p.add_argument("--markdown", metavar="FILE", default=os.environ.get("GITHUB_STEP_SUMMARY")
+                   or None, help="append the comparison to FILE (default: "
+                   "$GITHUB_STEP_SUMMARY, else print it)")  # fmt: skip
+    p.add_argument("--size-profile", metavar="PREFLIGHT", help="before the job: fetch into "
+                   "--base-dir, size PREFLIGHT's profile_steps (docs/comparison.md)")  # fmt: skip
     _common.add_json(p, "the comparison")
     return p
 
@@ -76,10 +63,22 @@ def main(argv: Sequence[str]) -> int:
     if not (args.baseline == "auto" or args.baseline.isdigit() or args.base_dir):
         raise DlciError(f"--baseline: auto, none or a run id, got {args.baseline[:40]!r}")
     for flag, folder in (("--artifacts", args.artifacts), ("--base-dir", args.base_dir)):
-        if folder is not None and not Path(folder).is_dir():
+        if folder is not None and not Path(folder).is_dir() and not args.size_profile:
             raise DlciError(
                 f"{flag} {folder[:200]}: not a folder", hint="a folder of dl-ci reports"
             )
+
+    token = os.environ.get("DLCI_GITHUB_TOKEN") or os.environ.get("GITHUB_TOKEN") or ""
+    bounds = {"gpu_utilization_pct": _bound(args.max_utilization_drop),
+              "duration_us": _bound(args.max_step_time_regression)}  # fmt: skip
+    if args.size_profile:
+        from dlci.action.github.sizing import prepare
+
+        record = prepare(preflight=Path(args.size_profile), into=Path(args.base_dir or "."),
+                         spec=args.baseline, prefix=args.artifact_prefix, token=token,
+                         bounds=bounds)  # fmt: skip
+        print(f"baseline: profile: {record.get('reason', '')}", file=sys.stderr)
+        return 0
 
     from dlci.action.github.baseline import against_baseline
     from dlci.report.console import print_warning
@@ -92,9 +91,9 @@ def main(argv: Sequence[str]) -> int:
         spec=args.baseline,
         base_dir=Path(args.base_dir) if args.base_dir else None,
         prefix=args.artifact_prefix,
-        token=os.environ.get("DLCI_GITHUB_TOKEN") or os.environ.get("GITHUB_TOKEN") or "",
-        max_utilization_drop=_bound(args.max_utilization_drop),
-        max_step_time=_bound(args.max_step_time_regression),
+        token=token,
+        max_utilization_drop=bounds["gpu_utilization_pct"],
+        max_step_time=bounds["duration_us"],
         comment=args.comment == "true",
         block_likely=args.block_likely == "true",
     )

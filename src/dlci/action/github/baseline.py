@@ -299,6 +299,7 @@ def against_baseline(
 
     from dlci.action.github.api import ApiError, GitHub
     from dlci.action.github.artifacts import JOB_ID, fetch
+    from dlci.action.github.sizing import SOURCE_FILE
     from dlci.report.comparison import MARKER, render_none
     from dlci.report.github import in_github_actions
 
@@ -306,6 +307,9 @@ def against_baseline(
     api: GitHub | None = None
     with tempfile.TemporaryDirectory(prefix="dlci-base-") as tmp:
         source: dict[str, Any] = {"folder": str(base_dir)} if base_dir else {}
+        if base_dir is not None and (base_dir / SOURCE_FILE).is_file():  # fetched before the job
+            kept = _json(base_dir / SOURCE_FILE)
+            source = {**kept, **source} if isinstance(kept, dict) else source
         folder, skipped, problem = base_dir, [], ""
         if base_dir is None or comment:
             try:

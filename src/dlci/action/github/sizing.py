@@ -1,0 +1,200 @@
+"""The profile sized from the baseline: enough steps for the comparison to decide.
+
+Host-side (no torch), before any container runs. The pull-request tier profiles 3 to 5 steps,
+too few for a comparison with the base branch to tell a bound of 5 points from the steps' own
+scatter: such a comparison could only say "inconclusive". When the action compares with a
+baseline and a bound is set, this step fetches the baseline's reports first and reads, in its
+utilization.json, how much its steps scatter (a robust standard deviation: points of
+utilization, percent of step time). The 95% interval of the change (dlci.compare.stats) is
+about ``1.96 * 1.02 * sigma * sqrt(1/n + 1/m)`` on each side for n head and m base steps; the
+head gets the smallest n at which that half-width is at most half the bound, so that no change
+reads ``ok`` and a change of twice the bound reads ``regressed``:
+
+    1/n <= (bound / (2 * 1.96 * 1.02 * sigma))**2 - 1/m
+
+never fewer than the tier's own steps, never more than MAX_STEPS, and never more than
+TIME_SHARE of the tier's time cap at the base's median step time. When no n can do it (the
+base itself profiled too few steps for its scatter), or the cap stops short, the reason says
+so and names what would: the base branch's tier profiling more steps.
+
+The new count goes into the host's tier (preflight.json, read by the container step before
+any container starts; every report is then checked against it), with a reason in its
+``reasons``. The baseline's artifact is a trusted run's (never a pull request's: see
+artifacts.trusted), and whatever it holds can only raise the count within these caps.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from dlci import jsonio
+from dlci.compare import stats
+from dlci.compare.diff import check_report, median_step_us, step_values
+from dlci.errors import DlciError
+from dlci.fsutil import read_input
+
+MAX_STEPS = 50  # profiled steps at most: a trace of 50 ResNet-50 steps is ~100 MB
+TIME_SHARE = 0.25  # of the tier's time cap, for the profiled steps at the base's step time
+Z = 1.96  # the 95% interval's normal quantile
+HL_FACTOR = 1.02  # the Hodges-Lehmann shift's spread over the mean's, at normal steps
+MIN_STEPS = 4  # the fewest steps a side for a 95% interval (dlci.compare.stats)
+
+
+def needed_steps(base_values: list[float], bound: float, *, log: bool) -> tuple[int | None, float]:
+    """(head steps needed, the base's scatter); None when no number of head steps can do it.
+
+    >>> steady = [80.0, 81, 79, 80.5, 79.5, 80.2, 80.1, 79.9, 80, 80.3]
+    >>> n, sigma = needed_steps(steady, 5.0, log=False)
+    >>> n, round(sigma, 2)
+    (4, 0.3)
+    >>> needed_steps([70.0, 60.0, 80.0, 65.0, 75.0], 5.0, log=False)[0] is None
+    True
+    """
+    x = stats.samples(base_values, log=log)
+    m = x.size
+    sigma = stats.spread(x) * (100.0 if log else 1.0)
+    if m < 2 or bound <= 0:
+        return None, sigma
+    if sigma == 0:
+        return MIN_STEPS, sigma
+    room = (bound / (2 * Z * HL_FACTOR * sigma)) ** 2 - 1 / m
+    if room <= 0:
+        return None, sigma
+    return max(MIN_STEPS, math.ceil(1 / room)), sigma
+
+
+def plan(
+    base: dict[str, Any], tier: dict[str, Any], bounds: dict[str, float | None]
+) -> dict[str, Any]:
+    """How many steps the head should profile against ``base`` (its utilization.json)."""
+    current = int(tier.get("profile_steps") or 0)
+    record: dict[str, Any] = {"from": current, "steps": current, "metrics": {}}
+    problem = check_report(base)
+    if problem:
+        record["reason"] = f"not sized: the baseline's utilization.json: {problem}"
+        return record
+    gpu = base.get("gpu_utilization_pct") is not None
+    wanted: list[int] = []
+    short: list[str] = []
+    for key, unit, log in (("gpu_utilization_pct", "pt", False), ("duration_us", "%", True)):
+        bound = bounds.get(key)
+        if bound is None or not gpu:  # a CPU-only trace's figures are never gated
+            continue
+        n, sigma = needed_steps(step_values(base, key), bound, log=log)
+        record["metrics"][key] = {"bound": bound, "base_scatter": round(sigma, 3), "needed": n}
+        if n is None:
+            count = len(step_values(base, key))
+            short.append(
+                f"{key}: the base's {count} steps scatter ±{sigma:.1f}{unit}, too much for a "
+                f"bound of {bound:g}{unit} whatever this run profiles"
+            )
+        else:
+            wanted.append(n)
+    if not record["metrics"]:
+        why = "no bound set" if gpu else "a CPU-only baseline (nothing is gated)"
+        record["reason"] = f"not sized: {why}"
+        return record
+    cap = _time_cap_steps(base, tier)
+    steps = min(max([current, *wanted]), MAX_STEPS, max(cap, current))
+    record.update(steps=steps, time_cap_steps=cap)
+    parts = [f"profile_steps {current} -> {steps}" if steps != current else
+             f"profile_steps {current} kept"]  # fmt: skip
+    if wanted:
+        parts.append(f"{max(wanted)} needed for the comparison with the baseline to decide")
+    if wanted and steps < max(wanted):
+        parts.append(f"capped at {steps} (at most {MAX_STEPS}, and {TIME_SHARE:.0%} of the "
+                     "tier's time cap at the base's step time)")  # fmt: skip
+    parts += short
+    if short:
+        parts.append("profile more steps on the base branch (its tier's profile_steps)")
+    record["reason"] = "; ".join(parts)
+    return record
+
+
+def _time_cap_steps(base: dict[str, Any], tier: dict[str, Any]) -> int:
+    step_us = median_step_us(base) or 0.0
+    cap_s = float(tier.get("time_cap_minutes") or 0) * 60 * TIME_SHARE
+    if step_us <= 0 or cap_s <= 0:
+        return MAX_STEPS
+    return max(int(cap_s / (step_us / 1e6)), 1)
+
+
+def size_preflight(
+    preflight: Path, base_folder: Path, bounds: dict[str, float | None]
+) -> dict[str, Any]:
+    """Rewrite the host's tier in ``preflight`` with the sized profile_steps; the record."""
+    data = jsonio.decode(read_input(preflight, what="preflight report"))
+    tier = data.get("tier") if isinstance(data, dict) else None
+    if not isinstance(tier, dict):
+        return {"reason": f"not sized: {preflight.name} holds no tier"}
+    utilization = base_folder / "utilization.json"
+    if not utilization.is_file():
+        return {"reason": "not sized: the baseline has no utilization.json"}
+    try:
+        base = jsonio.decode(read_input(utilization, what="the baseline's utilization.json"))
+    except (jsonio.DecodeError, DlciError) as exc:  # a broken artifact: a note, not a failure
+        return {"reason": f"not sized: the baseline's utilization.json: {exc}"}
+    if not isinstance(base, dict):
+        return {"reason": "not sized: the baseline's utilization.json is not an object"}
+    record = plan(base, tier, bounds)
+    if record.get("steps") not in (None, tier.get("profile_steps")):
+        tier["profile_steps"] = record["steps"]
+        reasons = tier.get("reasons")
+        kept = list(reasons) if isinstance(reasons, list) else []
+        tier["reasons"] = [*kept, f"sized from the baseline: {record['reason']}"]
+    data["profile_sizing"] = record
+    jsonio.write(preflight, data)
+    return record
+
+
+SOURCE_FILE = "baseline-source.json"  # beside the fetched reports: which run they came from
+
+
+def prepare(
+    *,
+    preflight: Path,
+    into: Path,
+    spec: str,
+    prefix: str,
+    token: str,
+    bounds: dict[str, float | None],
+) -> dict[str, Any]:
+    """Fetch the baseline into ``into`` (for the comparison after the job: ``--base-dir``)
+    and size the profile from it; the record. A problem is a reason, never a failure."""
+    from dlci.action.github.api import ApiError, GitHub
+    from dlci.action.github.artifacts import JOB_ID, fetch
+    from dlci.trust import host as trusted
+
+    try:
+        data = jsonio.decode(read_input(preflight, what="preflight report"))
+    except (jsonio.DecodeError, DlciError) as exc:
+        return {"reason": f"not sized: {exc}"}
+    keys = {"gpu_utilization_pct": "max-utilization-drop",
+            "duration_us": "max-step-time-regression"}  # fmt: skip
+    bounds = {  # the input's, else the trusted configuration's (the preflight's snapshot)
+        metric: bounds.get(metric) if bounds.get(metric) is not None
+        else trusted.number(data if isinstance(data, dict) else None, key)
+        for metric, key in keys.items()
+    }  # fmt: skip
+    if all(value is None for value in bounds.values()):
+        return {"reason": "not sized: no bound set (max-utilization-drop, "
+                "max-step-time-regression)"}  # fmt: skip
+    tier = data.get("tier") if isinstance(data, dict) else None
+    hardware = tier.get("hardware_class") if isinstance(tier, dict) else None
+    if not isinstance(hardware, str) or not hardware:
+        return {"reason": f"not sized: {preflight.name} names no hardware class"}
+    try:
+        api = GitHub.from_environment(token)
+    except ApiError as exc:
+        return {"reason": f"not sized: {exc}"}
+    fetched = fetch(api, spec, prefix=f"{prefix}-{hardware}-", into=into, rest=JOB_ID)
+    if fetched.folder is None:
+        return {"reason": f"not sized: no baseline: {fetched.problem}"}
+    source = {**fetched.run, "artifact": fetched.artifact, "skipped": fetched.skipped,
+              "passed_over": fetched.passed_over}  # fmt: skip
+    jsonio.write(fetched.folder / SOURCE_FILE, source)
+    record = size_preflight(preflight, fetched.folder, bounds)
+    record["baseline"] = {"run": source.get("id"), "folder": str(fetched.folder)}
+    return record
