@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -687,3 +688,45 @@ def test_each_gates_command_line_is_one_its_verb_accepts(
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         assert cli.main(argv) == 1
         assert cli.main([*argv, "--no-such-option"]) == 2  # the control
+
+
+def test_the_markdown_of_a_range_lists_every_suspect(runs: dict[str, Any]) -> None:
+    from dlci.bisect.render import markdown
+
+    data, branch = runs["skipped"]["data"], runs["branch"]
+    text = markdown(data)
+    assert text.startswith("### dl-ci bisect: range\n")
+    for sha in branch[1:3]:
+        assert f"- `{sha[:12]}` " in text
+    assert "| skip |" in text and "tinynet.layers" in text
+
+
+def test_a_failed_pull_request_lookup_is_said_not_fatal() -> None:
+    from dlci.action.github.api import GitHub
+    from dlci.bisect.git import Commit
+    from dlci.bisect.result import _pulls
+
+    said: list[str] = []
+    commit = Commit("a" * 40, "subject (#3)", "A <a@x>", "")
+    unreachable = GitHub("http://127.0.0.1:9", "org/project", "t", timeout=2.0)
+    assert _pulls(unreachable, [commit], said.append) == {}
+    assert said and said[0].startswith(f"pull request of {commit.short}: not looked up: GET ")
+    assert _pulls(None, [commit], said.append) == {}  # no token: not asked
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"install": "conda"}, "--install 'conda'"),
+        ({"reruns": 11}, "--reruns must be"),
+        ({"max_runs": -1}, "--max-runs must be"),
+        ({"time_cap_minutes": 0}, "--time-cap must be"),
+        ({"run_timeout_minutes": -1}, "--run-timeout must be"),
+    ],
+)
+def test_a_request_out_of_bounds_is_refused(change: dict[str, Any], words: str) -> None:
+    from dlci.bisect.run import BisectRequest
+    from dlci.errors import DlciError
+
+    with pytest.raises(DlciError, match=re.escape(words)):
+        BisectRequest(Path("."), "a", "b", **change).checked()
