@@ -127,7 +127,8 @@ class _Runner:
             )
             try:
                 into = self.workdir / "installs" / commit.short
-                self.installed[index] = install(path, self.request.install, into)
+                left = max(self.deadline - time.monotonic(), 1.0)
+                self.installed[index] = install(path, self.request.install, into, timeout=left)
             except Unrunnable as exc:
                 self.installed[index] = str(exc)
         return self.installed[index]
