@@ -294,7 +294,28 @@ def build_context(folder: str | Path, job: dict[str, Any] | None = None) -> dict
         "utilization": _utilization(folder, utilization),
         "comparison": comparison,
         "history": {"trend": trend, "text": history} if trend or history else None,
+        "timing": _timing(_read_json(folder / "run.json")),
     }
+
+
+KIT_PARTS = {"copies_s": "copies of the checkout", "containers_s": "container start and stop",
+             "commit_s": "the install's image"}  # fmt: skip
+
+
+def _timing(run: dict[str, Any] | str | None) -> list[dict[str, str]]:
+    """Where the job's container time went (run.json's timing, the host's): one row each for
+    the project's steps and the kit's own parts; nothing for a run without it."""
+    timing = _dict(_dict(run).get("timing"))
+    rows = []
+    for name, value in list(_dict(timing.get("project")).items())[:10]:
+        if _number(value, ".1f"):
+            rows.append({"who": "the project", "what": _text(name, 40),
+                         "seconds": _number(value, ".1f")})  # fmt: skip
+    kit = _dict(timing.get("kit"))
+    for key, words in KIT_PARTS.items():
+        if _number(kit.get(key), ".1f"):
+            rows.append({"who": "the kit", "what": words, "seconds": _number(kit[key], ".1f")})
+    return rows
 
 
 def render(context: dict[str, Any]) -> str:
