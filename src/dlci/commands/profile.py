@@ -61,23 +61,27 @@ def main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(list(argv))
 
     from dlci.profiling.analysis import Destinations, analyze_trace
-    from dlci.profiling.gate import check_gate
+    from dlci.profiling.gate import MemoryFigures, check_gate
+    from dlci.profiling.memcapture import measure_memory
 
     _common.gates_need_analysis(args)
     check_gate(args.min_gpu_util, args.max_gpu_memory)
     schedule, tier_info = _schedule(args)
     say = analyze.speaker("profile", quiet=args.quiet)
     out = Path(args.out)
-    if script:  # the user's own script, unchanged: its steps, no memory pass
+    if script:  # the user's own script, unchanged: its steps, no memory pass (a Target's)
         from dlci.script.run import profile_script
 
-        result, memory = profile_script(script, args, schedule, out)
+        target, result = None, profile_script(script, args, schedule, out)
     else:
-        result, memory = _target(args, schedule, tier_info, out, say)
+        target, result = _target(args, schedule, tier_info, out, say)
     kind = "CPU-only trace (no GPU here)" if result.cpu_only else f"trace on {result.device}"
     say(f"wrote {result.trace}: {kind}, {result.wall_time_s:.1f} s")
     if result.log is not None:
         say(f"wrote {result.log}: what torch.profiler printed")
+    memory = MemoryFigures(skipped="script mode" if script else "--no-memory")
+    if target is not None and args.memory and args.analyze:  # the figures go into the report
+        memory = measure_memory(target, out=out, device=args.device, seed=args.seed, say=say)
     if not args.analyze:
         return 0
     analysis = analyze_trace(
@@ -90,10 +94,8 @@ def main(argv: Sequence[str]) -> int:
 
 
 def _target(args: argparse.Namespace, sch: Schedule, info: str, out: Path, say: Any) -> Any:
-    """The target's steps under the profiler, then its memory pass unless --no-memory."""
+    """The target, and its steps under the profiler."""
     from dlci.profiling.capture import profile_target
-    from dlci.profiling.gate import MemoryFigures
-    from dlci.profiling.memcapture import measure_memory
     from dlci.training.target import load_target, resolve_spec
 
     spec = resolve_spec(args.target)
@@ -102,10 +104,7 @@ def _target(args: argparse.Namespace, sch: Schedule, info: str, out: Path, say: 
     result = profile_target(target, out=out, schedule=sch, device=args.device,
         seed=args.seed, on_step=lambda step, total: say(f"step {step}/{total} "
         f"({sch.phase_of(step)})"))  # fmt: skip
-    memory = MemoryFigures(skipped="--no-memory")
-    if args.memory and args.analyze:  # the figures go into the report
-        memory = measure_memory(target, out=out, device=args.device, seed=args.seed, say=say)
-    return result, memory
+    return target, result
 
 
 def _schedule(args: argparse.Namespace) -> tuple[Schedule, str]:

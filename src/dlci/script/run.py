@@ -84,12 +84,11 @@ def memorize_plan(request: MemorizeRequest, command: ScriptCommand, tier: Any) -
     }
 
 
-def profile_script(words: list[str], args: Any, schedule: Any, out: Path) -> tuple[Any, Any]:
+def profile_script(words: list[str], args: Any, schedule: Any, out: Path) -> Any:
     """``dlci profile -- python train.py ...``: the trace of the script's own steps, the
-    schedule driven by its optimizer steps; a ProfileResult as for a Target, and the memory
-    figures (skipped: the memory pass needs a Target)."""
+    schedule driven by its optimizer steps; a ProfileResult as for a Target (no memory
+    pass: it needs a Target)."""
     from dlci.profiling.capture import ProfileResult
-    from dlci.profiling.gate import MemoryFigures
 
     command = parse_command(words)
     out.mkdir(parents=True, exist_ok=True)
@@ -107,7 +106,7 @@ def profile_script(words: list[str], args: Any, schedule: Any, out: Path) -> tup
             file=command.script,
             hint="raise its epoch or step count, or lower --steps, --wait and --warmup",
         )
-    result = ProfileResult(
+    return ProfileResult(
         trace=Path(found["trace"]),
         steps=found["steps"],
         device=found["device"],
@@ -115,7 +114,6 @@ def profile_script(words: list[str], args: Any, schedule: Any, out: Path) -> tup
         wall_time_s=found["wall_time_s"],
         log=Path(found["log"]) if found["log"] else None,
     )
-    return result, MemoryFigures(skipped="script mode")
 
 
 def run_child(command: ScriptCommand, plan: dict[str, Any], timeout: float | None) -> Any:
