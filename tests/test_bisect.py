@@ -730,3 +730,13 @@ def test_a_request_out_of_bounds_is_refused(change: dict[str, Any], words: str) 
 
     with pytest.raises(DlciError, match=re.escape(words)):
         BisectRequest(Path("."), "a", "b", **change).checked()
+
+
+def test_every_key_of_the_answer_is_documented(runs: dict[str, Any]) -> None:
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "nightly.md").read_text("utf-8")
+    data = runs["found"]["data"]
+    keys = (
+        set(data) | set(data["cost"]) | set(data["tested"][0]) | set(data["tested"][0]["runs"][0])
+    )
+    keys -= {"schema_version", "kind", "workdir", "run_timeout_minutes", "reruns", "sha"}
+    assert sorted(k for k in keys if f"`{k}`" not in doc) == []
