@@ -73,13 +73,13 @@ def console_lines(data: dict[str, Any]) -> list[str]:
         f"{cost['wall_s']:g} s, of at most {cost['max_runs']} and {cost['time_cap_minutes']:g} min"
     )
     for entry in data["tested"]:
-        last = entry["runs"][-1]
+        figures = figures_text(entry["runs"][-1]["figures"])
         lines.append(
             f"  {entry['sha'][:12]} {str(entry['verdict']).upper():<4} "
-            f"{clean(runs_text(entry['runs']))}; {clean(figures_text(last['figures']))}"
+            f"{clean(runs_text(entry['runs']))}{'; ' + clean(figures) if figures else ''}"
         )
         if entry["verdict"] == "skip":
-            lines.append(f"      {clean(last['reason'], limit=300)}")
+            lines.append(f"      {clean(entry['runs'][-1]['reason'], limit=300)}")
     return lines
 
 
@@ -95,11 +95,12 @@ def markdown(data: dict[str, Any]) -> str:
     else:
         head = f"### dl-ci bisect: {md(status)}"
         body = [md(data["message"], limit=1000)]
-        body += [
+        suspects = [
             f"- {md_code(c['sha'][:12])} {md(c['subject'], limit=200)} by {md(c['author'])}"
             + (f"; {md(_who(c), limit=300)}" if _who(c) else "")
             for c in data["candidates"]
         ]
+        body += ["\n".join(suspects)] if suspects else []
     cost = data["cost"]
     body.append(
         f"Gate {md_code(data['gate'], limit=300)}; last good "
@@ -116,9 +117,5 @@ def markdown(data: dict[str, Any]) -> str:
         ]
         for e in data["tested"]
     ]
-    return (
-        "\n".join(
-            [head, "", *body, "", *table(["commit", "subject", "verdict", "runs", "figures"], rows)]
-        )
-        + "\n"
-    )
+    headers = ["commit", "subject", "verdict", "runs", "figures"]
+    return "\n\n".join([head, *body, "\n".join(table(headers, rows))]) + "\n"
