@@ -283,9 +283,9 @@ def test_accelerate_backward_is_read(work: Path, capsys: pytest.CaptureFixture[s
 @pytest.mark.parametrize(
     ("shape", "line", "says"),
     [
-        ("two-optimizers", 58, "a second optimizer (Adam) stepped, after the first (SGD"),
-        ("no-backward", 67, "with no backward() since the last step"),
-        ("ddp", 72, "starts a torch.distributed process group"),
+        ("two-optimizers", 67, "a second optimizer (Adam) stepped, after the first (SGD"),
+        ("no-backward", 76, "with no backward() since the last step"),
+        ("ddp", 81, "starts a torch.distributed process group"),
     ],
 )
 def test_what_script_mode_cannot_follow_is_located(
@@ -298,6 +298,18 @@ def test_what_script_mode_cannot_follow_is_located(
     assert "docs/target.md" in found["hint"]
     partial = json.loads((work / shape / "memorization.json").read_text())
     assert partial["verdict"] == "fail" and partial["stopped_by"] == "error"
+
+
+def test_an_epoch_schedule_is_named_in_a_failure(work: Path) -> None:
+    """StepLR halving the rate every epoch, and an epoch is one memorised batch: the failure
+    says so (the control: the same loop without it passes, test_a_grad_scaler_...)."""
+    words = ["python", str(SHAPES), "--shape", "scheduled", "--epochs", "200"]
+    report = _in_process(work, work / "scheduled", words, work)["outcome"]["report"]
+    assert report["verdict"] == "fail"
+    assert report["next_step"].startswith("the script's learning-rate schedule stepped: StepLR (")
+    assert any(
+        line.startswith("the script's learning-rate schedule") for line in report["measured"]
+    )
 
 
 def test_shapes_control_passes(work: Path) -> None:

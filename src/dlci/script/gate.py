@@ -19,11 +19,24 @@ from dlci.memorization.before import Before
 from dlci.memorization.engine import Distributed, MemorizeConfig, MemorizeResult, Stops
 from dlci.memorization.floor import ASSUMED, References
 from dlci.memorization.verdict import judge
-from dlci.script.hooks import Hooks, ScriptStop, examples_in, find_model, find_optimizers
+from dlci.script.hooks import (
+    Hooks,
+    ScriptStop,
+    examples_in,
+    find_model,
+    find_optimizers,
+    find_schedulers,
+)
 from dlci.training.draws import Draws
 from dlci.training.regularization import no_dropout, switch_off_regularization
 from dlci.training.stepping import optimizer_hparams
 
+SCHEDULE_NOTE = (
+    "the script's learning-rate schedule stepped: {}; one memorised batch is one epoch here, "
+    "so a schedule that steps once per epoch (StepLR, ExponentialLR, ReduceLROnPlateau) runs "
+    "as many times faster as its loader has batches, and may decay the rate before the batch "
+    "is memorised"
+)
 FLOOR_NOTE = "the loss is read from the script's backward(), not separable from its step"
 
 Say = Callable[[str], None]
@@ -49,6 +62,7 @@ class ScriptGate:
         self.switched = False
         self.device = "cpu"
         self._modes = ExitStack()
+        self.schedulers: list[Any] = []  # the optimizer's, found at step 1
 
     # -- before the first step -------------------------------------------------------------
     def on_first_batch(self) -> None:
@@ -91,6 +105,7 @@ class ScriptGate:
         step = len(self.losses) + 1
         if step == 1:
             self._say_before()
+            self.schedulers = find_schedulers(self.hooks.optimizer)
         self.losses.append(value)
         if not math.isfinite(value):
             self._stop("nonfinite")
@@ -129,8 +144,15 @@ class ScriptGate:
         self.close()
         wall = time.perf_counter() - (self.first_step or time.perf_counter())
         setup = (self.first_step or self.started) - self.started
+        schedulers = [
+            f"{type(held).__name__} ({held.last_epoch} steps)"
+            for held in self.schedulers
+            if held.last_epoch > 0
+        ]
+        if schedulers:
+            self.lines.append(SCHEDULE_NOTE.format(", ".join(schedulers)))
         before = Before(References(None, ASSUMED, notes=[FLOOR_NOTE]), self.lines, False)
-        return judge(
+        result = judge(
             self.config,
             losses=self.losses,
             best=self.best if self.losses and math.isfinite(self.best) else None,
@@ -147,3 +169,6 @@ class ScriptGate:
             unjudged=self.stops.unjudged,
             before=before,
         )
+        if schedulers and not result.passed:
+            result.next_step = f"{self.lines[-1]}; {result.next_step}".rstrip("; ")
+        return result

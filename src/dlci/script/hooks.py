@@ -379,6 +379,14 @@ def find_optimizers() -> list[Any]:
     return [obj for obj in _live_objects() if isinstance(obj, torch.optim.Optimizer)]
 
 
+def find_schedulers(optimizer: Any) -> list[Any]:
+    """The learning-rate schedulers of ``optimizer`` (held: the script's end frees them)."""
+    import torch
+
+    kinds = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+    return [obj for obj in _live_objects() if isinstance(obj, kinds) and obj.optimizer is optimizer]
+
+
 def _live_objects() -> list[Any]:
     """gc's objects; the isinstance checks on them stay quiet (a deprecated module proxy
     warns when asked its class)."""
@@ -393,7 +401,8 @@ def _live_objects() -> list[Any]:
 def _is_torch_object(obj: Any) -> bool:
     import torch
 
-    return isinstance(obj, torch.nn.Module | torch.optim.Optimizer)
+    kinds = (torch.nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
+    return isinstance(obj, (*kinds, torch.optim.lr_scheduler.ReduceLROnPlateau))
 
 
 def run_script(script: str, module: bool, args: list[str]) -> None:

@@ -1,6 +1,6 @@
 """Small training loops of the shapes script mode must follow or refuse (dl-ci's own tests).
 
-python shapes.py --shape scaled|accelerate|two-optimizers|no-backward|ddp --epochs N
+python shapes.py --shape scaled|accelerate|scheduled|two-optimizers|no-backward|ddp --epochs N
 """
 
 import argparse
@@ -44,6 +44,15 @@ elif args.shape == "accelerate":  # accelerate's backward, its prepared loader a
             print(f"loss {loss.item():.6f}")
             accelerator.backward(loss)
             optimizer.step()
+
+elif args.shape == "scheduled":  # a schedule that steps once per epoch
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    for epoch in range(args.epochs):
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss_fn(model(x), y).backward()
+            optimizer.step()
+        scheduler.step()
 
 elif args.shape == "two-optimizers":  # a GAN's shape: two models, two optimizers
     critic = nn.Linear(4, 1)
