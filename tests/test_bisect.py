@@ -167,6 +167,7 @@ BRANCH = [
     ("release 0.3 (#25)", {"NOTES.md": "0.3\n"}),
 ]  # fmt: skip
 
+DIRTY = 'SETTINGS = {"lr": 0.0, "hidden": 32}  # trying something\n'
 AUTHORS = {CULPRIT: ("Ada Lovelace", "ada@example.org")}
 GIT_ENV = {
     "GIT_CONFIG_GLOBAL": os.devnull,
@@ -263,6 +264,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     history = build_repository(root)
     repo = Path(history["repo"][0])
     main, branch = history["main"], history["branch"]
+    # the caller's working tree has an edit of its own that would fail every commit (a zero
+    # rate): the bisect must never run it (each commit runs in a clean worktree)
+    (repo / "tinynet" / "settings.py").write_text(DIRTY, encoding="utf-8")
     pull = {"number": 7, "title": "settings: read the learning rate by its long name",
             "html_url": "https://github.com/org/project/pull/7", "user": {"login": "ada"},
             "merged_at": "2026-12-01T10:00:00Z"}  # fmt: skip
@@ -464,8 +468,12 @@ def test_counted_as_a_fail_the_unimportable_commit_would_be_blamed(runs: dict[st
 
 
 def test_the_callers_tree_is_untouched(runs: dict[str, Any]) -> None:
+    """Its own edit (which would fail every commit: the control is that commits passed) is
+    still there, alone; its branch and worktrees are as they were."""
     repo = runs["repo"]
-    assert _git(repo, "status", "--porcelain") == ""
+    assert _git(repo, "status", "--porcelain") == "M tinynet/settings.py"
+    assert (repo / "tinynet" / "settings.py").read_text(encoding="utf-8") == DIRTY
+    assert any(e["verdict"] == "pass" for e in runs["found"]["data"]["tested"])
     assert _git(repo, "rev-parse", "--abbrev-ref", "HEAD") == "main"
     assert _git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
 
