@@ -150,7 +150,9 @@ class _Runner:
         self.seed_runs += len(judged.verdicts)
         record = {
             "purpose": step.purpose,
-            "seeds": list(range(seed, seed + seeds)) if exit_code is not None else [],
+            "seeds": list(range(seed, seed + len(judged.verdicts)))
+            if exit_code is not None
+            else [],
             "verdicts": judged.verdicts,
             "near": judged.near,
             "figures": judged.figures,
@@ -173,6 +175,8 @@ class _Runner:
         judged = Judged([])
         code: int | None = None
         for k in range(seeds if gate.kind != "memorize" else 1):
+            if k and self.spent():  # one process per seed: the budget holds between them
+                break
             out = self.workdir / "runs" / f"{commit.short}-{self.runs + 1}"
             out.mkdir(parents=True, exist_ok=True)
             argv = [*(self.request.dlci or dlci_command()), *gate.argv(out, seed + k, runs)]
