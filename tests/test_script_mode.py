@@ -283,18 +283,20 @@ def test_accelerate_backward_is_read(work: Path, capsys: pytest.CaptureFixture[s
 @pytest.mark.parametrize(
     ("shape", "line", "says"),
     [
-        ("two-optimizers", 67, "a second optimizer (Adam) stepped, after the first (SGD"),
-        ("no-backward", 76, "with no backward() since the last step"),
-        ("ddp", 81, "starts a torch.distributed process group"),
+        ("two-optimizers", "(-critic(model(x)).mean()).backward()", "a second optimizer (Adam)"),
+        ("no-backward", "parameter.grad = grad", "with no backward() since the last step"),
+        ("ddp", "dist.init_process_group(", "starts a torch.distributed process group"),
     ],
 )
 def test_what_script_mode_cannot_follow_is_located(
-    work: Path, shape: str, line: int, says: str
+    work: Path, shape: str, line: str, says: str
 ) -> None:
+    """Located at the script's own line: the step after the line named, or the call."""
     words = ["python", str(SHAPES), "--shape", shape, "--epochs", "2"]
     found = _in_process(work, work / shape, words, work)
     assert says in found["error"]
-    assert found["where"].endswith(f"shapes.py:{line}")
+    at = _line_of(line) + (0 if shape == "ddp" else 1)
+    assert found["where"].endswith(f"shapes.py:{at}")
     assert "docs/target.md" in found["hint"]
     partial = json.loads((work / shape / "memorization.json").read_text())
     assert partial["verdict"] == "fail" and partial["stopped_by"] == "error"
@@ -312,10 +314,28 @@ def test_an_epoch_schedule_is_named_in_a_failure(work: Path) -> None:
     )
 
 
+def test_a_validation_pass_before_training_is_not_memorised(work: Path) -> None:
+    """The batch of step 1 is memorised, not the first batch of the first loader iterated
+    (here a validation loader, before training); the training loader shuffles, so
+    memorising another loader's batch would train on a new batch every epoch."""
+    words = ["python", str(SHAPES), "--shape", "eval-first", "--epochs", "200"]
+    report = _in_process(work, work / "eval-first", words, work)["outcome"]["report"]
+    assert report["verdict"] == "pass", report["reason"]
+    at = _line_of("loss_fn(model(x), y).backward()", start="eval-first") - 2  # its for loop
+    assert f"from the DataLoader iterated at {SHAPES}:{at} (16 examples)" in report["measured"][0]
+
+
 def test_shapes_control_passes(work: Path) -> None:
     """The control of the refusals: the same script's plain shape is followed."""
     words = ["python", str(SHAPES), "--shape", "scaled", "--epochs", "100"]
     assert "error" not in _in_process(work, work / "control", words, work)
+
+
+def _line_of(text: str, start: str = "") -> int:
+    """The number of the first line of shapes.py holding ``text`` (after ``start``)."""
+    lines = SHAPES.read_text().splitlines()
+    first = next(i for i, line in enumerate(lines) if start in line)
+    return next(i for i, line in enumerate(lines) if i >= first and text in line) + 1
 
 
 # -- the command after -- ------------------------------------------------------------------

@@ -49,7 +49,14 @@ class ScriptGate:
         self.config, self.say, self.progress = config, say, progress
         self.goal = Goal(config.max_loss, config.max_relative_loss, None, None)
         self.stops = Stops(self.goal, config.early_stop, False)
-        self.hooks = Hooks(True, self.on_step, self.on_first_batch, self.before_step)
+        self.hooks = Hooks(
+            True,
+            self.on_step,
+            self.on_first_batch,
+            self.before_step,
+            on_decided=self.on_decided,
+            capture=Draws.capture,
+        )
         self.losses: list[float] = []
         self.best, self.best_step = math.inf, 0
         self.stopped_by = "ended"
@@ -66,12 +73,8 @@ class ScriptGate:
 
     # -- before the first step -------------------------------------------------------------
     def on_first_batch(self) -> None:
-        self.lines.append(
-            f"the memorised batch: the first batch of the DataLoader iterated at "
-            f"{self.hooks.batch_at} ({examples_in(self.hooks.batch)} examples), yielded again "
-            "at every iteration of it (one batch per epoch); every other DataLoader yields its "
-            "first batch only"
-        )
+        """The first batch of any DataLoader, before any step: regularisation off."""
+        self.first_step = time.perf_counter()
         optimizers = find_optimizers()
         if len(optimizers) == 1:
             self._switch_off(optimizers[0])
@@ -89,12 +92,21 @@ class ScriptGate:
             self.device = str(parameter.device)
             break
 
+    def on_decided(self, draws: Draws) -> None:
+        """The first backward(): the batch its step trains on is memorised, and the draws
+        at its yield are replayed before every later step."""
+        self.draws = draws
+        self.lines.insert(
+            0,
+            f"the memorised batch: the batch of step 1, from the DataLoader iterated at "
+            f"{self.hooks.batch_at} ({examples_in(self.hooks.batch)} examples), yielded again "
+            "at every iteration of it (one batch per epoch); every other DataLoader yields its "
+            "first batch only from then on",
+        )
+
     def before_step(self) -> None:
-        """Before each memorised batch: the first captures the draws, later ones replay them."""
-        if self.draws is None:
-            self.draws = Draws.capture()
-            self.first_step = time.perf_counter()
-        else:
+        """Before each memorised batch: the draws of step 1, replayed."""
+        if self.draws is not None:
             self.draws.replay()
 
     # -- each step -------------------------------------------------------------------------

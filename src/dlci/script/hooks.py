@@ -109,8 +109,11 @@ class Hooks:
 
     memorise: bool  # False: the profile (real batches, no loss needed)
     on_step: Callable[[float], None]
-    on_first_batch: Callable[[], None] = lambda: None
+    on_first_batch: Callable[[], None] = lambda: None  # any loader's, before any step
     before_step: Callable[[], None] = lambda: None  # before each memorised batch is yielded
+    on_decided: Callable[[Any], None] = lambda _draws: None  # the memorised batch is known
+    capture: Callable[[], Any] = lambda: None  # the draws at a batch's yield
+    candidate: tuple[Any, Any, Any, str] | None = None  # (loader, batch, draws, where)
     on_optimizer: Callable[[Any], None] = lambda _optimizer: None  # its first step
     loader: Any = None
     batch: Any = None
@@ -164,24 +167,48 @@ class Hooks:
             if not hooks.memorise:
                 return original(loader)  # type: ignore[no-any-return]
             if hooks.loader is None:
-                return hooks._first(loader, original)
+                return hooks._watch(loader, original(loader))
             if loader is hooks.loader:
                 return hooks._again()
             return _first_only(original(loader))
 
         return __iter__
 
-    def _first(self, loader: Any, original: Any) -> Iterator[Any]:
-        iterator = original(loader)
-        try:
-            batch = next(iterator)
-        except StopIteration:
-            return iter(())
-        del iterator  # its workers stop
-        self.loader, self.batch = loader, clone(batch)
-        self.batch_at = user_frame() or "the script"
-        self.on_first_batch()
-        return self._again()
+    def _watch(self, loader: Any, iterator: Any) -> Iterator[Any]:
+        """A loader's real batches until the first backward() names the memorised one: the
+        last batch yielded before it (an evaluation before training is not memorised). Its
+        epoch then ends (or, endless, goes on with the memorised batch)."""
+        while True:
+            if self.loader is not None and loader is self.loader:
+                del iterator  # its workers stop
+                if not _has_length(loader):
+                    yield from self._again()
+                return
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+            if self.loader is None:
+                first = self.candidate is None
+                self.candidate = (loader, clone(batch), self.capture(), user_frame())
+                if first:
+                    self.on_first_batch()
+            yield batch
+
+    def _decide(self) -> None:
+        """At the first backward(): the batch of the step it ends is the memorised batch."""
+        if self.candidate is None:
+            raise Unsupported(
+                "backward() was called before any torch.utils.data.DataLoader was iterated: "
+                "script mode memorises the batch of the first step from its DataLoader, and "
+                "this script takes its batches another way (a get_batch of its own, tensors "
+                "sliced by hand)",
+                user_frame(),
+            )
+        self.loader, self.batch, draws, where = self.candidate
+        self.batch_at = where or "the script"
+        self.candidate = None
+        self.on_decided(draws)
 
     def _again(self) -> Iterator[Any]:
         """One batch per iteration; for ever where the loader has no length (an
@@ -227,13 +254,7 @@ class Hooks:
         import torch
 
         if self.memorise and self.loader is None:
-            raise Unsupported(
-                "backward() was called before any torch.utils.data.DataLoader was iterated: "
-                "script mode memorises the first batch of the first DataLoader the script "
-                "iterates, and this script takes its batches another way (a get_batch of its "
-                "own, tensors sliced by hand)",
-                user_frame(),
-            )
+            self._decide()
         tensor = tensors if isinstance(tensors, torch.Tensor) else None
         if tensor is None and isinstance(tensors, tuple | list) and len(tensors) == 1:
             tensor = tensors[0]

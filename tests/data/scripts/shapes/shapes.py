@@ -1,6 +1,6 @@
 """Small training loops of the shapes script mode must follow or refuse (dl-ci's own tests).
 
-python shapes.py --shape scaled|accelerate|scheduled|two-optimizers|no-backward|ddp --epochs N
+python shapes.py --shape scaled|accelerate|eval-first|scheduled|two-optimizers|no-backward|ddp --epochs N
 """
 
 import argparse
@@ -43,6 +43,16 @@ elif args.shape == "accelerate":  # accelerate's backward, its prepared loader a
             loss = loss_fn(model(x), y)
             print(f"loss {loss.item():.6f}")
             accelerator.backward(loss)
+            optimizer.step()
+
+elif args.shape == "eval-first":  # a validation pass before training, on another loader
+    held_out = DataLoader(TensorDataset(torch.randn(48, 8), torch.randint(0, 4, (48,))), 16)
+    with torch.no_grad():
+        print("validation", sum(loss_fn(model(x), y).item() for x, y in held_out))
+    for epoch in range(args.epochs):
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss_fn(model(x), y).backward()
             optimizer.step()
 
 elif args.shape == "scheduled":  # a schedule that steps once per epoch
