@@ -59,6 +59,8 @@ target = "tinynet.target:make_target"
 TARGET = '''\
 """What dl-ci trains."""
 
+import os
+
 import torch
 from torch import nn
 
@@ -74,6 +76,8 @@ def learning_rate():
 
 
 def make_target():
+    # the bisect hands a commit's code no token of the job's
+    assert "GITHUB_TOKEN" not in os.environ, "the job's token reached a commit's code"
     # one seed in four is unlucky (an initialisation the short tier is too short for),
     # a different one at each commit (SALT): this seed's rate is a fifth of the others'
     unlucky = (torch.initial_seed() + SALT) % 4 == 0
@@ -278,11 +282,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             env.setenv("MKL_NUM_THREADS", "1")
             env.setenv("GITHUB_API_URL", github.state.api)
             env.setenv("GITHUB_REPOSITORY", "org/project")
+            env.setenv("GITHUB_TOKEN", TOKEN)  # the job's: PRs looked up, none for the gates
             found = _bisect(
                 repo, root / "found.json", "--good", main[0], "--bad", main[-1],
-                "--budget", "nightly", "--github-token", TOKEN,
-                "--markdown", str(root / "found.md"), *tier,
+                "--budget", "nightly", "--markdown", str(root / "found.md"), *tier,
             )  # fmt: skip
+            env.delenv("GITHUB_TOKEN")
             flaky = _bisect(
                 repo, root / "flaky.json", "--good", main[4], "--bad", main[8],
                 "--budget", "merge", *tier,
@@ -360,9 +365,13 @@ def test_the_markdown_puts_the_culprit_first(runs: dict[str, Any]) -> None:
     assert f"| `{main[CULPRIT - 1][:12]}` |" in text and "| pass |" in text
 
 
-def test_the_culprits_unit_tests_pass(runs: dict[str, Any], tmp_path: Path) -> None:
+def test_the_culprits_unit_tests_pass(
+    runs: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The control for the bug being silent: the culprit's own tests pass (in-process: the
-    commit's files read from git, its test function called)."""
+    commit's files read from git, its test function called). And the control for the token
+    kept from the gate runs: the target refuses to build where the job's token is set."""
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
     repo, sha = runs["repo"], runs["main"][CULPRIT]
     tree = tmp_path / "culprit"
     for name in ("tinynet/__init__.py", "tinynet/luck.py", "tinynet/settings.py",
@@ -381,6 +390,9 @@ def test_the_culprits_unit_tests_pass(runs: dict[str, Any], tmp_path: Path) -> N
         from tinynet.target import learning_rate
 
         assert learning_rate() == 0.0  # the bug: the gate's flat loss is this
+        monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+        with pytest.raises(AssertionError, match="the job's token reached"):
+            module.make_target()
     finally:
         sys.path.remove(str(tree))
         for name in [

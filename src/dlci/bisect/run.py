@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,11 @@ from dlci.errors import EXIT_USAGE, DlciError
 SCHEMA_VERSION = 1
 TAIL_LINES = 3
 TIMED_OUT = 124
+# what a gate run never gets: the job's tokens (GitHub's, the runtime's, OIDC's)
+TOKENS = frozenset({
+    "GITHUB_TOKEN", "GH_TOKEN", "DLCI_GITHUB_TOKEN", "ACTIONS_RUNTIME_TOKEN",
+    "ACTIONS_ID_TOKEN_REQUEST_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_URL",
+})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -180,7 +185,7 @@ class _Runner:
             out = self.workdir / "runs" / f"{commit.short}-{self.runs + 1}"
             out.mkdir(parents=True, exist_ok=True)
             argv = [*(self.request.dlci or dlci_command()), *gate.argv(out, seed + k, runs)]
-            env = installed.environment(dict(os.environ))
+            env = installed.environment(gate_environment(os.environ))
             timeout = min(self.request.run_timeout_minutes * 60, self.deadline - time.monotonic())
             self.runs += 1
             code = _call(argv, self.workdir / "trees" / commit.short, env, out, timeout)
@@ -202,6 +207,15 @@ class _Runner:
         if time.monotonic() >= self.deadline:
             return f"the time cap of {self.request.time_cap_minutes:g} min is spent"
         return None
+
+
+def gate_environment(base: Mapping[str, str]) -> dict[str, str]:
+    """The caller's environment without its tokens: a commit's code needs none to be judged.
+
+    >>> sorted(gate_environment({"PATH": "/bin", "GITHUB_TOKEN": "t", "GH_TOKEN": "t"}))
+    ['PATH']
+    """
+    return {k: v for k, v in base.items() if k not in TOKENS}
 
 
 def _call(argv: list[str], cwd: Path, env: dict[str, str], out: Path, timeout: float) -> int:

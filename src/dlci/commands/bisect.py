@@ -46,7 +46,7 @@ OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--run-timeout", {"type": float, "default": 30.0, "metavar": "MIN",
                        "help": "minutes for one gate run (default: 30)"}),
     ("--markdown", {"metavar": "FILE", "help": "append the answer as Markdown to FILE"}),
-    ("--github-token", {"default": os.environ.get("GITHUB_TOKEN") or None, "help": "look up "
+    ("--github-token", {"metavar": "TOKEN", "help": "look up "
                         "each suspect's pull request and author (default: $GITHUB_TOKEN; "
                         "GITHUB_API_URL and GITHUB_REPOSITORY say where)"}),
     ("--keep", {"action": "store_true", "help": "keep the worktrees and run folders"}),
@@ -94,7 +94,8 @@ def main(argv: Sequence[str]) -> int:
         repo=Path(args.repo), good=args.good, bad=args.bad, gate=gate,
         install=args.install, reruns=args.reruns, seed=args.seed, max_runs=args.max_runs,
         time_cap_minutes=args.time_cap, run_timeout_minutes=args.run_timeout, keep=args.keep,
-        github_token=args.github_token, history=args.history,
+        github_token=args.github_token or os.environ.get("GITHUB_TOKEN") or None,
+        history=args.history,
     )  # fmt: skip
     data = run_bisect(request, say=lambda line: print(f"bisect: {clean(line)}", file=sys.stderr))
     if args.json:
