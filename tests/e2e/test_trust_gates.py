@@ -234,14 +234,15 @@ def test_the_containers_output_cannot_issue_workflow_commands(
     assert "::error::pwned" in lines and "::set-output name=verdict::pass" in lines
     acted = commands_seen(lines)
     tokens = [line.split("::")[2] for line in acted if line.startswith("::stop-commands::")]
-    assert len(tokens) == 1 and re.fullmatch(r"[0-9a-f]{32}", tokens[0])
-    assert acted == [f"::stop-commands::{tokens[0]}", f"::{tokens[0]}::"]
-    assert lines[-1] == f"::{tokens[0]}::"  # nothing the container printed comes after it
-    assert (
-        tokens[0] not in (ws / "dlci-artifacts" / "seen.txt").read_text()
-    )  # not in its argv or environment
+    assert len(tokens) == 2 and len(set(tokens)) == 2  # the install's container, the tests'
+    assert all(re.fullmatch(r"[0-9a-f]{32}", token) for token in tokens)
+    assert acted == [f"::stop-commands::{tokens[0]}", f"::{tokens[0]}::",
+                     f"::stop-commands::{tokens[1]}", f"::{tokens[1]}::"]  # fmt: skip
+    assert lines[-1] == f"::{tokens[1]}::"  # nothing the container printed comes after it
+    seen = (ws / "dlci-artifacts" / "seen.txt").read_text()
+    assert all(token not in seen for token in tokens)  # not in its argv or environment
     # control: the same output without the host's markers would be acted on
-    raw = [line for line in lines if tokens[0] not in line]
+    raw = [line for line in lines if not any(token in line for token in tokens)]
     assert {"::error::pwned", "::add-mask::x", "::set-output name=verdict::pass"} <= set(
         commands_seen(raw)
     )
@@ -280,6 +281,7 @@ def test_a_gate_cannot_make_the_host_copy_or_write_through_links(
     kit_image: str, tmp_path: Path, monkeypatch
 ) -> None:
     import dlci.action.host.gates as gates
+    from dlci.action.host import installed
 
     ws = digits(tmp_path, {"test_zz_ok.py": OK_TEST})
     preflight = host_preflight(ws)
@@ -309,6 +311,9 @@ def test_a_gate_cannot_make_the_host_copy_or_write_through_links(
         collect(self, part, code, copy)
 
     monkeypatch.setattr(gates.Parts, "collect", keep_raw)
+    # the install in every part (as when the install container cannot be kept as an image):
+    # the plant then runs in the gate's own container, with its report folder mounted
+    monkeypatch.setattr(installed, "commit", lambda *a: (None, 0.0, "refused by the test"))
     argv = ["container", "run", "--image", kit_image, "--workspace", str(ws), "--job", "g-files"]
     argv += ["--", "--out", "/workspace/dlci-artifacts", "--tier-json", str(preflight), *INNER]
     argv += ["--target", BROKEN, "--no-doctor", "--no-profile", "--tests", "tests/test_zz_ok.py"]
@@ -317,6 +322,8 @@ def test_a_gate_cannot_make_the_host_copy_or_write_through_links(
     assert main(argv) == 1  # the broken target fails memorization; the host did not hang
     print(f"gate file attack: {time.monotonic() - started:.1f} s")
     assert (raw / "memorize" / "leak" / "env").is_symlink()  # the attack ran in the gate
+    assert (raw / "install" / "leak" / "env").is_symlink()  # and in the install's container,
+    assert not (gates.reports_dir(str(record)) / "leak").exists()  # whose run.json alone counts
     assert (raw / "swapped").read_text() == "True"  # in the gate's own copy of the checkout
     assert not (ws / "dlci-artifacts").is_symlink()  # the workspace is never a container's
     assert list(victim.iterdir()) == []  # nothing written through the swapped folder

@@ -179,8 +179,8 @@ def test_control_on_the_workspace_itself_git_on_the_host_runs_the_plant_and_the_
     kit_image: str, tmp_path: Path, monkeypatch
 ) -> None:
     """The protection taken out: each container on the workspace itself, as before."""
-    monkeypatch.setattr(container.Copies, "make", lambda self, part: self.workspace)
-    monkeypatch.setattr(container.Copies, "done", lambda self, part, copy: [])
+    monkeypatch.setattr(container.Copies, "make", lambda self, part, source=None: self.workspace)
+    monkeypatch.setattr(container.Copies, "done", lambda self, part, copy, keep=False: [])
     ws, _, runs = play(kit_image, tmp_path, monkeypatch, "w-shared")
     assert runs[0] >= 1  # checkout's post step ran the planted command on the host
     assert (ws / "sub" / ".git" / "config").is_file()  # it survived the next checkout's clean

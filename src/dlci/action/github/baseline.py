@@ -309,7 +309,7 @@ def against_baseline(
         source: dict[str, Any] = {"folder": str(base_dir)} if base_dir else {}
         if base_dir is not None and (base_dir / SOURCE_FILE).is_file():  # fetched before the job
             kept = _json(base_dir / SOURCE_FILE)
-            source = {**kept, **source} if isinstance(kept, dict) else source
+            source = kept if isinstance(kept, dict) else source
         folder, skipped, problem = base_dir, [], ""
         if base_dir is None or comment:
             try:

@@ -462,7 +462,8 @@ class Once:
 
     def close(self, copies: Copies | None) -> None:
         installed.remove_image(self.image)
-        if self.copy is not None and not scratch.remove_copy(self.copy):
+        mine = copies is not None and self.copy is not None and self.copy.parent == copies.folder
+        if mine and self.copy is not None and not scratch.remove_copy(self.copy):
             say(f"install: its copy of the checkout could not be removed whole ({self.copy})")
         self.image = self.copy = None
 
