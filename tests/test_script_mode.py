@@ -183,7 +183,7 @@ class _Saved:
         sys.argv[:], sys.path[:] = self.argv, self.path
         os.chdir(self.cwd)
         for name in set(sys.modules) - self.modules:
-            if name.split(".")[0] in ("mingpt", "__main__", "data", "model"):
+            if name.split(".")[0] in ("mingpt", "pkg", "data", "model"):
                 del sys.modules[name]
 
 
@@ -325,6 +325,19 @@ def test_a_validation_pass_before_training_is_not_memorised(work: Path) -> None:
     assert f"from the DataLoader iterated at {SHAPES}:{at} (16 examples)" in report["measured"][0]
 
 
+def test_a_module_runs_as_python_m_runs_it(work: Path) -> None:
+    """``-- python -m pkg.train``: the module found from the working folder, its own name
+    ``__main__``, its arguments after it."""
+    package = work / "modules" / "pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    shutil.copy(SHAPES, package / "train.py")
+    words = ["python", "-m", "pkg.train", "--shape", "scaled", "--epochs", "100"]
+    report = _in_process(work, work / "module", words, work / "modules")["outcome"]["report"]
+    assert report["verdict"] == "pass"
+    assert report["config"]["target"] == " ".join(words)
+
+
 def test_shapes_control_passes(work: Path) -> None:
     """The control of the refusals: the same script's plain shape is followed."""
     words = ["python", str(SHAPES), "--shape", "scaled", "--epochs", "100"]
@@ -336,6 +349,28 @@ def _line_of(text: str, start: str = "") -> int:
     lines = SHAPES.read_text().splitlines()
     first = next(i for i, line in enumerate(lines) if start in line)
     return next(i for i, line in enumerate(lines) if i >= first and text in line) + 1
+
+
+def test_functional_dropout_runs_at_zero_inside_only() -> None:
+    import torch
+    import torch.nn.functional as F
+
+    from dlci.script.dropout import functional_dropout_off
+
+    x = torch.ones(1, 2, 4, 8)
+    with functional_dropout_off() as caught:
+        assert torch.equal(F.dropout(x, 0.5, True), x)
+        assert torch.equal(torch.dropout(x, p=0.5, train=True), x)
+        plain = F.scaled_dot_product_attention(x, x, x)
+        assert torch.equal(F.scaled_dot_product_attention(x, x, x, None, 0.9), plain)
+        assert torch.equal(F.dropout(x, 0.0, True), x)  # a rate of 0 is not caught
+    assert caught == [
+        "torch.nn.functional.dropout",
+        "torch.dropout",
+        "torch.nn.functional.scaled_dot_product_attention",
+    ]
+    torch.manual_seed(0)
+    assert not torch.equal(F.dropout(x, 0.5, True), x)  # the control: outside, it drops
 
 
 # -- the command after -- ------------------------------------------------------------------

@@ -19,6 +19,7 @@ from dlci.memorization.before import Before
 from dlci.memorization.engine import Distributed, MemorizeConfig, MemorizeResult, Stops
 from dlci.memorization.floor import ASSUMED, References
 from dlci.memorization.verdict import judge
+from dlci.script.dropout import functional_dropout_off
 from dlci.script.hooks import (
     Hooks,
     ScriptStop,
@@ -28,7 +29,7 @@ from dlci.script.hooks import (
     find_schedulers,
 )
 from dlci.training.draws import Draws
-from dlci.training.regularization import no_dropout, switch_off_regularization
+from dlci.training.regularization import switch_off_regularization
 from dlci.training.stepping import optimizer_hparams
 
 SCHEDULE_NOTE = (
@@ -78,7 +79,7 @@ class ScriptGate:
         optimizers = find_optimizers()
         if len(optimizers) == 1:
             self._switch_off(optimizers[0])
-        self.caught = self._modes.enter_context(no_dropout())  # functional dropout at p = 0
+        self.caught = self._modes.enter_context(functional_dropout_off())  # its calls at p = 0
 
     def _switch_off(self, optimizer: Any) -> None:
         import torch
@@ -149,7 +150,7 @@ class ScriptGate:
 
     # -- the verdict -----------------------------------------------------------------------
     def close(self) -> None:
-        """Leave the modes entered at the first batch (functional dropout at p = 0)."""
+        """Put back what the first batch changed (the dropout functions at p = 0)."""
         self._modes.close()
 
     def result(self) -> MemorizeResult:
