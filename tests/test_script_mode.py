@@ -170,6 +170,30 @@ def test_a_script_that_takes_batches_by_hand_is_told_so_at_its_line(work: Path) 
     assert "main.py:" in report["reason"]
 
 
+def test_nanogpt_get_batch_is_told_so_at_its_backward(work: Path) -> None:
+    """karpathy/nanoGPT's train.py, unchanged: batches from np.memmap by its get_batch, the
+    loss through a GradScaler; its own configurator reads the --key=value arguments."""
+    import numpy as np
+
+    folder = work / "nanogpt"
+    shutil.copytree(SCRIPTS / "nanogpt", folder)
+    (folder / "data" / "tiny").mkdir(parents=True)
+    tokens = np.random.default_rng(0).integers(0, 60, size=6000).astype(np.uint16)
+    tokens.tofile(folder / "data" / "tiny" / "train.bin")
+    tokens.tofile(folder / "data" / "tiny" / "val.bin")
+    words = ["python", "train.py", "--dataset=tiny", "--device=cpu", "--compile=False"]
+    words += ["--dtype=float32", "--n_layer=1", "--n_head=2", "--n_embd=16", "--block_size=8"]
+    words += ["--batch_size=4", "--eval_iters=1", "--max_iters=5", f"--out_dir={work / 'ng'}"]
+    found = _in_process(work, work / "nanogpt-out", words, folder)
+    backward = next(
+        i + 1
+        for i, line in enumerate((folder / "train.py").read_text().splitlines())
+        if "scaler.scale(loss).backward()" in line
+    )
+    assert found["where"] == f"train.py:{backward}"
+    assert "before any torch.utils.data.DataLoader was iterated" in found["error"]
+
+
 # -- in this process: the child's entry point on real scripts ----------------------------
 class _Saved:
     """sys.argv, sys.path, the working directory and the modules a script imported, put back."""
@@ -183,7 +207,7 @@ class _Saved:
         sys.argv[:], sys.path[:] = self.argv, self.path
         os.chdir(self.cwd)
         for name in set(sys.modules) - self.modules:
-            if name.split(".")[0] in ("mingpt", "pkg", "data", "model"):
+            if name.split(".")[0] in ("mingpt", "pkg", "data", "model", "configurator"):
                 del sys.modules[name]
 
 
@@ -406,7 +430,7 @@ def test_torchrun_is_refused_before_anything_runs(work: Path) -> None:
 
 def test_the_scripts_are_vendored_with_their_source() -> None:
     readme = (SCRIPTS / "README.md").read_text()
-    for folder in ("makemore", "mingpt", "word_language_model"):
+    for folder in ("makemore", "mingpt", "nanogpt", "word_language_model"):
         assert (SCRIPTS / folder / "LICENSE").is_file()
         assert f"`{folder}/" in readme
 
