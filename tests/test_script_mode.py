@@ -84,8 +84,8 @@ def _cli(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess[str], 
     return proc, found
 
 
-def _memorize(work: Path, out: Path, command: list[str], cwd: Path) -> tuple[Any, Any]:
-    args = ["memorize", "--ladder", str(work / "ladder.yaml"), "--budget", "pr"]
+def _memorize(work: Path, out: Path, command: list[str], cwd: Path, *extra: str) -> tuple[Any, Any]:
+    args = ["memorize", *extra, "--ladder", str(work / "ladder.yaml"), "--budget", "pr"]
     args += ["--hardware", "cpu", "--tracker", "none", "--out", str(out), "--", *command]
     return _cli(args, cwd)
 
@@ -162,8 +162,9 @@ def test_a_script_that_takes_batches_by_hand_is_told_so_at_its_line(work: Path) 
     folder = SCRIPTS / "word_language_model"
     command = ["python", str(folder / "main.py"), "--data", str(work / "corpus"), "--epochs", "1"]
     command += ["--emsize", "8", "--nhid", "8", "--nlayers", "1", "--bptt", "5", "--use-optimizer"]
-    proc, report = _memorize(work, work / "wlm", command, work)
+    proc, report = _memorize(work, work / "wlm", command, work, "--device", "cpu")
     assert proc.returncode == 1
+    assert "--device cpu is not used in script mode" in proc.stderr
     assert "main.py:" in proc.stderr and "before any torch.utils.data.DataLoader" in proc.stderr
     assert "hint: write a Target for it (docs/target.md)" in proc.stderr
     assert report["verdict"] == "fail" and report["stopped_by"] == "error"

@@ -35,6 +35,11 @@ def memorize_script(request: MemorizeRequest, words: list[str], say: Say) -> Mem
             "in one process",
             hint="leave them out, or write a Target (docs/target.md)",
         )
+    for given, name in ((request.target, "--target"), (request.device, "--device")):
+        if given:
+            say(
+                f"{name} {given} is not used in script mode: the script builds and places its model"
+            )
     tier = request.tier.choose()
     if tier.nproc > 1:
         say(f"the tier asks for {tier.nproc} processes; script mode runs the script in one")
