@@ -869,3 +869,40 @@ def test_two_jobs_building_the_same_inputs_build_once(
         assert any(b"waiting for it" in err and b"is up to date" in err for _, err in outs)
     else:
         assert builds == list(tags) * 2
+
+
+def test_an_image_whose_dlci_predates_the_install_container_still_runs_the_job(
+    tmp_path: Path, fake_docker, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pinned image built by an older dl-ci refuses --phase install (argparse, exit 2): each
+    part then installs, as before; control: any other exit 2 of the install fails the job."""
+    ws, ran = tmp_path / "ws", tmp_path / "docker-ran"
+    ws.mkdir()
+    older = _PARTS_DOCKER.format(ran=str(ran), commit=0, install="passed", plant=False).replace(
+        "if '--phase' in args:\n",
+        "if args[-2:] == ['--phase', 'install']:\n"
+        "    print(\"dlci run: error: argument --phase: invalid choice: 'install'\")\n"
+        "    sys.exit(2)\n"
+        "if '--phase' in args:\n",
+    )
+    fake_docker(older)
+    monkeypatch.setenv(RECORD_VARIABLE, str(tmp_path / "record.json"))
+    monkeypatch.setenv("DLCI_INPUT_CPU_THREADS", "auto")  # the action's default: not passed
+    assert run(RunRequest(image="img:1", workspace=str(ws), job="7")) == 0
+    starts = [line.split() for line in ran.read_text().splitlines() if line.startswith("run ")]
+    assert [a[a.index("--phase") + 1] for a in starts] == [
+        "install", "tests", "memorize", "doctor", "profile"
+    ]  # fmt: skip
+    assert not any("--installed" in a or "--cpu-threads" in a for a in starts)
+    assert "predates the install container" in capsys.readouterr().err
+    steps = {
+        s["name"]: s for s in json.loads((tmp_path / "record.json").read_text())["run"]["steps"]
+    }
+    assert steps["install"]["status"] == "skipped"  # the tests container's own record
+    # control: an install container that fails otherwise with 2 fails the job
+    fake_docker(older.replace("invalid choice: 'install'", "something else"))
+    assert run(RunRequest(image="img:1", workspace=str(ws), job="8")) == 2  # its exit code
+    steps = {
+        s["name"]: s for s in json.loads((tmp_path / "record.json").read_text())["run"]["steps"]
+    }
+    assert steps["install"]["status"] == "error" and steps["tests"]["status"] == "skipped"

@@ -403,6 +403,12 @@ def _run_parts(
                 timing["container_s"] = round(time.monotonic() - started, 3)
                 if code == 125:  # docker itself failed to start the container
                     raise _start_failure(tail)
+                if part.name == "install" and code == 2 and _predates(tail):
+                    say("install: the image's dl-ci predates the install container (dlci run "
+                        "--phase install): every part installs the project, as before; rebuild "
+                        "the image to install once a job")  # fmt: skip
+                    parts.timing.pop("install", None)
+                    continue
                 parts.collect(part, code, copy)
             finally:
                 keep = part.name == "install" and code == 0 and parts.install_passed()
@@ -427,6 +433,11 @@ def _run_parts(
         once.close(copies)
         parts.finish(planned)
     return worst
+
+
+def _predates(tail: Sequence[str]) -> bool:
+    """Whether a container's ``dlci run`` refused ``--phase install`` (an older image)."""
+    return any("invalid choice: 'install'" in line for line in tail[-5:])
 
 
 def _blocked(parts: Parts, part: Any) -> bool:

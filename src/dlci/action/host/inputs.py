@@ -43,6 +43,9 @@ SECRET_HINTS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL")
 VALUE_INPUTS = (
     "target", "tests", "pytest-args", "install", "min-gpu-util", "max-gpu-memory", "cpu-threads",
 )  # fmt: skip
+# inputs whose "auto" is dlci run's own default: not passed, so an image whose dl-ci predates
+# the option still runs the job
+DEFAULT_AUTO = ("cpu-threads",)
 SWITCH_INPUTS = ("doctest", "coverage", "memorize", "doctor", "profile")
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
@@ -56,7 +59,7 @@ def inputs_to_argv(environ: dict[str, str]) -> list[str]:
     argv: list[str] = []
     for name in VALUE_INPUTS:
         value = environ.get("DLCI_INPUT_" + name.upper().replace("-", "_"), "")
-        if value.strip():
+        if value.strip() and not (name in DEFAULT_AUTO and value.strip().lower() == "auto"):
             argv += [f"--{name}", value]
     ladder = environ.get("DLCI_INPUT_LADDER", "").strip()
     if ladder:
