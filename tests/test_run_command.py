@@ -114,6 +114,28 @@ def test_a_failing_test_fails_the_run_and_the_rest_still_runs(project: Path) -> 
     assert any("1 failed" in line for line in tests["log_tail"])
 
 
+def test_doctests_come_from_the_package_not_a_training_script_at_the_root(project: Path) -> None:
+    """A train.py at the root that exits when imported (it parses sys.argv, downloads data)
+    is not imported for doctests; the package's doctest still runs. Control: pytest's own
+    collection, the old default (--doctest-modules, now through pytest-args), imports it and
+    the tests step fails on it."""
+    (project / "train.py").write_text('"""\n>>> 1\n1\n"""\nimport sys\n\nsys.exit(2)\n')
+    out = project / "dlci-artifacts"
+    args = [*BASE, "--no-memorize", "--no-coverage", "--out", str(out)]
+    assert main(args) == 0
+    junit = (out / "junit.xml").read_text()
+    assert 'tests="2"' in junit and 'name="tinyproj.maths.double"' in junit
+    assert "train" not in junit
+    tests = next(s for s in run_json(out)["steps"] if s["name"] == "tests")
+    assert any("dl-ci doctests: the modules of tinyproj" in line for line in tests["log_tail"])
+
+    assert main([*args, "--pytest-args=--doctest-modules"]) == 1
+    tests = next(s for s in run_json(out)["steps"] if s["name"] == "tests")
+    assert tests["status"] == "failed"
+    assert any("train.py" in line for line in tests["log_tail"]), tests["log_tail"]
+    assert any("SystemExit: 2" in line for line in tests["log_tail"]), tests["log_tail"]
+
+
 def test_a_failed_install_blocks_the_steps_that_need_it(project: Path) -> None:
     out = project / "dlci-artifacts"
     args = [a if a != "none" else "exit 3" for a in BASE]

@@ -51,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--pytest-args", default="", metavar="ARGS", help="more pytest arguments, "
                    "shell-quoted")  # fmt: skip
-    _flag(p, "doctest", "doctests (--doctest-modules)")
+    _flag(p, "doctest", "doctests (of the project's own packages)")
     _flag(p, "coverage", "coverage")
     _flag(p, "memorize", "the memorization test")
     _flag(p, "doctor", "the debugging checks")

@@ -159,8 +159,10 @@ def pytest_command(options: JobOptions) -> list[str]:
     out = options.out
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
     cmd.append(f"--junitxml={out / 'junit.xml'}")
-    if options.doctest:
-        cmd.append("--doctest-modules")
+    if options.doctest:  # the project's own packages (dlci.action.job.doctests)
+        from dlci.action.job.doctests import pytest_arguments
+
+        cmd += pytest_arguments(Path("."))
     extra = shlex.split(options.pytest_args) if options.pytest_args else []
     if options.coverage and not any(a.startswith("--cov") for a in extra):
         cmd += ["--cov=.", f"--cov-report=xml:{out / 'coverage.xml'}", "--cov-report=term"]
