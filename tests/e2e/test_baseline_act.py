@@ -223,6 +223,10 @@ def test_a_rerun_on_a_loaded_machine_shows_the_table_and_passes(jobs) -> None:
     assert storage and all(s.authorization is None for s in storage)
     assert TOKEN not in run.log + run.stderr
     assert "commented on pull request 7" in run.log
+    # the baseline was fetched once, before the job, and kept for the comparison after it
+    assert "baseline: profile: not sized: a CPU-only baseline" in run.log
+    assert len(storage) == 2, storage  # one download per pull request's job (this and the
+    # planted one): the sizing's, kept for the comparison (two each if it fetched again)
     print(f"re-run under load: step time {row}; act job {run.seconds:.1f} s")
 
 
@@ -236,6 +240,8 @@ def test_a_planted_thirty_point_utilization_drop_fails_the_job(jobs) -> None:
     (row,) = {line for line in summary.splitlines() if line.startswith("| GPU utilization | 8")}
     assert "| 80.4 % | 48.9 % | ↓ -31.6 pt" in row and "**regressed**" in row, row
     assert "::error" in run.log and "gpu_utilization_pct regressed against the baseline" in run.log
+    # sized from the baseline's 12 steady GPU steps: the tier's 5 already decide a 10-point bound
+    assert "baseline: profile: profile_steps 5 kept" in run.log, run.explain()
     (comment,) = standin.comments[7]  # one sticky comment, updated in place
     assert "48.9 %" in comment["body"] and len(standin.requests("PATCH")) == 1
     print(f"planted drop: act job {run.seconds:.1f} s")
