@@ -60,6 +60,50 @@ def test_uploads_always_run_with_unique_names_and_a_flag_per_class() -> None:
     assert codecov["with"]["files"] == "${{ steps.summary.outputs.artifacts-dir }}/coverage.xml"
 
 
+def upload_problems(results: dict, coverage: dict) -> list[str]:
+    """What is wrong with the test-results upload step, beside the coverage one."""
+    want = {
+        "report_type": "test_results",
+        # the host's verified copy, alone: no search for a junit*.xml the workspace plants
+        "files": "${{ steps.summary.outputs.artifacts-dir }}/junit.xml",
+        "disable_search": "true",
+        "flags": coverage["with"]["flags"],
+        "token": "${{ inputs.codecov-token }}",
+        "fail_ci_if_error": False,  # never fails the job
+    }
+    problems = [
+        f"{k}: {results['with'].get(k)!r}" for k, v in want.items() if results["with"].get(k) != v
+    ]
+    if results["uses"] != coverage["uses"] or not re.fullmatch(
+        r"[\w/.-]+@[0-9a-f]{40}", results["uses"]
+    ):
+        problems.append(f"uses: {results['uses']}")  # Codecov's own action, pinned, as for coverage
+    for part in ("always()", "inputs.codecov == 'true'", "inputs.codecov-test-results == 'true'"):
+        if part not in results["if"]:
+            problems.append(f"if: no {part}")
+    return problems
+
+
+def test_junit_goes_to_codecovs_test_analytics_pinned_and_opt_out() -> None:
+    results, coverage = step("Upload test results to Codecov"), step("Upload coverage to Codecov")
+    assert upload_problems(results, coverage) == []
+    assert ACTION["inputs"]["codecov-test-results"]["default"] == "true"
+    # control: the check sees a workspace file, a search, a tag, a step without its opt-out
+    bad = {
+        "uses": "codecov/test-results-action@v1",
+        "if": "always() && inputs.codecov == 'true'",
+        "with": {**results["with"], "files": "dlci-artifacts/junit.xml", "disable_search": "false"},
+    }
+    assert len(upload_problems(bad, coverage)) == 4
+
+
+def test_every_pinned_action_names_its_version() -> None:
+    lines = [line for line in (ROOT / "action.yml").read_text().splitlines() if "uses:" in line]
+    assert len(lines) == len([s for s in STEPS if "uses" in s]) >= 3
+    for line in lines:
+        assert re.search(r"uses: [\w/.-]+@[0-9a-f]{40} # v\d+\.\d+\.\d+$", line), line
+
+
 def test_cleanup_and_summary_always_run_after_the_container() -> None:
     names = [s["name"] for s in STEPS]
     run_at = names.index(step("in the container")["name"])

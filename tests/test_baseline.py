@@ -512,7 +512,10 @@ def test_the_token_stays_on_the_host_in_the_baseline_step_alone() -> None:
     assert action["inputs"]["github-token"]["default"] == "${{ github.token }}"
     # control: the check sees an input where it is (the codecov token in its own step)
     uses = [s for s in action["runs"]["steps"] if "inputs.codecov-token" in json.dumps(s)]
-    assert [s["name"] for s in uses] == ["Upload coverage to Codecov"]
+    assert [s["name"] for s in uses] == [
+        "Upload coverage to Codecov",
+        "Upload test results to Codecov",
+    ]
 
 
 def test_baseline_and_history_never_import_torch(tmp_path) -> None:
@@ -877,7 +880,7 @@ def test_the_profile_is_sized_from_the_baselines_scatter_before_the_job(
     requests = len(standin.seen)
     outputs = tmp_path / "outputs.txt"
     monkeypatch.setenv("GITHUB_OUTPUT", str(outputs))
-    code, text = compare(tmp_path / "job", {"utilization.json": noisy}, "--base-dir", str(kept))
+    code, _text = compare(tmp_path / "job", {"utilization.json": noisy}, "--base-dir", str(kept))
     assert code == 0 and f"baseline-run={run['id']}" in outputs.read_text()
     assert len(standin.seen) == requests  # the kept baseline: no second download
     # controls: no bound, nothing sized; a base too noisy for any head says what would do
