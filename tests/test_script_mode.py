@@ -398,6 +398,25 @@ def test_functional_dropout_runs_at_zero_inside_only() -> None:
     assert not torch.equal(F.dropout(x, 0.5, True), x)  # the control: outside, it drops
 
 
+def test_a_wrapper_sharing_its_optimizers_state_is_one_optimizer() -> None:
+    """Lightning's LightningAdam shares its Adam's __dict__: one optimizer, the torch class;
+    the control: a second Adam of its own is another."""
+    import torch
+
+    from dlci.script.hooks import find_optimizers
+
+    weight = torch.nn.Parameter(torch.ones(2))
+    adam = torch.optim.Adam([weight])
+    lightning_adam = type("LightningAdam", (torch.optim.Adam,), {})
+    wrapper = lightning_adam.__new__(lightning_adam)
+    wrapper.__dict__ = adam.__dict__
+    mine = [o for o in find_optimizers() if o.param_groups[0]["params"][0] is weight]
+    assert mine == [adam]
+    other = torch.optim.Adam([weight])
+    mine = [o for o in find_optimizers() if o.param_groups[0]["params"][0] is weight]
+    assert sorted(map(id, mine)) == sorted([id(adam), id(other)])
+
+
 # -- the command after -- ------------------------------------------------------------------
 def test_the_command_after_the_dashes(tmp_path: Path) -> None:
     script = tmp_path / "train.py"

@@ -53,8 +53,8 @@ class ScriptGate:
         self.hooks = Hooks(
             True,
             self.on_step,
-            self.on_first_batch,
-            self.before_step,
+            on_batch=self.on_batch,
+            before_step=self.before_step,
             on_decided=self.on_decided,
             capture=Draws.capture,
         )
@@ -73,13 +73,18 @@ class ScriptGate:
         self.schedulers: list[Any] = []  # the optimizer's, found at step 1
 
     # -- before the first step -------------------------------------------------------------
-    def on_first_batch(self) -> None:
-        """The first batch of any DataLoader, before any step: regularisation off."""
-        self.first_step = time.perf_counter()
-        optimizers = find_optimizers()
-        if len(optimizers) == 1:
-            self._switch_off(optimizers[0])
-        self.caught = self._modes.enter_context(functional_dropout_off())  # its calls at p = 0
+    def on_batch(self) -> None:
+        """A batch of any DataLoader before the first step: the first puts the dropout
+        functions at p = 0; each, until done, switches the model's regularisation off once
+        the script's one optimizer exists (a Lightning Trainer's validation batches come
+        before it builds its optimizer)."""
+        if self.first_step is None:
+            self.first_step = time.perf_counter()
+            self.caught = self._modes.enter_context(functional_dropout_off())  # its calls at p = 0
+        if not self.switched:
+            optimizers = find_optimizers()
+            if len(optimizers) == 1:
+                self._switch_off(optimizers[0])
 
     def _switch_off(self, optimizer: Any) -> None:
         import torch
@@ -114,7 +119,9 @@ class ScriptGate:
     def on_step(self, value: float) -> None:
         if not self.switched:  # the optimizer was built after the first batch
             self._switch_off(self.hooks.optimizer)
-            self.changes.append("(switched off at step 1's optimizer step: step 1 ran with them)")
+            self.changes.append(
+                "(switched off at step 1's optimizer step: its update ran with weight decay)"
+            )
         step = len(self.losses) + 1
         if step == 1:
             self._say_before()

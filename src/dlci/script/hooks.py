@@ -49,18 +49,21 @@ class Unsupported(BaseException):  # a stop, like ScriptStop
 
 
 def user_frame(frames: list[traceback.FrameSummary] | None = None) -> str:
-    """``file:line`` of the innermost frame outside torch, dl-ci, accelerate and the standard
-    library: where the script called what the hook saw (or where its exception came from)."""
+    """``file:line`` of the innermost frame of the script's own code: outside torch, dl-ci
+    and the standard library, and outside installed packages where there is such a frame (a
+    Lightning or accelerate loop calls what the hook saw from the script's ``fit``)."""
     import torch
 
     skip = (os.path.dirname(torch.__file__), _HERE, os.path.dirname(os.__file__))
-    for frame in reversed(traceback.extract_stack() if frames is None else frames):
-        name = os.path.abspath(frame.filename)
-        if name.startswith(skip) or frame.filename.startswith("<"):
-            continue
-        if "site-packages" in name and "/accelerate/" in name:
-            continue
-        return f"{_relative(frame.filename)}:{frame.lineno}"
+    stack = list(reversed(traceback.extract_stack() if frames is None else frames))
+    for installed in (False, True):
+        for frame in stack:
+            name = os.path.abspath(frame.filename)
+            if name.startswith(skip) or frame.filename.startswith("<"):
+                continue
+            if not installed and f"{os.sep}site-packages{os.sep}" in name:
+                continue
+            return f"{_relative(frame.filename)}:{frame.lineno}"
     return ""
 
 
@@ -105,11 +108,11 @@ def examples_in(batch: Any) -> int:
 
 @dataclass
 class Hooks:
-    """The hooks' state; ``on_first_batch`` and ``on_step`` are the gate's."""
+    """The hooks' state; the callables are the gate's (gate.py) or the profile's (child.py)."""
 
     memorise: bool  # False: the profile (real batches, no loss needed)
     on_step: Callable[[float], None]
-    on_first_batch: Callable[[], None] = lambda: None  # any loader's, before any step
+    on_batch: Callable[[], None] = lambda: None  # any loader's batch, before the first step
     before_step: Callable[[], None] = lambda: None  # before each memorised batch is yielded
     on_decided: Callable[[Any], None] = lambda _draws: None  # the memorised batch is known
     capture: Callable[[], Any] = lambda: None  # the draws at a batch's yield
@@ -189,10 +192,8 @@ class Hooks:
             except StopIteration:
                 return
             if self.loader is None:
-                first = self.candidate is None
                 self.candidate = (loader, clone(batch), self.capture(), user_frame())
-                if first:
-                    self.on_first_batch()
+                self.on_batch()
             yield batch
 
     def _decide(self) -> None:
@@ -397,7 +398,13 @@ def find_model(optimizer: Any) -> list[Any]:
 def find_optimizers() -> list[Any]:
     import torch
 
-    return [obj for obj in _live_objects() if isinstance(obj, torch.optim.Optimizer)]
+    found: dict[int, Any] = {}  # a wrapper sharing its optimizer's param_groups is the same
+    for obj in _live_objects():
+        if isinstance(obj, torch.optim.Optimizer):
+            key = id(obj.param_groups)
+            if key not in found or type(obj).__module__.startswith("torch."):
+                found[key] = obj  # the torch class, not a wrapper's subclass (LightningAdam)
+    return list(found.values())
 
 
 def find_schedulers(optimizer: Any) -> list[Any]:
