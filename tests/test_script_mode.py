@@ -363,6 +363,14 @@ def test_a_module_runs_as_python_m_runs_it(work: Path) -> None:
     assert report["config"]["target"] == " ".join(words)
 
 
+def test_under_a_launcher_the_child_refuses(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``torchrun ... dlci memorize -- python train.py``: every child sees WORLD_SIZE."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    words = ["python", str(SHAPES), "--epochs", "2"]
+    found = _in_process(work, work / "launched", words, work)
+    assert "runs under a distributed launcher (WORLD_SIZE > 1)" in found["error"]
+
+
 def test_shapes_control_passes(work: Path) -> None:
     """The control of the refusals: the same script's plain shape is followed."""
     words = ["python", str(SHAPES), "--shape", "scaled", "--epochs", "100"]
