@@ -3,8 +3,10 @@ check, no false alarm on the clean targets, and the user's state left as it was.
 
 from __future__ import annotations
 
+import io
 import json
 import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -221,6 +223,45 @@ def test_doctor_fails_a_buggy_target_and_names_the_check(tmp_path, monkeypatch, 
     assert report["checks"][0]["cause"].startswith("gradients accumulate across train_step calls")
     out = capsys.readouterr().out
     assert "1 failed, 0 warnings, 1 passed, 0 skipped" in out
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_the_checks_are_printed_once_in_the_table(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    """The progress is a transient line on a terminal: the table that follows is the one list
+    of the checks. Control: in a log (not a terminal) a line a check stays, and on a terminal
+    a run that stops with an error (no table) leaves its checks' lines."""
+    monkeypatch.chdir(TESTS)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    args = ["--out", str(tmp_path), "--only", "shuffle"]
+    assert main(["doctor", "--target", "zoo:split_overlap", *args]) == 0
+    assert "shuffle" in capsys.readouterr().out  # the table
+    assert "doctor: shuffle" not in terminal.getvalue()
+
+    from dlci.commands.doctor import Progress
+
+    result = CheckResult("shuffle", "pass")
+    log = io.StringIO()
+    with Progress(1, log) as progress:
+        progress(result)
+    assert log.getvalue() == "doctor: shuffle              pass\n"
+    terminal = Terminal()
+
+    def crash() -> None:
+        with Progress(2, terminal) as progress:
+            progress(result)
+            raise RuntimeError("a crash")
+
+    with pytest.raises(RuntimeError):
+        crash()
+    assert terminal.getvalue().endswith("doctor: shuffle              pass\n")
 
 
 def test_a_crashed_check_is_in_the_report_and_the_doctor_exits_3(

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import Any, TextIO
 
-from dlci.checks import CHECK_IDS
+from dlci.checks import CHECK_IDS, select
 from dlci.checks.base import CheckResult
 from dlci.commands import _common
 from dlci.report.text import clean
@@ -57,8 +58,8 @@ def main(argv: Sequence[str]) -> int:
         markdown=args.markdown,
         policy=policy,
     )
-    with _common.stdout_for_the_report(args.json):
-        outcome = run_doctor(request, on_result=_progress)
+    with _common.stdout_for_the_report(args.json), Progress(len(select(args.only))) as progress:
+        outcome = run_doctor(request, on_result=progress)
     if outcome.json_path == "-":
         _common.emit_json(outcome.report, "-")
     else:
@@ -69,7 +70,55 @@ def main(argv: Sequence[str]) -> int:
     return outcome.exit_code
 
 
-def _progress(result: CheckResult) -> None:
-    print(f"doctor: {result.id:<20} {result.status}", file=sys.stderr, flush=True)
-    if result.cause.startswith("the target exited before a verdict"):
-        print(f"doctor: {clean(result.cause)}", file=sys.stderr, flush=True)
+class Progress:
+    """Each check as it ends, on standard error, as the table that follows will not be.
+
+    On a terminal: one transient line (how many checks are done, the last one's status),
+    erased before the table, which has every check; a run that stops with an error (no table
+    follows) leaves the checks' lines. Elsewhere (a CI log, a pipe): a line a check, which
+    stays, the trace of how far a killed run got.
+    """
+
+    def __init__(self, total: int, stream: TextIO | None = None) -> None:
+        self.total, self.stream = total, stream or sys.stderr
+        self.lines: list[str] = []
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> Progress:
+        if self.stream.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as Bar
+
+            self._bar = Bar(
+                TextColumn("doctor", markup=False),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total} checks", markup=False),
+                TextColumn("{task.fields[last]}", markup=False),
+                TimeElapsedColumn(),
+                console=Console(file=self.stream, markup=False, highlight=False),
+                transient=True,
+            )
+            self._bar.__enter__()
+            self._task = self._bar.add_task("doctor", total=self.total, last="")
+        return self
+
+    def __call__(self, result: CheckResult) -> None:
+        lines = [f"doctor: {result.id:<20} {result.status}"]
+        if result.cause.startswith("the target exited before a verdict"):
+            lines.append(f"doctor: {clean(result.cause)}")
+        self.lines += lines
+        if self._bar is not None:
+            self._bar.update(self._task, advance=1, last=f"{result.id} {result.status}")
+            return
+        for line in lines:
+            print(line, file=self.stream, flush=True)
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        if self._bar is None:
+            return
+        self._bar.__exit__(kind, *rest)
+        if kind is not None:  # no table follows: what ran stays on the screen
+            for line in self.lines:
+                print(line, file=self.stream, flush=True)
