@@ -293,6 +293,17 @@ def test_a_grad_scaler_loss_is_read_unscaled(
     assert len(printed) == report["steps"] + 1
 
 
+def test_a_loss_per_example_backward_with_its_gradient_is_read(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``losses.backward(weights)``: the objective is sum(losses * weights), here the mean."""
+    words = ["python", str(SHAPES), "--shape", "per-example", "--epochs", "100"]
+    report = _in_process(work, work / "per-example", words, work)["outcome"]["report"]
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("loss ")]
+    assert report["verdict"] == "pass"
+    assert report["start_loss"] == pytest.approx(float(printed[0].split()[1]), abs=1e-5)
+
+
 def test_accelerate_backward_is_read(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
     state = pytest.importorskip("accelerate.state")
     words = ["python", str(SHAPES), "--shape", "accelerate", "--epochs", "100"]

@@ -241,7 +241,8 @@ class Hooks:
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
             if hooks.in_backward:  # reentrant (checkpointing inside a backward)
                 return original(tensors, *args, **kwargs)
-            hooks._record(tensors)
+            grads = args[0] if args else kwargs.get("grad_tensors")
+            hooks._record(tensors, grads)
             hooks.in_backward = True
             try:
                 with hooks._phase("backward"):
@@ -251,24 +252,31 @@ class Hooks:
 
         return backward
 
-    def _record(self, tensors: Any) -> None:
+    def _record(self, tensors: Any, grads: Any = None) -> None:
+        """The value of what this backward() differentiates: a scalar loss (a GradScaler's
+        unscaled), or ``sum(tensor * grad)`` for tensors given their gradients."""
         import torch
 
         if self.memorise and self.loader is None:
             self._decide()
-        tensor = tensors if isinstance(tensors, torch.Tensor) else None
-        if tensor is None and isinstance(tensors, tuple | list) and len(tensors) == 1:
-            tensor = tensors[0]
-        if tensor is None or tensor.numel() != 1:
-            self.pending.append(float("nan"))
-            return
-        for ref, loss in self.scaled:
-            if ref() is tensor:
-                self.pending.append(loss)
-                break
-        else:
-            self.pending.append(float(tensor.detach()))
+        many = list(tensors) if isinstance(tensors, tuple | list) else [tensors]
+        given = list(grads) if isinstance(grads, tuple | list) else [grads] * len(many)
+        total = 0.0
+        for tensor, grad in zip(many, given, strict=False):
+            if not isinstance(tensor, torch.Tensor):
+                total = float("nan")
+                continue
+            if isinstance(grad, torch.Tensor):
+                total += float((tensor.detach() * grad.detach()).sum())
+                continue
+            for ref, loss in self.scaled:
+                if ref() is tensor:
+                    total += loss
+                    break
+            else:
+                total += float(tensor.detach().sum()) if tensor.numel() == 1 else float("nan")
         self.scaled.clear()
+        self.pending.append(total)
 
     # -- the step -----------------------------------------------------------------------
     def _pre_step(self, optimizer: Any, _args: Any, _kwargs: Any) -> None:

@@ -1,6 +1,6 @@
 """Small training loops of the shapes script mode must follow or refuse (dl-ci's own tests).
 
-python shapes.py --shape scaled|accelerate|eval-first|scheduled|two-optimizers|no-backward|ddp --epochs N
+python shapes.py --shape scaled|accelerate|per-example|eval-first|scheduled|two-optimizers|no-backward|ddp --epochs N
 """
 
 import argparse
@@ -43,6 +43,15 @@ elif args.shape == "accelerate":  # accelerate's backward, its prepared loader a
             loss = loss_fn(model(x), y)
             print(f"loss {loss.item():.6f}")
             accelerator.backward(loss)
+            optimizer.step()
+
+elif args.shape == "per-example":  # a loss per example, given its gradient
+    for epoch in range(args.epochs):
+        for x, y in loader:
+            optimizer.zero_grad()
+            losses = nn.functional.cross_entropy(model(x), y, reduction="none")
+            print(f"loss {losses.mean().item():.6f}")
+            losses.backward(torch.full_like(losses, 1 / len(losses)))
             optimizer.step()
 
 elif args.shape == "eval-first":  # a validation pass before training, on another loader
