@@ -235,7 +235,8 @@ def _in_process(work: Path, out: Path, words: list[str], cwd: Path) -> dict[str,
 @pytest.fixture(scope="module")
 def mingpt(work: Path) -> dict[str, Any]:
     """minGPT's adder (its own Trainer, CfgNode arguments, dropout, weight decay groups,
-    gradient clipping), and a copy whose Trainer zeroes the gradients after backward()."""
+    gradient clipping); a copy whose Trainer zeroes the gradients after backward(), and one
+    whose model takes the cross-entropy of its probabilities (softmax twice)."""
     args = ["projects/adder/adder.py", f"--system.work_dir='{work / 'adder'}'"]
     args += ["--data.ndigit=1", "--trainer.num_workers=0", "--trainer.batch_size=16"]
     control = _in_process(work, work / "adder-out", ["python", *args], MINGPT)
@@ -247,7 +248,19 @@ def mingpt(work: Path) -> dict[str, Any]:
         "            model.zero_grad(set_to_none=True)\n            self.loss.backward()\n",
         "            self.loss.backward()\n            model.zero_grad(set_to_none=True)\n",
     )
-    return {"control": control, "bug": _in_process(work, work / "bug-out", ["python", *args], bug)}
+    loss_bug = work / "mingpt-loss-bug"
+    shutil.copytree(MINGPT, loss_bug)
+    _planted(
+        MINGPT / "mingpt" / "model.py",
+        loss_bug / "mingpt",
+        "F.cross_entropy(logits.view(-1, logits.size(-1)),",
+        "F.cross_entropy(F.softmax(logits, dim=-1).view(-1, logits.size(-1)),",
+    )
+    return {
+        "control": control,
+        "bug": _in_process(work, work / "bug-out", ["python", *args], bug),
+        "loss-bug": _in_process(work, work / "loss-bug-out", ["python", *args], loss_bug),
+    }
 
 
 def test_mingpt_adder_unchanged_memorizes(mingpt: dict[str, Any]) -> None:
@@ -265,6 +278,14 @@ def test_zero_grad_after_backward_in_the_loop_fails_mingpt(mingpt: dict[str, Any
     assert mingpt["bug"]["outcome"]["exit_code"] == 1
     assert (report["verdict"], report["case"], report["stopped_by"]) == ("fail", "flat", "flat")
     assert report["steps"] == 26  # the engine's flat stop, on the script's own steps
+
+
+def test_a_loss_on_probabilities_fails_mingpt(mingpt: dict[str, Any]) -> None:
+    """The cross-entropy of softmax outputs treated as logits cannot fall far: the loss
+    planted in the model's own forward, outside any step a wrapper would copy."""
+    report = mingpt["loss-bug"]["outcome"]["report"]
+    assert mingpt["loss-bug"]["outcome"]["exit_code"] == 1
+    assert report["verdict"] == "fail" and report["relative_loss"] > 0.5
 
 
 def test_a_script_that_ends_first_is_told_which_argument_to_raise(work: Path) -> None:
