@@ -1,16 +1,18 @@
 """The hooks script mode installs in the user's process before the script starts.
 
-- ``DataLoader.__iter__``: the first batch of the first DataLoader the script iterates is
-  recorded (the loader's own iterator makes it: samplers, ``drop_last``, ``pin_memory`` and
-  workers as configured), and every later iteration of that loader yields a copy of it once:
-  one batch per epoch, ``overfit_batches=1``'s meaning (a loader without a length, an
-  IterableDataset's stream, yields it at every ``next()``). Every other DataLoader (evaluation)
-  yields its first batch only, as ``overfit_batches`` limits them too. The profile leaves
+- ``DataLoader.__iter__``: every loader yields its real batches (its own iterator:
+  samplers, ``drop_last``, ``pin_memory`` and workers as configured) until the first
+  ``backward()``; the batch of that first step is recorded, with the random state at its
+  yield, and every later iteration of its loader yields a copy of it once: one batch per
+  epoch, ``overfit_batches=1``'s meaning (a loader without a length, an IterableDataset's
+  stream, yields it at every ``next()``). Every other DataLoader (evaluation) yields its
+  first batch only from then on, as ``overfit_batches`` limits them too. The profile leaves
   every loader alone.
 - ``torch.autograd.backward`` (what ``Tensor.backward`` calls): the value of the tensor each
   step calls it on; a ``GradScaler``'s scaled loss is read unscaled, so accelerate's
   ``backward`` (a division by its accumulation steps, then the scaler or a plain backward) is
-  read too. The losses of one step add up: the step's objective.
+  read too; tensors given their gradients count ``sum(tensor * gradient)``. The losses of
+  one step add up: the step's objective.
 - a global optimizer step hook: one step per ``optimizer.step()`` that ran (a GradScaler that
   skips an overflowing step is not a step).
 - what script mode cannot follow stops the script at once with a located message: a second
