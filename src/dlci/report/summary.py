@@ -220,7 +220,8 @@ def _time_split(timing: dict[str, Any]) -> str:
     project = ", ".join(
         f"{md(name)} {_number(value, '.1f')} s" for name, value in timing["project"].items()
     )
-    kit = timing.get("kit") if isinstance(timing.get("kit"), dict) else {}
+    found = timing.get("kit")
+    kit: dict[str, Any] = found if isinstance(found, dict) else {}
     words = {"copies_s": "copies of the checkout", "containers_s": "container start and stop",
              "commit_s": "the install's image"}  # fmt: skip
     own = ", ".join(
