@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from dlci.action.host.gates import where_the_time_went
-
 from dlci.cli import main
 from dlci.report.github import format_outputs
 
