@@ -260,3 +260,27 @@ def test_a_checkout_that_cannot_be_copied_is_one_error_with_a_hint(tmp_path: Pat
             copies.make("tests")
     assert "readable by the runner's user" in (caught.value.hint or "")
     assert list(mounts.iterdir()) == []
+
+
+def test_an_installed_checkout_is_measured_before_it_is_copied_again(tmp_path: Path) -> None:
+    """What the install container wrote becomes the source of every later copy: a sparse
+    file (2 GiB of holes would be written out in full, per part), too many bytes or files,
+    or folders nested past the copy's recursion are refused; control: a plain tree passes."""
+    root = tmp_path / "installed"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "m.py").write_text("x = 1\n")
+    assert scratch.measure(root, limit_bytes=1 << 20, limit_files=10) is None
+    with (root / "hole.bin").open("wb") as f:
+        f.truncate(64 << 20)  # 64 MiB apparent, nothing on disk
+    assert "hole.bin is sparse" in (
+        scratch.measure(root, limit_bytes=1 << 30, limit_files=10) or ""
+    )
+    (root / "hole.bin").unlink()
+    (root / "big.bin").write_bytes(b"x" * (2 << 20))
+    assert "more than 1 MiB" in (scratch.measure(root, limit_bytes=1 << 20, limit_files=10) or "")
+    (root / "big.bin").unlink()
+    deep = root
+    for _ in range(scratch.MAX_DEPTH + 2):
+        deep = deep / "d"
+    deep.mkdir(parents=True)
+    assert "nested deeper" in (scratch.measure(root, limit_bytes=1 << 20, limit_files=10) or "")

@@ -116,6 +116,12 @@ _PARTS_DOCKER = (
     "open({ran!r}, 'a').write(' '.join(args) + chr(10))\n"
     "if args[0] == 'commit':\n"
     "    sys.exit({commit})\n"
+    "if args[:3] == ['container', 'inspect', '--size']:\n"
+    "    print(os.environ.get('FAKE_SIZE_RW', '4096'))\n"
+    "if args[0] == 'diff':\n"
+    "    print(os.environ.get('FAKE_DIFF', 'A /opt/dlci/lib/x.pth'))\n"
+    "if args[:2] == ['image', 'inspect']:\n"
+    "    print(os.environ.get('FAKE_CONTAINER_CONFIG', 'null'))\n"
     "mounted = dict(reversed(a.rsplit(':', 1)) for a in args if a.endswith((':/workspace', ':/dlci/out')))\n"
     "record = {{'steps': [{{'name': 'install', 'status': '{install}', 'exit_code': 0}}]}}\n"
     "if '--phase' in args:\n"
@@ -169,8 +175,8 @@ def test_the_project_is_installed_once_and_every_part_starts_from_that_image(
         assert any(line.startswith("image rm -f dlci-installed:dlci-7-install") for line in calls)
     else:  # control: no image, so every part installs again from the job's image
         assert all(a[0] == "img:1" and "--installed" not in a for a in later)
-    rm = [line for line in calls if line.startswith("rm -f dlci-7-install")]
-    assert rm  # the stopped install container never outlives the job
+    rm = [line for line in calls if line.startswith("rm -f -v dlci-7-install")]
+    assert rm  # the stopped install container (and its volumes) never outlives the job
     assert "commit" in capsys.readouterr().err or commit == 0
 
 
@@ -906,3 +912,41 @@ def test_an_image_whose_dlci_predates_the_install_container_still_runs_the_job(
         s["name"]: s for s in json.loads((tmp_path / "record.json").read_text())["run"]["steps"]
     }
     assert steps["install"]["status"] == "error" and steps["tests"]["status"] == "skipped"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "why"),
+    [
+        ("FAKE_SIZE_RW", str(9 << 30), "it wrote 9216 MiB, over 8 GiB"),
+        ("FAKE_DIFF", "A /home/dlci/.wh..config", "whiteout name"),
+        ("FAKE_CONTAINER_CONFIG", '{"Env": ["DATASET_URL=https://x"]}', "keeps the values of"),
+        ("FAKE_CONTAINER_CONFIG", '{"Env": ["DATASET_URL="]}', ""),  # control: blanked there too
+    ],
+    ids=["layer-too-large", "whiteout", "engine-kept-the-value", "control-blanked"],
+)
+def test_an_install_the_host_will_not_keep_falls_back_to_installing_in_every_part(
+    tmp_path: Path, fake_docker, capsys, monkeypatch: pytest.MonkeyPatch,
+    variable: str, value: str, why: str,
+) -> None:  # fmt: skip
+    """Found by an attacker's review: a layer of sparse gigabytes, a ``.wh.`` name that would
+    delete a file in the image, an engine (API < 1.45) that keeps the blanked values in the
+    image's stored container config. Each: no image, every part installs, the log says why."""
+    ws, ran = tmp_path / "ws", tmp_path / "docker-ran"
+    ws.mkdir()
+    monkeypatch.setenv("DATASET_URL", "https://x")
+    monkeypatch.setenv(variable, value)
+    fake_docker(_PARTS_DOCKER.format(ran=str(ran), commit=0, install="passed", plant=False))
+    run(RunRequest(image="img:1", workspace=str(ws), job="7", env=["DATASET_URL"]))
+    calls = ran.read_text().splitlines()
+    starts = [line.split() for line in calls if line.startswith("run ")]
+    err = capsys.readouterr().err
+    if not why:
+        assert all("--installed" in a for a in starts[1:]) and "kept as the image" in err
+        return
+    assert not any("--installed" in a for a in starts[1:]), why
+    assert why in err and "every part installs the project again" in err
+    committed = any(line.startswith("commit ") for line in calls)
+    assert committed == (variable == "FAKE_CONTAINER_CONFIG")  # checked after, then removed
+    if committed:
+        assert any(line.startswith("image rm -f dlci-installed:") for line in calls)
+    assert any(line.startswith("rm -f -v dlci-7-install") for line in calls)  # volumes too

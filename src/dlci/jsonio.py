@@ -40,8 +40,12 @@ def encode(data: Any, *, indent: bool = True) -> bytes:
 
 
 def decode(blob: bytes | str) -> Any:
-    """Parse JSON; raises ``DecodeError`` (with the byte position) on invalid input."""
-    return msgspec.json.decode(blob)
+    """Parse JSON; raises ``DecodeError`` (with the byte position) on invalid input, and on
+    arrays or objects nested past the interpreter's recursion limit (a hostile report)."""
+    try:
+        return msgspec.json.decode(blob)
+    except RecursionError:
+        raise DecodeError("arrays or objects nested too deeply") from None
 
 
 def write(path: str | os.PathLike[str], data: Any) -> Path:

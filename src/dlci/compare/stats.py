@@ -181,8 +181,9 @@ def one_sided_p(base: np.ndarray, head: np.ndarray, worse: int) -> float:
 
 
 def _unit(value: float, log: bool) -> float:
-    """A difference of logs as percent, of values as it is."""
-    return 100.0 * math.expm1(value) if log else value
+    """A difference of logs as percent, of values as it is (a ratio past e^700, which only
+    subnormal step times give, is shown as that: never an overflow)."""
+    return 100.0 * math.expm1(max(min(value, 700.0), -700.0)) if log else value
 
 
 def judge(

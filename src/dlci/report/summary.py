@@ -198,7 +198,7 @@ def _report_facts(data: dict[str, Any]) -> list[list[str]]:
         )
     threads = (data.get("run") or {}).get("threads")
     if isinstance(threads, dict) and threads.get("source"):
-        rows.append(["CPU threads", md(threads["source"])])
+        rows.append(["CPU threads", md(threads["source"], limit=200)])
     timing = (data.get("run") or {}).get("timing")
     if isinstance(timing, dict) and isinstance(timing.get("project"), dict):
         rows.append(["where the time went", _time_split(timing)])
@@ -239,10 +239,11 @@ def _step_rows(run: dict[str, Any]) -> list[list[str]]:
         status = str(step.get("status", "?"))
         if status == "running":
             status = "interrupted"
-        note = f" ({md(step['reason'])})" if step.get("reason") else ""
+        note = f" ({md(step['reason'], limit=400)})" if step.get("reason") else ""
         seconds = _number(step.get("duration_s", 0), ".1f")
         icon = ICON.get(status, "")
-        rows.append([md(step.get("name", "?")), f"{icon} {md(status)}{note}", f"{seconds} s"])
+        name = md(step.get("name", "?"), limit=60)
+        rows.append([name, f"{icon} {md(status, limit=40)}{note}", f"{seconds} s"])
     return rows
 
 

@@ -97,7 +97,7 @@ def plan(
         record["reason"] = f"not sized: {why}"
         return record
     cap = _time_cap_steps(base, tier)
-    steps = min(max([current, *wanted]), MAX_STEPS, max(cap, current))
+    steps = max(current, min(max(wanted, default=current), MAX_STEPS, cap))  # never fewer
     record.update(steps=steps, time_cap_steps=cap)
     parts = [f"profile_steps {current} -> {steps}" if steps != current else
              f"profile_steps {current} kept"]  # fmt: skip
@@ -114,11 +114,13 @@ def plan(
 
 
 def _time_cap_steps(base: dict[str, Any], tier: dict[str, Any]) -> int:
-    step_us = median_step_us(base) or 0.0
+    """The steps that fit a quarter of the tier's time cap at the base's median step time
+    (MAX_STEPS when either is unknown or absurd: a subnormal step time, an infinite cap)."""
+    step_s = (median_step_us(base) or 0.0) / 1e6
     cap_s = float(tier.get("time_cap_minutes") or 0) * 60 * TIME_SHARE
-    if step_us <= 0 or cap_s <= 0:
+    if not (math.isfinite(step_s) and math.isfinite(cap_s)) or step_s <= 1e-9 or cap_s <= 0:
         return MAX_STEPS
-    return max(int(cap_s / (step_us / 1e6)), 1)
+    return max(min(int(cap_s / step_s), MAX_STEPS), 1)
 
 
 def size_preflight(
@@ -134,11 +136,14 @@ def size_preflight(
         return {"reason": "not sized: the baseline has no utilization.json"}
     try:
         base = jsonio.decode(read_input(utilization, what="the baseline's utilization.json"))
-    except (jsonio.DecodeError, DlciError) as exc:  # a broken artifact: a note, not a failure
-        return {"reason": f"not sized: the baseline's utilization.json: {exc}"}
+    except (jsonio.DecodeError, DlciError, RecursionError) as exc:  # a note, not a failure
+        return {"reason": f"not sized: the baseline's utilization.json: {type(exc).__name__}"}
     if not isinstance(base, dict):
         return {"reason": "not sized: the baseline's utilization.json is not an object"}
-    record = plan(base, tier, bounds)
+    try:
+        record = plan(base, tier, bounds)
+    except (ArithmeticError, ValueError, RecursionError, TypeError) as exc:  # a hostile report
+        return {"reason": f"not sized: the baseline's utilization.json: {type(exc).__name__}"}
     if record.get("steps") not in (None, tier.get("profile_steps")):
         tier["profile_steps"] = record["steps"]
         reasons = tier.get("reasons")

@@ -111,7 +111,7 @@ def remove_containers(job: str) -> list[str]:
     listed = docker(["ps", "-aq", "--filter", f"label={JOB_LABEL}={job}"], timeout=60, check=False)
     ids = listed.stdout.split()
     if ids:
-        docker(["rm", "-f", *ids], timeout=120, check=False)
+        docker(["rm", "-f", "-v", *ids], timeout=120, check=False)  # with anonymous volumes
     return ids
 
 

@@ -316,6 +316,7 @@ class Copies:
     folder: Path  # the host's folder for the job's mounts (under RUNNER_TEMP)
     hidden: Sequence[str] = ()  # what the git view covers: copied as empty files
     git: dict[str, str] | None = None  # the checkout's git files, read before any container
+    checkout: tuple[int, int] = (0, 0)  # bytes and files of a copy of the checkout
 
     def make(self, part: str, source: Path | None = None) -> Path:
         """A fresh copy for ``part``: of the checkout, or of ``source`` (the installed copy)."""
@@ -326,6 +327,13 @@ class Copies:
         started = time.monotonic()
         try:
             notes = scratch.make_copy(source or self.workspace, copy, empty=self.hidden)
+        except RecursionError:
+            scratch.remove_copy(copy)
+            raise DlciError(
+                f"the checkout could not be copied for the {part} step's container: its "
+                "folders are nested too deep",
+                hint="a tree this deep is not a project's checkout",
+            ) from None
         except OSError as exc:
             scratch.remove_copy(copy)
             raise DlciError(
@@ -335,6 +343,8 @@ class Copies:
                 "the copy goes under RUNNER_TEMP, which needs room for one copy",
             ) from None
         took = time.monotonic() - started
+        if source is None:
+            self.checkout = (notes.bytes, notes.files)
         size = f"{notes.files} files, {notes.bytes >> 20} MiB"
         what = "the installed checkout" if source else "the checkout"
         say(f"{part}: runs on a copy of {what} ({size}, copied in {took:.1f} s)")
@@ -395,7 +405,8 @@ def _run_parts(
                 cmd = build(name=here, inner=["dlci", "run", *argv], **mounts)
                 cmd[2:2] = part.flags  # after "docker run": the part's own mounts
                 if part.name == "install":  # kept until committed (dlci.action.host.installed)
-                    cmd = [a for a in cmd if a != "--rm"]
+                    end = cmd.index("DLCI_IN_CONTAINER=1")  # docker's flags end here
+                    cmd = [*[a for a in cmd[:end] if a != "--rm"], *cmd[end:]]
                     installed.remove_container(here)
                 say(shlex.join(cmd))
                 started = time.monotonic()
@@ -403,19 +414,20 @@ def _run_parts(
                 timing["container_s"] = round(time.monotonic() - started, 3)
                 if code == 125:  # docker itself failed to start the container
                     raise _start_failure(tail)
-                if part.name == "install" and code == 2 and _predates(tail):
+                older = part.name == "install" and code == 2 and _predates(tail)
+                if older:
                     say("install: the image's dl-ci predates the install container (dlci run "
                         "--phase install): every part installs the project, as before; rebuild "
                         "the image to install once a job")  # fmt: skip
                     parts.timing.pop("install", None)
-                    continue
-                parts.collect(part, code, copy)
+                else:
+                    parts.collect(part, code, copy)
             finally:
                 keep = part.name == "install" and code == 0 and parts.install_passed()
                 found = copies.done(part.name, copy, keep=keep) if copies and copy else []
                 if part.name == "install":
                     if keep and not found:
-                        once.commit(here, cmd, copy, timing)
+                        once.commit(here, cmd, copy, timing, copies)
                     installed.remove_container(here)
             if found:  # the copy is gone; the job fails, naming what git would have read
                 shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
@@ -425,6 +437,8 @@ def _run_parts(
                     "discarded with the copy, never handed back"
                 )
                 worst = worst or 1
+            if older:
+                continue
             worst = worst or code
             if code in (137, 143):
                 say(f"{here} was killed (exit code {code})")
@@ -457,10 +471,25 @@ class Once:
     copy: Path | None = None
 
     def commit(
-        self, container: str, cmd: list[str], copy: Path | None, timing: dict[str, float]
+        self,
+        container: str,
+        cmd: list[str],
+        copy: Path | None,
+        timing: dict[str, float],
+        copies: Copies | None = None,
     ) -> None:
         job = next((v.partition("=")[2] for v in cmd if v.startswith(f"{JOB_LABEL}=")), "")
-        image, took, why = installed.commit(container, job, cmd)
+        why = ""
+        if copy is not None and copies is not None:  # what the install wrote, before any copy
+            size, count = copies.checkout
+            why = scratch.measure(
+                copy, limit_bytes=size + installed.GROWTH_BYTES,
+                limit_files=count + installed.GROWTH_FILES,
+            ) or ""  # fmt: skip
+            why = f"its checkout: {why}" if why else ""
+        image, took = None, 0.0
+        if not why:
+            image, took, why = installed.commit(container, job, cmd)
         timing["commit_s"] = round(took, 3)
         if image is None:
             say(f"install: the container could not be kept as an image ({why}): every part "

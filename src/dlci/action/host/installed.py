@@ -24,17 +24,23 @@ and the log says so: slower, never a different verdict.
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import subprocess
 import time
 from collections.abc import Sequence
 
 from dlci.action.host.image import say
+from dlci.action.host.inputs import ENV_ALLOWLIST
 
 IMAGE_REPOSITORY = "dlci-installed"
 #: the label of every container and image of a job (dlci.action.host.container.JOB_LABEL)
 JOB_LABEL = "dlci.job"
 COMMIT_TIMEOUT_S = 600.0  # a large install (CUDA extensions, many wheels) takes a while
+COMMIT_LIMIT = 8 << 30  # bytes the install may add to the container's layer (its SizeRw)
+GROWTH_BYTES = 1 << 30  # what the install may add to its copy of the checkout, in bytes
+GROWTH_FILES = 200_000  # and in files (an editable install adds a few; a build, thousands)
+WHITEOUT = ".wh."  # a name the layer format reads as "deleted": never committed
 
 
 def image_name(container: str) -> str:
@@ -48,21 +54,70 @@ def image_name(container: str) -> str:
 
 
 def passed_names(cmd: Sequence[str]) -> list[str]:
-    """The environment variables a ``docker run`` command line passes by name (``-e NAME``).
+    """The environment variables a ``docker run`` command line passes by name (``-e NAME``),
+    among docker's own flags (never the job's arguments after the image).
 
-    >>> passed_names(["docker", "run", "-e", "HF_TOKEN", "-e", "DLCI_IN_CONTAINER=1", "img"])
+    >>> passed_names(["docker", "run", "-e", "HF_TOKEN", "-e", "DLCI_IN_CONTAINER=1", "img",
+    ...               "dlci", "run", "-e", "X"])
     ['HF_TOKEN']
     """
+    flags = list(cmd)
+    if "DLCI_IN_CONTAINER=1" in flags:
+        flags = flags[: flags.index("DLCI_IN_CONTAINER=1")]
     names = []
-    for flag, value in itertools.pairwise(cmd):
+    for flag, value in itertools.pairwise(flags):
         if flag == "-e" and "=" not in value:
             names.append(value)
     return names
 
 
+def refuse(container: str) -> str:
+    """Why the stopped install container must not become an image ("" when it may): its
+    layer over COMMIT_LIMIT (a sparse file counts whole), or a path named like a whiteout
+    (``.wh.NAME`` would delete NAME in the image, whatever the install was allowed to do)."""
+    size = _docker(["container", "inspect", "--size", "--format", "{{.SizeRw}}", container])
+    if size is None or not size.strip().isdigit():
+        return "its size could not be read"
+    if int(size) > COMMIT_LIMIT:
+        return f"it wrote {int(size) >> 20} MiB, over {COMMIT_LIMIT >> 30} GiB"
+    changed = _docker(["diff", container])
+    if changed is None:
+        return "its changes could not be listed"
+    for line in changed.splitlines():
+        if line.rsplit("/", 1)[-1].startswith(WHITEOUT):
+            return f"it wrote a whiteout name ({line.split(maxsplit=1)[-1][:200]})"
+    return ""
+
+
+def kept_values(image: str, names: Sequence[str]) -> list[str]:
+    """The passed names whose values an engine kept in the image's stored container config
+    (``ContainerConfig``, written by engines before API 1.45) despite the blanking."""
+    found = _docker(["image", "inspect", "--format", "{{json .ContainerConfig}}", image])
+    try:
+        config = json.loads(found or "null")
+    except ValueError:
+        return []
+    env = config.get("Env") if isinstance(config, dict) else None
+    kept = {item.partition("=")[0] for item in env or [] if item.partition("=")[2]}
+    return sorted(set(names) & kept)
+
+
+def _docker(args: list[str]) -> str | None:
+    try:
+        done = subprocess.run(
+            ["docker", *args], capture_output=True, text=True, timeout=120, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
 def commit(container: str, job: str, cmd: Sequence[str]) -> tuple[str | None, float, str]:
     """Commit the stopped install container: (image or None, seconds, why not)."""
     image = image_name(container)
+    why = refuse(container)
+    if why:
+        return None, 0.0, why
     changes = [f"LABEL {JOB_LABEL}={job}"] + [f"ENV {name}=" for name in passed_names(cmd)]
     argv = ["docker", "commit"]
     for change in changes:
@@ -81,11 +136,20 @@ def commit(container: str, job: str, cmd: Sequence[str]) -> tuple[str | None, fl
     took = time.monotonic() - started
     if done.returncode != 0:
         return None, took, (done.stderr.strip().splitlines() or ["docker commit failed"])[-1]
+    own = [name for name in passed_names(cmd) if name not in ENV_ALLOWLIST]
+    kept = kept_values(image, own)
+    if kept:  # this engine wrote the values into the image anyway: never keep it
+        remove_image(image)
+        return None, took, f"this Docker engine keeps the values of {', '.join(kept)} in it"
     return image, took, ""
 
 
 def remove_container(container: str) -> None:
-    subprocess.run(["docker", "rm", "-f", container], capture_output=True, check=False, timeout=120)
+    """The stopped install container, and its anonymous volumes (a VOLUME in the image would
+    otherwise keep what the install wrote there)."""
+    subprocess.run(
+        ["docker", "rm", "-f", "-v", container], capture_output=True, check=False, timeout=120
+    )
 
 
 def remove_image(image: str | None) -> None:

@@ -69,6 +69,44 @@ def make_copy(
     return notes
 
 
+SPARSE_SLACK = 1 << 20  # bytes a file's apparent size may exceed what it holds on disk
+MAX_DEPTH = 200  # folders deep in a tree a container wrote: past that, not used as a source
+
+
+def measure(root: Path, *, limit_bytes: int, limit_files: int) -> str | None:
+    """Why a tree a container wrote must not be the source of later copies, or None: more
+    than ``limit_bytes`` (apparent sizes) or ``limit_files``, a sparse file (the copy would
+    write its holes out in full), or deeper than MAX_DEPTH. Walked without recursion and
+    without following a link."""
+    total = files = 0
+    stack = [(root, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return f"folders nested deeper than {MAX_DEPTH}"
+        try:
+            with os.scandir(folder) as entries:
+                listed = list(entries)
+        except OSError as exc:
+            return f"{folder.name}: {exc.strerror or exc}"
+        for entry in listed:
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                stack.append((Path(entry.path), depth + 1))
+            elif stat.S_ISREG(info.st_mode):
+                files += 1
+                total += info.st_size
+                if info.st_size - info.st_blocks * 512 > SPARSE_SLACK:
+                    rel = os.path.relpath(entry.path, root)
+                    return f"{rel} is sparse ({info.st_size >> 20} MiB of holes and data)"
+            if total > limit_bytes or files > limit_files:
+                return f"more than {limit_bytes >> 20} MiB or {limit_files} files"
+    return None
+
+
 def _own(dest: Path, uid: int, gid: int) -> None:
     os.lchown(dest, uid, gid)
     for folder, dirs, files in os.walk(dest):
