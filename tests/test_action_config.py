@@ -124,7 +124,7 @@ def job_parts(tmp_path: Path, monkeypatch, preflight: Path, *inner: str):
 
     monkeypatch.setenv("RUNNER_TEMP", str(tmp_path))
     (tmp_path / "ws" / "dlci-artifacts").mkdir(parents=True, exist_ok=True)
-    argv = ["--tier-json", str(preflight), *inner]
+    argv = ["--tier-json", str(preflight), *inner, "--install", "none"]  # no install container
     return Parts(argv, tmp_path / "ws", ".", str(tmp_path / "record.json"))
 
 

@@ -155,7 +155,8 @@ def test_each_step_gets_the_cpu_threads_and_the_record_says_why(
     process was given. auto on this machine: no quota, every CPU, so nothing is set."""
     from dlci.action.job import threads
 
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    for name in threads.VARIABLES:  # the suite's own settings are not the container's
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(threads, "quota_cpus", lambda: None)
     monkeypatch.setattr(threads, "affinity_cpus", lambda: 8)
     monkeypatch.setattr(threads.os, "cpu_count", lambda: 8)

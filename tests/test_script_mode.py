@@ -196,11 +196,24 @@ def test_nanogpt_get_batch_is_told_so_at_its_backward(work: Path) -> None:
 
 
 # -- in this process: the child's entry point on real scripts ----------------------------
+SCRIPT_PACKAGES = ("mingpt", "pkg", "data", "model", "configurator")
+
+
 class _Saved:
-    """sys.argv, sys.path, the working directory and the modules a script imported, put back."""
+    """sys.argv, sys.path, the working directory and the modules a script imports, put back.
+
+    A package of the scripts' names that another test of the same worker imported first (the
+    full suite's tests/test_real_code.py imports its own vendored ``mingpt``) is set aside
+    while the script runs, so the script imports the copy in its own folder (a planted one),
+    never the cached module; found when the planted minGPT bugs passed in the full run."""
 
     def __enter__(self) -> _Saved:
         self.argv, self.path, self.cwd = list(sys.argv), list(sys.path), os.getcwd()
+        self.aside = {
+            name: sys.modules.pop(name)
+            for name in list(sys.modules)
+            if name.split(".")[0] in SCRIPT_PACKAGES
+        }
         self.modules = set(sys.modules)
         return self
 
@@ -208,8 +221,9 @@ class _Saved:
         sys.argv[:], sys.path[:] = self.argv, self.path
         os.chdir(self.cwd)
         for name in set(sys.modules) - self.modules:
-            if name.split(".")[0] in ("mingpt", "pkg", "data", "model", "configurator"):
+            if name.split(".")[0] in SCRIPT_PACKAGES:
                 del sys.modules[name]
+        sys.modules.update(self.aside)
 
 
 def _in_process(work: Path, out: Path, words: list[str], cwd: Path) -> dict[str, Any]:

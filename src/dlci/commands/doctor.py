@@ -22,17 +22,10 @@ def main(argv: Sequence[str]) -> int:
     _common.add_tier_options(p)
     _common.add_json(p, "the report (default: OUT/doctor.json)")
     p.add_argument("--markdown", metavar="FILE", help="also write the report as Markdown")
-    p.add_argument(
-        "--out",
-        default="dlci-artifacts",
-        metavar="DIR",
-        help="directory for doctor.json, figures/ and report.html (default: dlci-artifacts)",
-    )
-    p.add_argument(
-        "--only",
-        metavar="IDS",
-        help="comma-separated check IDs to run, in ladder order: " + ", ".join(CHECK_IDS),
-    )
+    p.add_argument("--out", default="dlci-artifacts", metavar="DIR", help="directory for "
+                   "doctor.json, figures/ and report.html (default: dlci-artifacts)")  # fmt: skip
+    p.add_argument("--only", metavar="IDS", help="comma-separated check IDs to run, in ladder "
+                   "order: " + ", ".join(CHECK_IDS))  # fmt: skip
     p.add_argument("--stop-on-fail", action="store_true", help="skip the rest after a failure")
     p.add_argument("--seed", type=int, default=0, help="seed for every generator (default: 0)")
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: the GPU if any)")
