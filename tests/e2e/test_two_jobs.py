@@ -91,7 +91,10 @@ def consumer(tmp: Path, marker: str) -> tuple[Path, Path]:
     text = workflow.read_text()
     image_line = "          image: ${{ vars.DLCI_IMAGE }}\n"
     assert image_line in text
-    workflow.write_text(text.replace(image_line, "          dockerfile: ci.Dockerfile\n"))
+    # the memorization gate's container alone is the window in which both jobs run at once:
+    # the doctor and the profile are left to the tests that read them (the suite's time)
+    lean = '          dockerfile: ci.Dockerfile\n          doctor: "false"\n          profile: "false"\n'
+    workflow.write_text(text.replace(image_line, lean))
     image = os.environ.get("DLCI_E2E_IMAGE", "dl-ci:e2e")
     # a step of a few seconds, unique to this test run (no layer cache from an earlier one)
     (repo / "ci.Dockerfile").write_text(f"FROM {image}\nRUN echo {marker} && sleep 10\n")
