@@ -30,7 +30,9 @@ from dlci.script.command import epoch_arguments, parse_command, raise_hint, spli
 
 SCRIPTS = Path(__file__).parent / "data" / "scripts"
 MAKEMORE = SCRIPTS / "makemore" / "makemore.py"
-MINGPT = SCRIPTS / "mingpt"
+# minGPT as tests/test_real_code.py vendors it (the same commit, byte for byte): its package
+# beside projects/adder/adder.py, which minGPT runs with the repository root on its path
+MINGPT = Path(__file__).parent / "data" / "code" / "mingpt"
 SHAPES = SCRIPTS / "shapes" / "shapes.py"
 ROW = (
     "{max_epochs: 150, max_relative_loss: 0.3, time_cap_minutes: 2, profile_steps: 3, "
@@ -251,7 +253,7 @@ def mingpt(work: Path) -> dict[str, Any]:
     """minGPT's adder (its own Trainer, CfgNode arguments, dropout, weight decay groups,
     gradient clipping); a copy whose Trainer zeroes the gradients after backward(), and one
     whose model takes the cross-entropy of its probabilities (softmax twice)."""
-    args = ["projects/adder/adder.py", f"--system.work_dir='{work / 'adder'}'"]
+    args = ["adder.py", f"--system.work_dir='{work / 'adder'}'"]
     args += ["--data.ndigit=1", "--trainer.num_workers=0", "--trainer.batch_size=16"]
     control = _in_process(work, work / "adder-out", ["python", *args], MINGPT)
     bug = work / "mingpt-bug"
@@ -504,9 +506,11 @@ def test_torchrun_is_refused_before_anything_runs(work: Path) -> None:
 
 def test_the_scripts_are_vendored_with_their_source() -> None:
     readme = (SCRIPTS / "README.md").read_text()
-    for folder in ("makemore", "mingpt", "nanogpt", "word_language_model"):
+    for folder in ("makemore", "nanogpt", "word_language_model"):
         assert (SCRIPTS / folder / "LICENSE").is_file()
         assert f"`{folder}/" in readme
+    assert (MINGPT / "LICENSE").is_file() and "tests/data/code/mingpt" in readme  # shared
+    assert "`mingpt/" in (MINGPT.parent / "README.md").read_text()
 
 
 @pytest.fixture(autouse=True)
