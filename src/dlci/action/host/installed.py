@@ -30,8 +30,9 @@ import subprocess
 import time
 from collections.abc import Sequence
 
-from dlci.action.host.image import say
+from dlci.action.host.image import docker, say
 from dlci.action.host.inputs import ENV_ALLOWLIST
+from dlci.errors import DlciError
 
 IMAGE_REPOSITORY = "dlci-installed"
 #: the label of every container and image of a job (dlci.action.host.container.JOB_LABEL)
@@ -75,12 +76,12 @@ def refuse(container: str) -> str:
     """Why the stopped install container must not become an image ("" when it may): its
     layer over COMMIT_LIMIT (a sparse file counts whole), or a path named like a whiteout
     (``.wh.NAME`` would delete NAME in the image, whatever the install was allowed to do)."""
-    size = _docker(["container", "inspect", "--size", "--format", "{{.SizeRw}}", container])
+    size = _stdout(["container", "inspect", "--size", "--format", "{{.SizeRw}}", container])
     if size is None or not size.strip().isdigit():
         return "its size could not be read"
     if int(size) > COMMIT_LIMIT:
         return f"it wrote {int(size) >> 20} MiB, over {COMMIT_LIMIT >> 30} GiB"
-    changed = _docker(["diff", container])
+    changed = _stdout(["diff", container])
     if changed is None:
         return "its changes could not be listed"
     for line in changed.splitlines():
@@ -92,7 +93,7 @@ def refuse(container: str) -> str:
 def kept_values(image: str, names: Sequence[str]) -> list[str]:
     """The passed names whose values an engine kept in the image's stored container config
     (``ContainerConfig``, written by engines before API 1.45) despite the blanking."""
-    found = _docker(["image", "inspect", "--format", "{{json .ContainerConfig}}", image])
+    found = _stdout(["image", "inspect", "--format", "{{json .ContainerConfig}}", image])
     try:
         config = json.loads(found or "null")
     except ValueError:
@@ -102,14 +103,18 @@ def kept_values(image: str, names: Sequence[str]) -> list[str]:
     return sorted(set(names) & kept)
 
 
-def _docker(args: list[str]) -> str | None:
+def _docker(args: list[str], timeout: float = 120.0) -> subprocess.CompletedProcess[str] | None:
+    """``docker ARGS`` through the host's one docker runner (image.docker, unchecked); None
+    when it could not run (no docker, a time-out): every caller falls back or retries."""
     try:
-        done = subprocess.run(
-            ["docker", *args], capture_output=True, text=True, timeout=120, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        return docker(args, timeout=timeout, check=False)
+    except (DlciError, OSError):
         return None
-    return done.stdout if done.returncode == 0 else None
+
+
+def _stdout(args: list[str]) -> str | None:
+    done = _docker(args)
+    return done.stdout if done is not None and done.returncode == 0 else None
 
 
 def commit(container: str, job: str, cmd: Sequence[str]) -> tuple[str | None, float, str]:
@@ -119,21 +124,14 @@ def commit(container: str, job: str, cmd: Sequence[str]) -> tuple[str | None, fl
     if why:
         return None, 0.0, why
     changes = [f"LABEL {JOB_LABEL}={job}"] + [f"ENV {name}=" for name in passed_names(cmd)]
-    argv = ["docker", "commit"]
+    argv = ["commit"]
     for change in changes:
         argv += ["--change", change]
     started = time.monotonic()
-    try:
-        done = subprocess.run(
-            [*argv, container, image],
-            capture_output=True,
-            text=True,
-            timeout=COMMIT_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, time.monotonic() - started, str(exc)
+    done = _docker([*argv, container, image], timeout=COMMIT_TIMEOUT_S)
     took = time.monotonic() - started
+    if done is None:
+        return None, took, f"docker commit did not finish within {COMMIT_TIMEOUT_S:g} s"
     if done.returncode != 0:
         return None, took, (done.stderr.strip().splitlines() or ["docker commit failed"])[-1]
     own = [name for name in passed_names(cmd) if name not in ENV_ALLOWLIST]
@@ -147,33 +145,21 @@ def commit(container: str, job: str, cmd: Sequence[str]) -> tuple[str | None, fl
 def remove_container(container: str) -> None:
     """The stopped install container, and its anonymous volumes (a VOLUME in the image would
     otherwise keep what the install wrote there)."""
-    subprocess.run(
-        ["docker", "rm", "-f", "-v", container], capture_output=True, check=False, timeout=120
-    )
+    _docker(["rm", "-f", "-v", container])
 
 
 def remove_image(image: str | None) -> None:
     """Remove the job's installed image (its layers go with it: nothing else uses them)."""
     if image:
-        done = subprocess.run(
-            ["docker", "image", "rm", "-f", image], capture_output=True, check=False, timeout=120
-        )
-        if done.returncode != 0:
+        done = _docker(["image", "rm", "-f", image])
+        if done is None or done.returncode != 0:
             say(f"the job's installed image {image} could not be removed; cleanup retries")
 
 
 def remove_job_images(job: str) -> list[str]:
     """Every installed image labelled with ``job`` (cleanup after a killed job); their ids."""
-    listed = subprocess.run(
-        ["docker", "images", "-q", "--filter", f"label={JOB_LABEL}={job}"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-    ids = sorted(set(listed.stdout.split())) if listed.returncode == 0 else []
+    listed = _stdout(["images", "-q", "--filter", f"label={JOB_LABEL}={job}"])
+    ids = sorted(set(listed.split())) if listed else []
     if ids:
-        subprocess.run(
-            ["docker", "image", "rm", "-f", *ids], capture_output=True, check=False, timeout=120
-        )
+        _docker(["image", "rm", "-f", *ids])
     return ids
