@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from dlci.errors import DlciError
+
 DEFAULT_TIMEOUT_S = 10.0
 PROBES = ("nvml", "nvidia-smi", "torch")  # the default order: cheapest and surest first
 #: the runner's own GPUs, by UUID, comma-separated: set in the runner's .env by
@@ -325,8 +327,6 @@ def parse_probes(text: str) -> tuple[str, ...]:
     >>> parse_probes("nvidia-smi, nvml")
     ('nvidia-smi', 'nvml')
     """
-    from dlci.errors import DlciError
-
     names = tuple(p.strip() for p in text.split(",") if p.strip())
     unknown = [n for n in names if n not in PROBES]
     if unknown or not names:

@@ -14,6 +14,8 @@ from typing import Any
 
 import msgspec
 
+from dlci.fsutil import atomic_write_bytes
+
 DecodeError = msgspec.DecodeError
 
 
@@ -50,8 +52,6 @@ def decode(blob: bytes | str) -> Any:
 
 def write(path: str | os.PathLike[str], data: Any) -> Path:
     """Write ``data`` as indented JSON, atomically."""
-    from dlci.fsutil import atomic_write_bytes
-
     return atomic_write_bytes(path, encode(data))
 
 
