@@ -11,10 +11,9 @@ container wrote. A preflight.json without ``config`` (an older one) reads as the
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from dlci.policy import Policy, Waiver
+from dlci.policy import Policy, Waiver
 
 GPU_GATES = ("min-gpu-util", "max-gpu-memory")
 
@@ -59,8 +58,6 @@ def policy(preflight: Any) -> Policy:
 
     An unreadable policy gives no waiver: every waiver a report claims is then a false one.
     """
-    from dlci.policy import Policy
-
     data = snapshot(preflight).get("policy")
     if not isinstance(data, dict):
         return Policy(origin="defaults")
