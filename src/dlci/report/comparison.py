@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from dlci.report.diff_render import cells, notes, shift_note
 from dlci.report.text import bullets, md, md_code, table
 
 MARKER = "<!-- dl-ci baseline comparison -->"  # finds the sticky comment again
@@ -60,8 +61,6 @@ def _plain_cells(row: dict[str, Any]) -> list[str]:
 
 def rows(result: dict[str, Any]) -> list[list[str]]:
     """The table's rows as Markdown cells."""
-    from dlci.report.diff_render import cells
-
     out = []
     for row in result["memorization"]:
         out.append(_with_arrow(_plain_cells(row), row["change"]))
@@ -124,8 +123,6 @@ def chart(base: list[float], head: list[float]) -> list[str]:
 
 def render(result: dict[str, Any], *, title: str = "dl-ci against the baseline") -> str:
     """The comparison's Markdown section (also the PR comment's body, after MARKER)."""
-    from dlci.report.diff_render import notes, shift_note
-
     verdict = result["verdict"]
     lines = [MARKER, f"## {ICON.get(verdict, '')} {md(title)}: {verdict}", ""]
     lines += [source_line(result.get("source") or {}), ""]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from dlci.compare.diff import BY_KEY
+from dlci.report.console import table_console
 from dlci.report.text import bullets, clean, md, md_code, table
 
 HEADERS = ["metric", "base", "head", "change [95% interval]", "verdict"]
@@ -59,8 +61,6 @@ def cells(row: dict[str, Any]) -> list[str]:
     ...        "low": 1.2, "high": 4.9, "unit": "percent", "verdict": "ok"})
     ['step time (median)', '53.58 ms', '55.24 ms', '+3.1 % [+1.2, +4.9]', 'ok']
     """
-    from dlci.compare.diff import BY_KEY
-
     metric = BY_KEY.get(row["metric"])
     if metric is None:  # a metric this dl-ci does not know: show it as it is
         return [str(row["metric"]), f"{row['base']}", f"{row['head']}", change_text(row), ""]
@@ -115,8 +115,6 @@ def print_table(result: dict[str, Any], *, base: str = "", head: str = "") -> No
     """The comparison as a table on the terminal (standard output)."""
     from rich.table import Table
     from rich.text import Text
-
-    from dlci.report.console import table_console
 
     grid = Table(title=title(result), title_justify="left")
     for header in HEADERS:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+import textwrap
 import time
 from dataclasses import asdict
 from typing import Any
 
+from dlci.report.console import table_console
 from dlci.report.text import clean, md, md_code, table
 
 SCHEMA_VERSION = 1
@@ -190,16 +193,12 @@ def print_table(report: dict[str, Any], file: Any = None) -> None:
     """The doctor's table: on a terminal a rich table at its width; otherwise (a CI log, a
     pipe) one block per check, wrapped to LOG_COLUMNS. Outside text is shown as plain text,
     never as markup."""
-    import sys
-
     stream = file or sys.stdout
     if not stream.isatty():
         stream.write("\n".join(compact_lines(report)) + "\n")
         return
     from rich.table import Table
     from rich.text import Text
-
-    from dlci.report.console import table_console
 
     grid = Table("check", "status", "measured", "expected", "cause / fix", title="dlci doctor")
     for check in report["checks"]:
@@ -241,7 +240,6 @@ def compact_lines(report: dict[str, Any], width: int = LOG_COLUMNS) -> list[str]
             fix: call zero_grad
     1 failed, 0 warnings, 0 passed, 0 skipped: 1 of 1 checks ran
     """
-    import textwrap
 
     def wrap(text: str, first: str, rest: str) -> list[str]:
         return textwrap.wrap(

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dlci import jsonio
+from dlci.fsutil import atomic_write_bytes
 from dlci.report.text import clean, label
 
 FOLDER = "figures"
@@ -253,8 +254,6 @@ DRAWERS: dict[str, Callable[[dict[str, Any]], bytes | None]] = {
 def doctor_figures(report: dict[str, Any], folder: str | Path) -> dict[str, Any]:
     """Draw the report's figures into ``folder``/figures/ and say what was drawn:
     ``{"figures": [{"id", "title", "file", "healthy"}], "skipped": {id: why}}``."""
-    from dlci.fsutil import atomic_write_bytes
-
     checks = {c.get("id"): c for c in report.get("checks", []) if isinstance(c, dict)}
     drawn: list[dict[str, str]] = []
     skipped: dict[str, str] = {}
@@ -297,8 +296,6 @@ def examples_figure(
     text, decoded when ``vocab`` (a tokenizer with ``decode``, or a sequence of tokens) is
     given, other rows as a table of their first values. None when the batch is none of those."""
     import torch
-
-    from dlci.fsutil import atomic_write_bytes
 
     if not isinstance(inputs, torch.Tensor) or inputs.ndim < 2 or inputs.shape[0] == 0:
         return None

@@ -24,6 +24,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from dlci import jsonio
+from dlci.errors import DlciError
+from dlci.fsutil import atomic_write_text, is_null_device, read_input
 from dlci.report.figures import FOLDER, HEALTHY, TITLES
 from dlci.report.text import clean
 
@@ -41,10 +44,6 @@ UNREADABLE = "unreadable"  # what _read_json gives for a report that is there bu
 def _read_json(path: Path) -> dict[str, Any] | str | None:
     """A report as a dict; None when it is missing; UNREADABLE when it is a link, too big,
     not JSON or not an object (a report folder is a pull request's output)."""
-    from dlci import jsonio
-    from dlci.errors import DlciError
-    from dlci.fsutil import read_input
-
     if not path.exists() and not path.is_symlink():
         return None
     if path.is_symlink() or not path.is_file():
@@ -335,8 +334,6 @@ def report_folder(json_path: str, out: str | os.PathLike[str] | None) -> bool:
     """Whether the figures and report.html go into ``out``: the report is a file there (not
     standard output, the null device or a file elsewhere, which a page of ``out`` would not
     show)."""
-    from dlci.fsutil import is_null_device
-
     if json_path == "-" or not out or is_null_device(json_path):
         return False
     return Path(json_path).resolve().parent == Path(out).resolve()
@@ -347,7 +344,5 @@ def write_report(
 ) -> Path:
     """Render ``folder``'s report.html (or ``path``) and return where it went; ``job`` as in
     :func:`build_context`."""
-    from dlci.fsutil import atomic_write_text
-
     target = Path(path) if path is not None else Path(folder) / REPORT_NAME
     return atomic_write_text(target, render(build_context(folder, job)))

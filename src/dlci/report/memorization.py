@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import platform
 import time
 from pathlib import Path
 from typing import Any
 
 from dlci import __version__
+from dlci.fsutil import atomic_write_bytes
 from dlci.report.text import criterion, label, md, md_code, table
 
 SCHEMA_VERSION = 1
@@ -217,9 +219,6 @@ def plot_curve(report: dict[str, Any], path: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()
-        import io
-
-        from dlci.fsutil import atomic_write_bytes
 
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png")

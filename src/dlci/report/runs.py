@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dlci.report.console import table_console
 from dlci.report.text import clean
 
 
@@ -11,8 +12,6 @@ def print_table(result: dict[str, Any], name_a: str, name_b: str) -> None:
     """The comparison as two tables on the terminal: what changed, and the results."""
     from rich.table import Table
     from rich.text import Text
-
-    from dlci.report.console import table_console
 
     def grid(first: str, title: str) -> Table:
         table = Table(first, title=title)

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from dlci.report.doctor import render_markdown as doctor_md
+from dlci.report.memorization import render_markdown as memorization_md
 from dlci.report.text import bullets, md, md_code, table
+from dlci.report.utilization import memory_fact
+from dlci.report.utilization import render_markdown as utilization_md
 
 ICON = {
     "passed": "✅",
@@ -180,7 +184,6 @@ def _report_facts(data: dict[str, Any]) -> list[list[str]]:
         shown = "CPU-only trace" if value is None else _number(value, ".1f") + "%"
         count = md((util.get("steps") or {}).get("count", 0))
         rows.append(["GPU utilization", f"{shown} over {count} profiled steps"])
-        from dlci.report.utilization import memory_fact
 
         memory = memory_fact(util.get("memory"))
         if memory:
@@ -261,15 +264,9 @@ def _report_sections(data: dict[str, Any]) -> list[str]:
 
 
 def _section(key: str, report: dict[str, Any]) -> str:
-    # imported only for a report that is there: each renderer is its own report's room
     if key == "memorization":
-        from dlci.report.memorization import render_markdown as memorization_md
-
         return memorization_md(report)
     if key == "doctor":
-        from dlci.report.doctor import render_markdown as doctor_md
-
         return doctor_md(report)
-    from dlci.report.utilization import render_markdown as utilization_md
 
     return utilization_md(report, gate=report.get("gate"))

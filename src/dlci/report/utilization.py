@@ -6,6 +6,7 @@ import io
 from pathlib import Path
 from typing import Any
 
+from dlci.fsutil import atomic_write_bytes
 from dlci.report.text import bullets, clean, label, md, md_code, shown, table
 
 REPORT_NAME = "utilization.json"
@@ -431,8 +432,6 @@ def plot(report: dict[str, Any], path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from dlci.fsutil import atomic_write_bytes
 
     per_step = report["per_step"]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), dpi=100, sharex=True)
