@@ -19,9 +19,12 @@ for the duration of a step dl-ci gives the module:
 from __future__ import annotations
 
 import numbers
+import traceback
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
+
+from dlci.training.guard import UserCodeError, frames_text, shown_path, user_frame
 
 DEFAULT_MAX_EPOCHS = 1000  # a Trainer's max_epochs when neither it nor max_steps is given
 # where Lightning's Fabric shim says an attribute of a Trainer is missing
@@ -213,10 +216,6 @@ def _logged_value(name: str, value: Any) -> Any:
 def _refused(exc: ValueError, step: int) -> Exception:
     """What a Trainer refuses to log, as an error located at the user's ``self.log`` call
     (raised inside dl-ci, it would otherwise read as dl-ci's own failure)."""
-    import traceback
-
-    from dlci.training.guard import UserCodeError, frames_text, shown_path, user_frame
-
     summaries = traceback.extract_stack()[:-2]  # up to the user's call of self.log
     frame = user_frame(summaries)
     return UserCodeError(

@@ -8,6 +8,7 @@ it, turning every way it can go wrong into one ``DlciError`` that says what to f
 from __future__ import annotations
 
 import importlib
+import inspect
 import math
 import os
 import re
@@ -19,6 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from dlci.errors import DlciError
+from dlci.fsutil import read_input
+from dlci.ladder.yamlsource import LADDER_LIMIT
+from dlci.training import lightning_target, transformers_target
 from dlci.training.guard import exited, raised_by_dlci, user_error
 
 CONTRACT_DOC = "docs/target.md"
@@ -151,10 +155,8 @@ class Target:
     ) -> Target:
         """A LightningModule's own ``training_step``, ``configure_optimizers`` and batch hooks,
         run without a Trainer (training/lightning_target.py; docs/target.md)."""
-        from dlci.training.lightning_target import from_lightning
-
         return cls(
-            **from_lightning(
+            **lightning_target.from_lightning(
                 module,
                 datamodule,
                 train_dataloaders=train_dataloaders,
@@ -179,10 +181,8 @@ class Target:
     ) -> Target:
         """A Transformers model whose forward returns a loss from ``labels``, or a ``Trainer``
         with its optimizer, collator and data sets (training/transformers_target.py)."""
-        from dlci.training.transformers_target import from_transformers
-
         return cls(
-            **from_transformers(
+            **transformers_target.from_transformers(
                 model,
                 train_dataset,
                 eval_dataset=eval_dataset,
@@ -246,8 +246,6 @@ def _config_table(
         import tomllib
     else:  # pragma: no cover
         import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
-    from dlci.fsutil import read_input
-    from dlci.ladder.yamlsource import LADDER_LIMIT
 
     if not path.exists() and not path.is_symlink():
         return None
@@ -346,8 +344,6 @@ def _check_callable_without_arguments(
     """A factory that cannot be called as dl-ci calls it (``os:system`` needs a command) is
     the user's mistake, named before the call: the TypeError it would raise comes from
     dl-ci's own line, and would read as a dl-ci bug."""
-    import inspect
-
     try:
         signature = inspect.signature(factory)
     except (TypeError, ValueError):  # a builtin without a signature: the call will tell
