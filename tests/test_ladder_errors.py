@@ -1,4 +1,5 @@
-"""Every bad ladder gives one located message with a hint; garbage never gives a traceback."""
+"""Every mistake of a bad ladder gives a located message with a hint, all of a file at once;
+garbage never gives a traceback."""
 
 from __future__ import annotations
 
@@ -287,6 +288,49 @@ def test_a_missing_ladder_file_is_named(tmp_path) -> None:
         f"{tmp_path}/nope.yaml: no such ladder file\n"
         "  hint: check the path given to --ladder or to 'extends'"
     )
+
+
+def several_mistakes(text: str) -> str:
+    text = edit(text, "speed: 1.0}", "speed: -1}")
+    text = edit(text, "max_epochs: 100", "max_epochs: 0")
+    text = edit(text, "nproc: 1}", "nproc: 1, max_los: 2}", 4)  # merge.t4 is the 4th row
+    text = text.replace("nproc: 1, max_los: 2}", "nproc: 1}", 3)
+    return edit(text, "    cpu: null", "    cpu: null\n    t5: null")
+
+
+def test_every_mistake_of_a_ladder_is_reported_at_once_each_located(
+    write_ladder, small_ladder_text
+) -> None:
+    path = write_ladder(several_mistakes(small_ladder_text))
+    with pytest.raises(DlciError) as info:
+        load_ladder(path)
+    assert str(info.value) == "\n".join(
+        [
+            f"{path}:4: classes.t4.speed: must be greater than 0, got -1",
+            "  hint: use a positive number, such as 4.0 for an A100",
+            f"{path}:7: budgets.pr.cpu.max_epochs: must be at least 1, got 0",
+            "  hint: use a whole number of epochs such as 100",
+            f"{path}:11: budgets.merge.t4.max_los: unknown key",
+            "  hint: did you mean 'max_loss'? known keys: max_epochs, max_loss, "
+            "max_relative_loss, time_cap_minutes, profile_steps, nproc, batch_size",
+            f"{path}:14: budgets.nightly.t5: unknown hardware class 't5'",
+            "  hint: did you mean 't4'? classes: cpu, t4",
+        ]
+    )
+    assert (info.value.file, info.value.line) == (str(path), 4)  # the first stands for all
+
+
+def test_the_cli_prints_every_mistake_of_a_ladder(write_ladder, small_ladder_text, capsys) -> None:
+    path = write_ladder(several_mistakes(small_ladder_text))
+    assert main(["tier", "--ladder", str(path), "--hardware", "cpu"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}:4: classes.t4.speed: must be greater than 0, got -1\n")
+    assert re.findall(r"ladder\.yaml:\d+: (\S+):", err) == [
+        "classes.t4.speed",
+        "budgets.pr.cpu.max_epochs",
+        "budgets.merge.t4.max_los",
+        "budgets.nightly.t5",
+    ]
 
 
 # --------------------------------------------------------------------------- garbage

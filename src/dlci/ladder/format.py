@@ -1,15 +1,14 @@
-"""The ladder file format: one table of keys that drives validation, the JSON schema and docs."""
+"""The ladder file format: declared classes that drive validation, the JSON schema and docs."""
 
 from __future__ import annotations
 
-import difflib
-import math
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from dlci.ladder.yamlsource import KeyPath, YamlSource, dotted
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from dlci import schema
+from dlci.schema import meta
 
 FORMAT_DOC = "docs/budget-ladder.md"
 NAME_PATTERN = "^[a-z0-9][a-z0-9_.-]*$"
@@ -19,119 +18,113 @@ TIME_CAP_MAX = 7 * 24 * 60  # minutes: a week, past any CI job's limit (timers n
 SCHEMA_ID = "https://github.com/org/dl-ci/blob/v1/budgets/ladder.schema.json"
 
 
-@dataclass(frozen=True)
-class FieldSpec:
-    """One key of the ladder format: its type, bounds, meaning and a fix-it hint.
+class TierFields(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One row of a budget: what the memorization test may spend on one hardware class."""
 
-    The same table drives validation, the JSON schema and the docs, so they cannot drift.
-    """
+    max_epochs: Annotated[
+        int,
+        meta(
+            "Epochs the memorization test may run; one epoch is one pass over the memorized batch.",
+            "use a whole number of epochs such as 100",
+            ge=1,
+            le=INT_MAX,
+        ),
+    ]
+    max_loss: (
+        Annotated[
+            float,
+            meta(
+                "An absolute training loss the memorization test must get below to pass "
+                "(optional from version 2; a row states max_loss, max_relative_loss or both).",
+                "use a positive loss such as 1.0, or state max_relative_loss instead",
+                gt=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    max_relative_loss: (
+        Annotated[
+            float,
+            meta(
+                "The share of its starting loss (measured on the batch before the first "
+                "update, above the loss's floor) the loss must fall to; version 2. At most "
+                "0.5: every pass needs the loss to have at least halved.",
+                "use a share such as 0.1 (PR) or 0.01 (nightly)",
+                gt=0,
+                le=0.5,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    time_cap_minutes: Annotated[
+        float,
+        meta(
+            "Wall-clock limit of the memorization test, in minutes.",
+            "use a positive number of minutes such as 5",
+            gt=0,
+            le=TIME_CAP_MAX,
+        ),
+    ]
+    profile_steps: Annotated[
+        int,
+        meta(
+            "Training steps recorded by the profiling step.",
+            "use a whole number of steps such as 5",
+            ge=1,
+            le=INT_MAX,
+        ),
+    ]
+    nproc: Annotated[
+        int,
+        meta(
+            "Processes (one per GPU) the memorization test runs under torchrun; 1 means no DDP.",
+            "use 1, or the number of GPUs on the runner",
+            ge=1,
+            le=INT_MAX,
+        ),
+    ]
+    batch_size: Annotated[
+        int,
+        meta("Examples in the memorized batch.", "use a small batch such as 16", ge=1, le=INT_MAX),
+    ] = 16
 
-    name: str
-    kind: str  # "int", "number", "string", "patterns"
-    description: str
-    hint: str
-    required: bool = True
-    minimum: float | None = None  # inclusive
-    exclusive_minimum: float | None = None
-    maximum: float | None = None  # inclusive
-    default: Any = None
+
+class ClassFields(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A hardware class: which GPUs it stands for and how fast they train."""
+
+    match: Annotated[
+        list[str],
+        meta(
+            "Case-insensitive regular expressions tried against the GPU name; the longest "
+            "match wins.",
+            "write a list of regular expressions, such as ['\\bA100']",
+        ),
+    ]
+    speed: Annotated[
+        float,
+        meta(
+            "Relative training throughput (T4 = 1.0); picks the nearest class for unnamed GPUs.",
+            "use a positive number, such as 4.0 for an A100",
+            gt=0,
+        ),
+    ]
+    fallback: (
+        Annotated[
+            str,
+            meta(
+                "The class whose tiers this class uses in a budget that has no row for it.",
+                "name another class declared under 'classes'",
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    description: Annotated[
+        str, meta("What hardware the class stands for.", "write a short text")
+    ] = ""
 
 
-TIER_FIELDS: tuple[FieldSpec, ...] = (
-    FieldSpec(
-        "max_epochs",
-        "int",
-        "Epochs the memorization test may run; one epoch is one pass over the memorized batch.",
-        "use a whole number of epochs such as 100",
-        minimum=1,
-        maximum=INT_MAX,
-    ),
-    FieldSpec(
-        "max_loss",
-        "number",
-        "An absolute training loss the memorization test must get below to pass (optional "
-        "from version 2; a row states max_loss, max_relative_loss or both).",
-        "use a positive loss such as 1.0, or state max_relative_loss instead",
-        required=False,
-        exclusive_minimum=0,
-    ),
-    FieldSpec(
-        "max_relative_loss",
-        "number",
-        "The share of its starting loss (measured on the batch before the first update, above "
-        "the loss's floor) the loss must fall to; version 2. At most 0.5: every pass needs the "
-        "loss to have at least halved.",
-        "use a share such as 0.1 (PR) or 0.01 (nightly)",
-        required=False,
-        exclusive_minimum=0,
-        maximum=0.5,
-    ),
-    FieldSpec(
-        "time_cap_minutes",
-        "number",
-        "Wall-clock limit of the memorization test, in minutes.",
-        "use a positive number of minutes such as 5",
-        exclusive_minimum=0,
-        maximum=TIME_CAP_MAX,
-    ),
-    FieldSpec(
-        "profile_steps",
-        "int",
-        "Training steps recorded by the profiling step.",
-        "use a whole number of steps such as 5",
-        minimum=1,
-        maximum=INT_MAX,
-    ),
-    FieldSpec(
-        "nproc",
-        "int",
-        "Processes (one per GPU) the memorization test runs under torchrun; 1 means no DDP.",
-        "use 1, or the number of GPUs on the runner",
-        minimum=1,
-        maximum=INT_MAX,
-    ),
-    FieldSpec(
-        "batch_size",
-        "int",
-        "Examples in the memorized batch.",
-        "use a small batch such as 16",
-        required=False,
-        minimum=1,
-        maximum=INT_MAX,
-        default=16,
-    ),
-)
-
-CLASS_FIELDS: tuple[FieldSpec, ...] = (
-    FieldSpec(
-        "match",
-        "patterns",
-        "Case-insensitive regular expressions tried against the GPU name; the longest match wins.",
-        "write a list of regular expressions, such as ['\\bA100']",
-    ),
-    FieldSpec(
-        "speed",
-        "number",
-        "Relative training throughput (T4 = 1.0); picks the nearest class for unnamed GPUs.",
-        "use a positive number, such as 4.0 for an A100",
-        exclusive_minimum=0,
-    ),
-    FieldSpec(
-        "fallback",
-        "string",
-        "The class whose tiers this class uses in a budget that has no row for it.",
-        "name another class declared under 'classes'",
-        required=False,
-    ),
-    FieldSpec(
-        "description",
-        "string",
-        "What hardware the class stands for.",
-        "write a short text",
-        required=False,
-        default="",
-    ),
-)
+TIER_FIELDS = schema.fields(TierFields)
+CLASS_FIELDS = schema.fields(ClassFields)
 
 SUPPORTED_VERSIONS = (1, 2)  # 1: max_loss only; 2: max_relative_loss too (docs/budget-ladder.md)
 CURRENT_VERSION = 2
@@ -146,172 +139,18 @@ TOP_KEYS: dict[str, str] = {
 }
 
 
-def check_value(source: YamlSource, path: KeyPath, value: Any, spec: FieldSpec) -> Any:
-    expected = {
-        "int": "an integer",
-        "number": "a number",
-        "string": "a text",
-        "patterns": "a list of texts",
-    }[spec.kind]
-    ok = {
-        # as in JSON Schema, 100.0 is an integer
-        "int": (isinstance(value, int) and not isinstance(value, bool))
-        or (isinstance(value, float) and value.is_integer()),
-        "number": isinstance(value, int | float) and not isinstance(value, bool),
-        "string": isinstance(value, str),
-        "patterns": isinstance(value, list) and all(isinstance(p, str) for p in value),
-    }[spec.kind]
-    if not ok:
-        raise source.error(
-            path, f"expected {expected}, got {show(value)} ({kind(value)})", hint=spec.hint
-        )
-    if spec.kind == "number" and not _finite(value):
-        raise source.error(path, f"must be a finite number, got {num(value)}", hint=spec.hint)
-    if spec.minimum is not None and value < spec.minimum:
-        raise source.error(
-            path, f"must be at least {num(spec.minimum)}, got {num(value)}", hint=spec.hint
-        )
-    if spec.exclusive_minimum is not None and value <= spec.exclusive_minimum:
-        raise source.error(
-            path,
-            f"must be greater than {num(spec.exclusive_minimum)}, got {num(value)}",
-            hint=spec.hint,
-        )
-    if spec.maximum is not None and value > spec.maximum:
-        raise source.error(
-            path, f"must be at most {num(spec.maximum)}, got {num(value)}", hint=spec.hint
-        )
-    return value
+# the words of messages live in dlci.schema; their old names here keep working
+kind, show, num, closest, suggest = (
+    schema.kind_of,
+    schema.show,
+    schema.num,
+    schema.closest,
+    schema.suggest,
+)
 
 
-def _finite(value: float) -> bool:
-    """Whether a number is finite as a float: an integer beyond 1.8e308 is not.
-
-    >>> _finite(1.0), _finite(float("nan")), _finite(10**400)
-    (True, False, False)
-    """
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
-
-
-def check_keys(
-    source: YamlSource,
-    path: KeyPath,
-    raw: dict[str, Any],
-    known: Mapping[str, str],
-    required: tuple[str, ...],
-) -> None:
-    for key in raw:
-        if key not in known:
-            raise source.error(
-                (*path, str(key)), "unknown key", hint=suggest(str(key), known, "known keys")
-            )
-    for key in required:
-        if key not in raw:
-            raise source.error(path, f"missing required key '{key}'", hint=known[key])
-
-
-def check_name(source: YamlSource, path: KeyPath, name: Any) -> None:
-    if not isinstance(name, str) or not re.fullmatch(NAME_PATTERN, name):
-        raise source.error(
-            path,
-            f"invalid name {show(name)}",
-            hint="use lower-case letters, digits, '-', '_' or '.', such as 'a100' or 'rtx-4090'",
-        )
-
-
-def mapping(source: YamlSource, path: KeyPath, value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise source.error(
-            path,
-            f"expected a mapping, got {show(value)} ({kind(value)})",
-            hint=f"see {FORMAT_DOC} for the layout of '{dotted(path[:1])}'",
-        )
-    return value
-
-
-def closest(word: str, choices: Mapping[str, Any] | list[str]) -> str | None:
-    """The choice nearest to a misspelt ``word``, or None.
-
-    >>> closest("nighty", ["pr", "merge", "nightly"])
-    'nightly'
-    """
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
-    return close[0] if close else None
-
-
-def suggest(word: str, choices: Mapping[str, Any] | list[str], what: str) -> str:
-    """A hint naming the nearest choice, then the choices (the first 20 of a long list)."""
-    close = closest(word, choices)
-    names = list(choices)
-    more = f" and {len(names) - 20} more" if len(names) > 20 else ""
-    listing = f"{what}: {', '.join(names[:20])}{more}"
-    return f"did you mean '{close}'? {listing}" if close else listing
-
-
-def kind(value: Any) -> str:
-    if value is None:
-        return "empty"
-    return {
-        bool: "a boolean",
-        int: "an integer",
-        float: "a number",
-        str: "a text",
-        list: "a list",
-        dict: "a mapping",
-    }.get(type(value), type(value).__name__)
-
-
-def show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def num(value: float) -> str:
-    """A number for a message; an integer too long to read is given by its digits.
-
-    >>> num(3.0), num(0.5), num(-(10**40))
-    ('3', '0.5', 'a 41-digit negative integer')
-    """
-    if isinstance(value, int) and not isinstance(value, bool):
-        if abs(value) >= 10**20:
-            sign = " negative" if value < 0 else ""
-            return f"a {len(str(abs(value)))}-digit{sign} integer"
-        return str(value)
-    whole = not isinstance(value, bool) and math.isfinite(value) and float(value).is_integer()
-    return str(int(value)) if whole and abs(value) < 1e20 else str(value)
-
-
-_JSON_TYPES = {"int": "integer", "number": "number", "string": "string"}
-
-
-def _field_schema(spec: FieldSpec) -> dict[str, Any]:
-    if spec.kind == "patterns":
-        schema: dict[str, Any] = {"type": "array", "items": {"type": "string"}}
-    else:
-        schema = {"type": _JSON_TYPES[spec.kind]}
-    if spec.minimum is not None:
-        schema["minimum"] = spec.minimum
-    if spec.exclusive_minimum is not None:
-        schema["exclusiveMinimum"] = spec.exclusive_minimum
-    if spec.maximum is not None:
-        schema["maximum"] = spec.maximum
-    if spec.default is not None and spec.default != "":
-        schema["default"] = spec.default
-    schema["description"] = spec.description
-    return schema
-
-
-def _object(specs: tuple[FieldSpec, ...], title: str) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "title": title,
-        "additionalProperties": False,
-        "required": [spec.name for spec in specs if spec.required],
-        "properties": {spec.name: _field_schema(spec) for spec in specs},
-    }
+def _object(cls: type[msgspec.Struct], title: str) -> dict[str, Any]:
+    return {"title": title, **schema.json_schema(cls)}
 
 
 def json_schema(*, complete: bool = True) -> dict[str, Any]:
@@ -324,8 +163,8 @@ def json_schema(*, complete: bool = True) -> dict[str, Any]:
     [1, 2]
     """
     name = {"type": "string", "pattern": NAME_PATTERN}
-    tier = _object(TIER_FIELDS, "tier")
-    cls = _object(CLASS_FIELDS, "hardware class")
+    tier = _object(TierFields, "tier")
+    cls = _object(ClassFields, "hardware class")
     if complete:  # a complete row states at least one threshold
         tier["anyOf"] = [{"required": [key]} for key in THRESHOLD_KEYS]
     else:

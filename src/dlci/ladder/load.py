@@ -9,25 +9,22 @@ function from a ladder, a budget and a hardware class to a ``Tier``.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from dlci import schema
 from dlci.errors import DlciError
 from dlci.ladder import format as fmt
 from dlci.ladder import patterns
-from dlci.ladder.format import (
-    CLASS_FIELDS,
-    REQUIRED_BUDGETS,
-    TIER_FIELDS,
-    TOP_KEYS,
-    FieldSpec,
-)
+from dlci.ladder.format import REQUIRED_BUDGETS, TOP_KEYS, ClassFields, TierFields
 from dlci.ladder.model import CPU_CLASS, HardwareClass, Ladder, Tier, TierRow
 from dlci.ladder.versions import check_thresholds, check_version, data_version, keep_absolute
-from dlci.ladder.yamlsource import KeyPath, YamlSource, chain_link, load_yaml, parse_yaml
+from dlci.ladder.yamlsource import KeyPath, YamlSource, chain_link, dotted, load_yaml, parse_yaml
+from dlci.schema import Problem
 
 # the data classes live in dlci.ladder.model; their old import path here keeps working
 __all__ = [
@@ -150,13 +147,18 @@ def _merge(base: Any, overlay: Any) -> Any:
 
 
 def build_ladder(source: YamlSource, name: str) -> Ladder:
-    data = source.data
-    fmt.check_keys(source, (), data, TOP_KEYS, required=("version", "classes", "budgets"))
+    """The ladder ``source`` holds, or every mistake in it at once (each located)."""
+    data, errors = source.data, _Errors(source)
+    errors.extend(schema.unknown_keys(data, TOP_KEYS))
+    for key in ("classes", "budgets"):
+        if key not in data and not schema.misspelt(key, data):
+            errors.add((), f"missing required key '{key}'", TOP_KEYS[key])
     revision = data.get("revision", "")
     if not isinstance(revision, str | int | float) or isinstance(revision, bool):
-        raise source.error(("revision",), f"expected a text, got {fmt.kind(revision)}")
-    classes = _build_classes(source, fmt.mapping(source, ("classes",), data["classes"]))
-    budgets = _build_budgets(source, fmt.mapping(source, ("budgets",), data["budgets"]), classes)
+        errors.add(("revision",), f"expected a text, got {fmt.kind(revision)}")
+    classes = _build_classes(errors, data["classes"]) if "classes" in data else {}
+    budgets = _build_budgets(errors, data["budgets"], classes) if "budgets" in data else {}
+    schema.raise_all(errors.found)
     return Ladder(
         source=name,
         files=source.files,
@@ -169,85 +171,161 @@ def build_ladder(source: YamlSource, name: str) -> Ladder:
     )
 
 
-def _build_classes(source: YamlSource, raw: dict[str, Any]) -> dict[str, HardwareClass]:
-    if not raw:
-        raise source.error(
-            ("classes",), "no hardware class is declared", hint="declare at least 'cpu'"
+class _Errors:
+    """The located mistakes found so far in one ladder."""
+
+    def __init__(self, source: YamlSource) -> None:
+        self.source = source
+        self.found: list[DlciError] = []
+
+    def add(self, path: KeyPath, problem: str, hint: str | None = None) -> None:
+        self.found.append(self.source.error(path, problem, hint=hint))
+
+    def extend(self, problems: list[Problem]) -> None:
+        for p in problems:
+            self.add(p.path, p.message, p.hint)
+
+    def mapping(self, path: KeyPath, value: Any) -> dict[str, Any] | None:
+        if isinstance(value, dict):
+            return value
+        self.add(
+            path,
+            f"expected a mapping, got {fmt.show(value)} ({fmt.kind(value)})",
+            f"see {fmt.FORMAT_DOC} for the layout of '{dotted(path[:1])}'",
         )
+        return None
+
+    def name(self, path: KeyPath, name: Any) -> None:
+        if not _valid_name(name):
+            self.add(
+                path,
+                f"invalid name {fmt.show(name)}",
+                "use lower-case letters, digits, '-', '_' or '.', such as 'a100' or 'rtx-4090'",
+            )
+
+
+def _valid_name(name: Any) -> bool:
+    return isinstance(name, str) and re.fullmatch(fmt.NAME_PATTERN, name) is not None
+
+
+def _build_classes(errors: _Errors, body: Any) -> dict[str, HardwareClass]:
+    """The well-formed classes; a class with a mistake is left out (its mistakes recorded)."""
+    raw = errors.mapping(("classes",), body)
+    if raw is None:
+        return {}
+    if not raw:
+        errors.add(("classes",), "no hardware class is declared", "declare at least 'cpu'")
     classes: dict[str, HardwareClass] = {}
-    for name, body in raw.items():
+    for name, value in raw.items():
         path: KeyPath = ("classes", name)
-        fmt.check_name(source, path, name)
-        values = _fields(source, path, fmt.mapping(source, path, body), CLASS_FIELDS)
-        for index, pattern in enumerate(values["match"]):
+        before = len(errors.found)
+        errors.name(path, name)
+        body = errors.mapping(path, value)
+        if body is None:
+            continue
+        values, problems = schema.check(ClassFields, body, path)
+        errors.extend(problems)
+        for index, pattern in enumerate(values["match"] or () if not problems else ()):
             why = patterns.problem(pattern)
             if why:
-                raise source.error(
+                errors.add(
                     (*path, "match", index),
                     f"GPU name pattern {pattern!r} refused: {why}",
-                    hint=patterns.HINT,
+                    patterns.HINT,
                 )
-        classes[name] = HardwareClass(
-            name=name,
-            match=tuple(values["match"]),
-            speed=float(values["speed"]),
-            fallback=values["fallback"],
-            description=values["description"],
-        )
-    for cls in classes.values():
-        if cls.fallback is not None and cls.fallback not in classes:
-            raise source.error(
-                ("classes", cls.name, "fallback"),
-                f"unknown hardware class {cls.fallback!r}",
-                hint=fmt.suggest(cls.fallback, classes, "classes"),
+        if len(errors.found) == before:
+            classes[name] = HardwareClass(name=name, **{**values, "match": tuple(values["match"])})
+    for name, value in raw.items():
+        fallback = value.get("fallback") if isinstance(value, dict) else None
+        if isinstance(fallback, str) and fallback not in raw:
+            errors.add(
+                ("classes", name, "fallback"),
+                f"unknown hardware class {fallback!r}",
+                fmt.suggest(fallback, list(raw), "classes"),
             )
-    if CPU_CLASS not in classes:
-        raise source.error(
+    if CPU_CLASS not in raw:
+        errors.add(
             ("classes",),
             f"the '{CPU_CLASS}' class is missing",
-            hint="declare 'cpu' (match: [], speed: 0.02); it is the class of a runner with no GPU",
+            "declare 'cpu' (match: [], speed: 0.02); it is the class of a runner with no GPU",
         )
     return classes
 
 
 def _build_budgets(
-    source: YamlSource, raw: dict[str, Any], classes: Mapping[str, HardwareClass]
+    errors: _Errors, body: Any, classes: Mapping[str, HardwareClass]
 ) -> dict[str, dict[str, TierRow | None]]:
+    """Each budget's rows; a row with a mistake is left out (its mistakes recorded)."""
+    raw = errors.mapping(("budgets",), body)
+    if raw is None:
+        return {}
     for required in REQUIRED_BUDGETS:
         if required not in raw:
-            raise source.error(
+            errors.add(
                 ("budgets",),
                 f"budget '{required}' is missing",
-                hint="a ladder defines at least the pr, merge and nightly budgets",
+                "a ladder defines at least the pr, merge and nightly budgets",
             )
+    # the classes rows may name (None: not judged, when the classes' names are in doubt); a
+    # missing 'cpu' is reported once, under classes, not again at every row naming it
+    declared = errors.source.data.get("classes")
+    named = isinstance(declared, dict) and all(_valid_name(name) for name in declared)
+    declared = {CPU_CLASS: None, **declared} if named else None
+    whole = not errors.found  # only over sound classes is a missing row worth naming
     budgets: dict[str, dict[str, TierRow | None]] = {}
-    for budget, body in raw.items():
-        fmt.check_name(source, ("budgets", budget), budget)
-        rows: dict[str, TierRow | None] = {}
-        for cls, row in fmt.mapping(source, ("budgets", budget), body).items():
-            path: KeyPath = ("budgets", budget, cls)
-            if cls not in classes:
-                raise source.error(
-                    path,
-                    f"unknown hardware class {cls!r}",
-                    hint=fmt.suggest(str(cls), classes, "classes"),
-                )
-            if row is None:  # explicitly: this budget does not run on this class
-                rows[cls] = None
-                continue
-            values = _fields(source, path, fmt.mapping(source, path, row), TIER_FIELDS)
-            check_thresholds(source, path, values, version=data_version(source))
-            rows[cls] = TierRow(**values)
-        owners = _row_classes(rows, classes)
-        for cls in [cls for cls in classes if owners[cls] is None][:1]:
-            raise source.error(
-                ("budgets", budget),
-                f"no tier for hardware class '{cls}', and the class has no fallback",
-                hint=f"add budgets.{budget}.{cls}, give classes.{cls} a 'fallback', or write "
-                f"'{cls}: null' if this budget must not run on it",
-            )
+    for budget, value in raw.items():
+        before = len(errors.found)
+        errors.name(("budgets", budget), budget)
+        rows = _build_rows(errors, budget, errors.mapping(("budgets", budget), value), declared)
+        if whole and len(errors.found) == before:
+            _check_coverage(errors, budget, rows, classes)
         budgets[budget] = rows
     return budgets
+
+
+def _build_rows(
+    errors: _Errors, budget: str, raw: dict[str, Any] | None, declared: Mapping[str, Any] | None
+) -> dict[str, TierRow | None]:
+    rows: dict[str, TierRow | None] = {}
+    for cls, row in (raw or {}).items():
+        path: KeyPath = ("budgets", budget, cls)
+        if declared is not None and cls not in declared:
+            errors.add(
+                path,
+                f"unknown hardware class {cls!r}",
+                fmt.suggest(str(cls), list(declared), "classes"),
+            )
+            continue
+        body = None if row is None else errors.mapping(path, row)
+        if body is None:  # null: explicitly, this budget does not run on this class
+            rows[cls] = None
+            continue
+        values, problems = schema.check(TierFields, body, path)
+        errors.extend(problems)
+        try:
+            if not problems:
+                check_thresholds(errors.source, path, values, version=data_version(errors.source))
+                rows[cls] = TierRow(**values)
+        except DlciError as exc:
+            errors.found.append(exc)
+    return rows
+
+
+def _check_coverage(
+    errors: _Errors,
+    budget: str,
+    rows: Mapping[str, TierRow | None],
+    classes: Mapping[str, HardwareClass],
+) -> None:
+    """Each class runs this budget by its own row or a fallback's, or is refused (null)."""
+    owners = _row_classes(rows, classes)
+    for cls in [cls for cls in classes if owners[cls] is None][:1]:
+        errors.add(
+            ("budgets", budget),
+            f"no tier for hardware class '{cls}', and the class has no fallback",
+            f"add budgets.{budget}.{cls}, give classes.{cls} a 'fallback', or write "
+            f"'{cls}: null' if this budget must not run on it",
+        )
 
 
 def _row_classes(
@@ -265,27 +343,6 @@ def _row_classes(
             current = classes[current].fallback
         owner.update(dict.fromkeys(chain, owner[current] if current is not None else None))
     return owner
-
-
-def _fields(
-    source: YamlSource, path: KeyPath, raw: dict[str, Any], specs: tuple[FieldSpec, ...]
-) -> dict[str, Any]:
-    known = {spec.name: spec.description for spec in specs}
-    fmt.check_keys(source, path, raw, known, required=())
-    values: dict[str, Any] = {}
-    for spec in specs:
-        if spec.name not in raw:
-            if spec.required:
-                raise source.error(
-                    path, f"missing required key '{spec.name}'", hint=f"{spec.name}: {spec.hint}"
-                )
-            values[spec.name] = spec.default
-            continue
-        value = fmt.check_value(source, (*path, spec.name), raw[spec.name], spec)
-        if spec.kind in ("number", "int"):
-            value = float(value) if spec.kind == "number" else int(value)
-        values[spec.name] = value
-    return values
 
 
 # --------------------------------------------------------------------------- selection

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, TextIO
 from dlci.errors import DlciError
 from dlci.report.github import annotation, in_github_actions
 from dlci.report.text import clean
+from dlci.schema import errors_of
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -21,13 +22,18 @@ LOG_WIDTH = 1000  # columns of a console that is not a terminal: wide enough nev
 
 
 def error_text(exc: DlciError) -> str:
-    """The lines of a user mistake: the message on one line, the hint's own lines kept.
+    """The lines of a user mistake (each of them, for a file with several): the message on
+    one line, the hint's own lines kept.
 
     >>> print(error_text(DlciError("bad\\nvalue", hint="fix:\\n  here", file="a.yaml")))
     error: a.yaml: bad\\nvalue
       hint: fix:
       here
     """
+    return "\n".join(_one_error(each) for each in errors_of(exc))
+
+
+def _one_error(exc: DlciError) -> str:
     message = clean(exc.message)
     text = f"error: {clean(exc.location)}: {message}" if exc.location else f"error: {message}"
     if exc.hint:
@@ -36,14 +42,15 @@ def error_text(exc: DlciError) -> str:
 
 
 def print_error(exc: DlciError) -> None:
-    """Write a user mistake to stderr, and as an ``::error`` annotation inside GitHub Actions."""
+    """Write a user mistake to stderr, and as ``::error`` annotations inside GitHub Actions."""
     print(error_text(exc), file=sys.stderr)
     if in_github_actions():
-        message = exc.message + (f" (hint: {exc.hint})" if exc.hint else "")
-        print(
-            annotation("error", message, title="dl-ci", file=exc.file or "", line=exc.line),
-            file=sys.stderr,
-        )
+        for each in errors_of(exc):
+            message = each.message + (f" (hint: {each.hint})" if each.hint else "")
+            print(
+                annotation("error", message, title="dl-ci", file=each.file or "", line=each.line),
+                file=sys.stderr,
+            )
 
 
 def print_warning(message: str) -> None:
