@@ -30,6 +30,7 @@ from dlci.memorization.verdict import (
     stuck_reason,
     training_time,
 )
+from dlci.memorization.watchdog import Watchdog
 from dlci.training.batching import shard, take_batch, to_device
 from dlci.training.draws import Draws
 from dlci.training.guard import user_code
@@ -255,7 +256,6 @@ def _watchdog(
     """The watchdog of a run that has ``on_stuck``; None without."""
     if on_stuck is None:
         return None
-    from dlci.memorization.watchdog import Watchdog
 
     def expired(stuck_at: str, stack: list[str]) -> None:
         losses, prepared = list(live.losses), live.prepared

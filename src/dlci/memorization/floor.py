@@ -21,11 +21,15 @@ at every evaluation, and neither touches the model.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from dlci.errors import DlciError
+from dlci.training.guard import user_code
 
 ADAM_STEPS = 300  # Adam with a cosine-decayed rate, then L-BFGS from where it ended
 LBFGS_STEPS = 30
@@ -66,9 +70,6 @@ class References:
 
 def declared(floor: Any, batch: Any) -> float:
     """The target's declared floor: a number, or a function of the batch."""
-    from dlci.errors import DlciError
-    from dlci.training.guard import user_code
-
     if callable(floor):
         with user_code("loss_floor"):
             value = floor(batch)
@@ -151,8 +152,6 @@ def flatten(value: Any, depth: int = 0) -> tuple[list[Any], Callable[[list[Any]]
     >>> len(leaves), rebuild([1, 2, 3]).extra
     (3, {'a': (2, 3)})
     """
-    import dataclasses
-
     if depth > 32:
         return [value], lambda new: new[0]
     if isinstance(value, dict):

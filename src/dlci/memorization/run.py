@@ -22,12 +22,12 @@ from dlci.memorization.request import (
 )
 from dlci.memorization.seeds import check_seeds, run_seeds
 from dlci.memorization.single import RunReport, train_one, write_run_outputs
+from dlci.memorization.tracking import NullTracker, make_tracker
+from dlci.training.target import resolve_spec
 
 
 def run_memorize(request: MemorizeRequest, say: Say) -> MemorizeOutcome:
     """Run the memorization test as ``request`` asks; a failed test is an outcome, not an error."""
-    from dlci.training.target import resolve_spec
-
     check_out(request.out)
     spec = resolve_spec(request.target)
     tier = request.tier.choose()
@@ -72,8 +72,6 @@ def _memorize(
     say: Say,
     report: RunReport | None,
 ) -> MemorizeOutcome:
-    from dlci.memorization.tracking import NullTracker, make_tracker
-
     if request.seeds > 1:
         return run_seeds(request, spec, tier, say, report)
     leader = report is not None

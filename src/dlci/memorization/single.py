@@ -11,23 +11,30 @@ from typing import Any
 
 from dlci import jsonio
 from dlci.ladder.model import Tier
-from dlci.memorization.engine import Distributed, MemorizeResult
+from dlci.memorization.engine import (
+    Distributed,
+    MemorizeConfig,
+    MemorizeResult,
+    memorize,
+    seed_everything,
+)
 from dlci.memorization.request import WATCHDOG_VARIABLE, MemorizeOutcome, MemorizeRequest, Say
+from dlci.memorization.verdict import partial
+from dlci.progress import StepProgress
+from dlci.report import memorization
+from dlci.report.github import write_outputs
 from dlci.report.text import clean
+from dlci.training.target import load_target
 
 
 class RunReport:
     """memorization.json of rank 0: a partial one (failing) until the verdict replaces it."""
 
     def __init__(self, request: MemorizeRequest, spec: str, tier: Tier) -> None:
-        from dlci.report import memorization
-
         self.request, self.spec, self.tier = request, spec, tier
         self.path = request.json or str(Path(request.out) / memorization.REPORT_NAME)
 
     def build(self, result: MemorizeResult, tracking: str = "") -> dict[str, Any]:
-        from dlci.report import memorization
-
         return memorization.build_report(
             result=result,
             tier=self.tier.to_dict(),
@@ -38,8 +45,6 @@ class RunReport:
         )
 
     def write_partial(self, stopped_by: str, reason: str, result: Any = None) -> None:
-        from dlci.memorization.verdict import partial
-
         if self.path == "-":
             return
         if result is None:
@@ -57,10 +62,6 @@ def train_one(
     tracker: Any,
 ) -> MemorizeResult:
     """One memorization run with ``request.seed``: seed, build the target, train."""
-    from dlci.memorization.engine import MemorizeConfig, memorize, seed_everything
-    from dlci.progress import StepProgress
-    from dlci.training.target import load_target
-
     seed_everything(request.seed + dist.rank)  # the model's initial weights come from here
     target = load_target(spec)
     config = MemorizeConfig.from_tier(
@@ -118,9 +119,6 @@ def write_run_outputs(
 ) -> MemorizeOutcome:
     """The report (JSON file unless it goes to standard output; ``extra`` added to it), the
     tracker's summary, the curve and the GitHub step outputs."""
-    from dlci.report import memorization
-    from dlci.report.github import write_outputs
-
     report = memorization.build_report(
         result=result,
         tier=tier.to_dict(),
