@@ -6,7 +6,9 @@ The check IDs are part of the interface (reports, ``--only``): keep them.
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +25,7 @@ from dlci.checks.base import (
     preserved,
 )
 from dlci.errors import DlciError
+from dlci.ladder.format import suggest
 from dlci.ladder.model import Tier
 from dlci.policy import SKIP_WAIVER, WARN_ONLY, Policy, Waiver
 from dlci.training.guard import (
@@ -102,8 +105,6 @@ CHECK_IDS = tuple(entry[0] for entry in LADDER)
 
 def _registry() -> list[Check]:
     """The checks of the ladder, their functions imported."""
-    import importlib
-
     return [
         Check(check_id, catches, getattr(importlib.import_module(f"dlci.checks.{module}"), name))
         for check_id, catches, module, name in LADDER
@@ -118,8 +119,6 @@ def select(only: str | None) -> list[Check]:
     wanted = [part.strip() for part in only.split(",") if part.strip()]
     unknown = [w for w in wanted if w not in CHECK_IDS]
     if unknown:
-        from dlci.ladder.format import suggest
-
         raise DlciError(
             f"--only: unknown check {unknown[0]!r}",
             hint=suggest(unknown[0], list(CHECK_IDS), "checks"),
@@ -301,8 +300,6 @@ def _in_target(exc: BaseException) -> bool:
 
 
 def _crashed(check_id: str, exc: BaseException) -> CheckResult:
-    import traceback
-
     ours = raised_by_dlci(exc)
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return CheckResult(

@@ -10,6 +10,7 @@ from typing import Any
 
 from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, fmt
 from dlci.checks.units import MAX_SITES, UNDERSTOOD, Recording, Site, recording
+from dlci.training.batching import logits_of
 
 SHOWN = 20  # sites listed in the details, worst first
 CLAMPED_SHARE = 0.25  # class scores exactly 0 (none below) from which they are taken as clamped
@@ -65,8 +66,6 @@ def _clamped_scores(ctx: Context, outputs: Any) -> CheckResult | None:
     them exactly 0, none below, some above. A class whose score is clamped gets no gradient from the
     cross-entropy, so an example whose true class sits there cannot be fitted."""
     import torch
-
-    from dlci.training.batching import logits_of
 
     if not ctx.is_classification():
         return None

@@ -4,6 +4,7 @@ user's model and random state as it found them."""
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import random
 from collections.abc import Callable, Iterator
@@ -13,6 +14,7 @@ from typing import Any
 
 from dlci.errors import DlciError
 from dlci.ladder.model import Tier
+from dlci.memorization.engine import pick_device
 from dlci.policy import Policy
 from dlci.training.batching import (
     as_pair,
@@ -24,6 +26,7 @@ from dlci.training.batching import (
     tree_map,
 )
 from dlci.training.guard import user_code
+from dlci.training.stepping import loss_value
 from dlci.training.target import Target, build_optimizer
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
@@ -76,8 +79,6 @@ class Context:
         factory: Callable[[], Target] | None = None,
         policy: Policy | None = None,
     ) -> Context:
-        from dlci.memorization.engine import pick_device
-
         device = pick_device(device)
         with preserved(target), user_code("train_loader"):
             batch, _ = take_batch(target.train_loader, batch_size)
@@ -129,7 +130,6 @@ class Context:
             loss = target.loss_fn(call_model(model, batch[0]), batch[1])  # type: ignore[misc]
             loss.backward()
             optimizer.step()
-        from dlci.training.stepping import loss_value
 
         try:
             return loss_value(loss, 1)
@@ -144,8 +144,6 @@ class Context:
         and a later check takes its first ``count`` (lr-range reads 100 training batches,
         label-alignment then takes 60 and leakage 20 of them, without reading again).
         """
-        import itertools
-
         key = f"batches:{id(loader)}"
         kept = self.shared.get(key)
         if kept is not None and (kept[0] >= count or len(kept[1]) < kept[0]):

@@ -21,6 +21,7 @@ from typing import Any
 
 from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, difference, fmt
 from dlci.training.batching import logits_of
+from dlci.training.draws import Draws
 
 TOLERANCE = 1e-4  # of the output scale: float noise, not a dependence
 COPY_LOSS = 0.05  # the loss of outputs that copy their inputs, under which labels are unshifted
@@ -119,8 +120,6 @@ def _autoregressive(model: Any, tokens: Any, targets: Any) -> str:
 
 def causality(ctx: Context) -> CheckResult:
     import torch
-
-    from dlci.training.draws import Draws
 
     inputs, targets = ctx.batch
     found = _tokens(inputs)

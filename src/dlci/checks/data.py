@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import operator
 from typing import Any
 
 from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, difference, number
 from dlci.checks.sample import data_sample
 from dlci.training.batching import as_pair, batch_size_of, logits_of, tree_map
+from dlci.training.draws import Draws
 
 SHUFFLE_BATCHES = 4
 
@@ -101,8 +103,6 @@ def _is_sequential(loader: Any) -> bool:
 
 def _yields_in_order(batch_sampler: Any) -> bool:
     """The first batches' indices run consecutively (at least 8 of them, all integers)."""
-    import operator
-
     indices: list[int] = []
     try:
         for batch in itertools.islice(iter(batch_sampler), SHUFFLE_BATCHES):
@@ -159,8 +159,6 @@ def batch_independence(ctx: Context) -> CheckResult:
     on the same draws, is the control: what differs there is no evidence of a leak.
     """
     import torch
-
-    from dlci.training.draws import Draws
 
     size = batch_size_of(ctx.batch)  # the targets may be a dict (a QA head's start and end)
     if size < 4:

@@ -24,6 +24,7 @@ from typing import Any
 from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, fmt
 from dlci.training.batching import batch_size_of, logits_of, tree_map
 from dlci.training.copying import model_copy
+from dlci.training.draws import Draws, differs
 
 STEPS = 50  # training steps of the copy on the doctor's batch
 FAIL_RATIO = 0.02  # the outputs move under this share of the targets' move: no dependence
@@ -128,8 +129,6 @@ class Reading:
 
 def _read(ctx: Context, model: Any, size: int) -> Reading | str:
     import torch
-
-    from dlci.training.draws import Draws, differs
 
     model.eval()
     draws = Draws.capture()

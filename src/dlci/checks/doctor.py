@@ -15,9 +15,15 @@ from dlci import jsonio
 from dlci.checks import run_checks, select
 from dlci.checks.base import CheckResult
 from dlci.errors import DlciError
+from dlci.fsutil import atomic_write_text
 from dlci.ladder.tiers import TierRequest
+from dlci.memorization.engine import seed_everything
 from dlci.policy import Policy, threshold_table
+from dlci.report import doctor as report
+from dlci.report import figures, html
 from dlci.report.text import clean
+from dlci.training.batching import as_pair
+from dlci.training.target import load_target, resolve_spec
 
 NO_VERDICT = (
     "the doctor ended before a verdict: the process stopped inside the target's code "
@@ -62,10 +68,6 @@ def run_doctor(
     the report is written, its exception is raised again, so the command exits 3 with the
     traceback in the error log, as for any other error of dl-ci's.
     """
-    from dlci.memorization.engine import seed_everything
-    from dlci.report import doctor as report
-    from dlci.training.target import load_target, resolve_spec
-
     selected = select(request.only)  # a typo in --only fails before anything is loaded
     spec = resolve_spec(request.target)
     tier = request.tier.choose()
@@ -107,14 +109,12 @@ def run_doctor(
         policy=policy_entry(policy),
     )
     _write(data, json_path, request.markdown)
-    html = None
-    from dlci.report.html import report_folder
-
-    if not crashes and report_folder(json_path, request.out):
-        html = pictures(data, Path(request.out), target)
+    page = None
+    if not crashes and html.report_folder(json_path, request.out):
+        page = pictures(data, Path(request.out), target)
     if crashes:
         raise crashes[0]
-    return DoctorOutcome(data, json_path, 1 if data["verdict"] == "fail" else 0, html)
+    return DoctorOutcome(data, json_path, 1 if data["verdict"] == "fail" else 0, page)
 
 
 def pictures(data: dict[str, Any], folder: Path, target: Any) -> Path | None:
@@ -122,7 +122,6 @@ def pictures(data: dict[str, Any], folder: Path, target: Any) -> Path | None:
     of the target's training loader, iterated anew) and the folder's report.html. Never the
     verdict's business: what cannot be drawn is said on standard error, and the report stands
     as written."""
-    from dlci.report import figures, html
 
     def say(line: str) -> None:
         print(f"doctor: {clean(line)}", file=sys.stderr, flush=True)
@@ -153,28 +152,21 @@ def pictures(data: dict[str, Any], folder: Path, target: Any) -> Path | None:
 
 def _examples(target: Any, folder: Path) -> dict[str, str] | None:
     """The figure of the target's first training batch, or None for a layout it cannot draw."""
-    from dlci.report.figures import examples_figure
-    from dlci.training.batching import as_pair
-
     for raw in target.train_loader:
         inputs, labels = as_pair(raw, 0)
         if isinstance(inputs, dict):  # a Transformers batch: its token ids
             inputs = inputs.get("input_ids")
         if isinstance(labels, dict):
             labels = labels.get("labels")
-        return examples_figure(inputs, labels, folder, vocab=getattr(target, "vocab", None))
+        return figures.examples_figure(inputs, labels, folder, vocab=getattr(target, "vocab", None))
     return None
 
 
 def _write(data: dict[str, Any], json_path: str, markdown: str | None) -> None:
     """The report as JSON (unless it goes to standard output) and, on request, Markdown."""
-    from dlci.report import doctor as report
-
     if json_path != "-":
         jsonio.write(json_path, data)
     if markdown:
-        from dlci.fsutil import atomic_write_text
-
         atomic_write_text(markdown, report.render_markdown(data))
 
 

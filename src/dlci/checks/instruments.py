@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dlci.errors import DlciError
+
 DEFAULT_DIR = Path("dlci-artifacts") / "tensorboard" / "instruments"
 
 
@@ -29,8 +31,6 @@ class Instruments:
         self, model: Any, *, every: int = 50, log_dir: str | Path | None = None, writer: Any = None
     ) -> None:
         if every < 1:
-            from dlci.errors import DlciError
-
             raise DlciError(f"Instruments: every must be at least 1, got {every}")
         self.model, self.every = model, every
         self.log_dir = Path(log_dir) if log_dir else DEFAULT_DIR

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, fmt
-from dlci.training.batching import logits_of
+from dlci.training.batching import logits_of, tree_map
 from dlci.training.copying import model_copy
+from dlci.training.draws import Draws
 
 CONTROL_STEPS = 60  # training steps for each arm of the shuffled-label control
 LEAKAGE_STEPS = 20  # "very little training"
@@ -345,8 +346,6 @@ class Reading:
 
 
 def _read(ctx: Context, true: Arm, shuffled: Arm, own: list[Any], val: list[Any]) -> Reading:
-    from dlci.training.draws import Draws
-
     draws = Draws.capture()  # both copies scored on the same draws (a VAE's noise)
     true_score = evaluate(ctx, true.model, val, draws)
     control = evaluate(ctx, shuffled.model, val, draws)
@@ -376,8 +375,6 @@ def _labels_unread(ctx: Context, batch: Any, shuffled: Any) -> str:
     too, on the same draws) reads no labels from ``batch[1]`` (a denoiser's loss against
     the noise it drew, a self-supervised loss, an autoencoder's against its inputs)."""
     import torch
-
-    from dlci.training.draws import Draws
 
     draws = Draws.capture()
     ctx.model.eval()
@@ -409,8 +406,6 @@ def _jittered(outputs: Any) -> Any:
     labels alike, as if the loss read none."""
     import torch
 
-    from dlci.training.batching import tree_map
-
     generator = torch.Generator().manual_seed(0)
 
     def jitter(leaf: Any) -> Any:
@@ -429,8 +424,6 @@ def _dense(batches: list[Any]) -> tuple[str, Any] | None:
     inputs' last two (spatial) dimensions, (N, H, W) class maps or (N, C, H, W) masks, are
     transposed when square, else turned half a turn; None for other targets."""
     import torch
-
-    from dlci.training.batching import tree_map
 
     inputs, targets = batches[0]
     if not isinstance(targets, torch.Tensor) or targets.ndim < 3:
@@ -454,8 +447,6 @@ def _layout_control(
     and scored against held-out targets changed the same way. Aligned targets are learned
     better as they are; targets that line up with their images only once changed (an image
     transposed, its mask not) are learned better changed: a failure, measured."""
-    from dlci.training.draws import Draws
-
     found = _dense(batches)
     if found is None:
         return None
@@ -506,8 +497,6 @@ def label_alignment(ctx: Context) -> CheckResult:
     it could not judge (a warning), and why. Both copies train on the same random draws (a
     VAE's noise, dropout masks, augmentations): only the labels differ between them.
     """
-    from dlci.training.draws import Draws
-
     if missing := _needs(ctx, "label-alignment"):
         return missing
     batches = train_batches(ctx, CONTROL_STEPS)

@@ -17,6 +17,7 @@ from dlci.checks.labels import (
     val_batches,
 )
 from dlci.checks.sample import Sample, Split, data_sample, feature_name
+from dlci.training.batching import tree_map
 
 MIN_HELD_OUT = 32  # examples the one-feature probe needs
 
@@ -231,8 +232,6 @@ def _probe(ctx: Context, t: Any, yt: Any, v: Any, yv: Any) -> probe.Probe | None
 def _targets_are_inputs(batch: Any) -> bool:
     """Whether the batch's targets are one of its input tensors, value for value."""
     import torch
-
-    from dlci.training.batching import tree_map
 
     inputs, targets = batch
     if not isinstance(targets, torch.Tensor):

@@ -7,14 +7,13 @@ import math
 from typing import Any
 
 from dlci.checks.base import FAIL, PASS, WARN, CheckResult, Context, number
+from dlci.memorization.engine import seed_everything
 from dlci.training.target import Target, build_optimizer
 
 STEPS = 3
 
 
 def reproducibility(ctx: Context) -> CheckResult:
-    from dlci.memorization.engine import seed_everything
-
     if ctx.factory is not None:  # rebuild the target from its function, twice, same seed
         runs = []
         for _ in range(2):

@@ -14,13 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from dlci.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, Context, preserved
+from dlci.memorization.engine import MemorizeConfig, memorize
 
 EXTEND_FACTOR = 4  # a projection within this many times the tier's epochs: learns, slowly
 
 
 def memorize_check(ctx: Context) -> CheckResult:
-    from dlci.memorization.engine import MemorizeConfig, memorize
-
     if ctx.tier is None:
         return CheckResult("memorize", SKIP, cause="no tier selected")
     config = MemorizeConfig.from_tier(ctx.tier, device=str(ctx.device))
