@@ -12,6 +12,7 @@ import jsonschema
 import pytest
 
 from dlci import jsonio
+from dlci.checks import CHECK_IDS
 from dlci.cli import main
 from dlci.config import Config, resolve
 from dlci.config.keys import KEYS, SCHEMA_FILE, json_schema, key_table, render_schema
@@ -171,8 +172,8 @@ def test_lists_take_a_text_or_a_list(tmp_path: Path) -> None:
         (
             "[tool.dlci.doctor.checks.shuffle]\nfail-mix = 7\n",
             6,
-            "must be a number from 0 to 1",
-            None,
+            "shuffle.fail-mix: must be at most 1, got 7",
+            "(default 0.5)",
         ),
         ("[tool.dlci.doctor]\nwaive = 1\n", 6, "doctor.waive: unknown key", None),
         ("doctor.checks.shuffle.waive = 'skip'\n", 5, "a waiver needs a reason", None),
@@ -204,6 +205,41 @@ def test_every_mistake_is_one_located_error(
         assert hint in (exc.hint or ""), exc.hint
 
 
+def test_every_mistake_of_a_file_is_reported_at_once_each_located(tmp_path: Path) -> None:
+    body = (
+        "min-gpu-util = 140\n"  # line 5
+        "target = 3\n"
+        "min_gpu_memory = 1\n"
+        "[tool.dlci.doctor.checks.shuffle]\n"
+        "waive = 'off'\n"  # line 9
+        "reason = 'ordered on purpose'\n"
+        "fail-mix = 7\n"
+        "[tool.dlci.doctor.checks.shufle]\n"  # line 12
+    )
+    exc = error(tmp_path, body)
+    file = f"{tmp_path}{os.sep}pyproject.toml"
+    assert str(exc) == "\n".join(
+        [
+            f"{file}:5: min-gpu-util: must be from 0 to 100, got 140 (an integer)",
+            "  hint: write a percentage such as min-gpu-util = 40",
+            f"{file}:6: target: expected a text, got 3 (an integer)",
+            "  hint: write target = 'package.module:function'",
+            f"{file}:7: min_gpu_memory: unknown key",
+            "  hint: did you mean 'max-gpu-memory'? keys: target, ladder, tests, "
+            "pytest-args, min-gpu-util, max-gpu-memory, max-utilization-drop, "
+            "max-step-time-regression, doctor (see docs/configuration.md)",
+            f"{file}:9: doctor.checks.shuffle.waive: must be 'skip' or 'warn-only', got 'off'",
+            "  hint: write waive = 'skip' or waive = 'warn-only'",
+            f"{file}:11: doctor.checks.shuffle.fail-mix: must be at most 1, got 7",
+            "  hint: classification: fails when a batch holds under this share of the classes a "
+            "shuffled batch would (default 0.5)",
+            f"{file}:12: doctor.checks.shufle: unknown check",
+            "  hint: did you mean 'shuffle'? checks: " + ", ".join(CHECK_IDS),
+        ]
+    )
+    assert (exc.file, exc.line) == (file, 5)  # the first stands for all
+
+
 def test_a_key_with_no_line_still_names_the_file_and_the_key(tmp_path: Path) -> None:
     from dlci.config.source import TomlSource
 
@@ -226,7 +262,9 @@ def test_a_threshold_the_check_does_not_have_is_refused_even_when_others_are_kno
     assert good.policy.thresholds == {"zero-grad.ratio": 3.0}
     assert good.policy.threshold("zero-grad", "ratio") == 3.0
     exc = error(tmp_path, "[tool.dlci.doctor.checks.grad-flow]\nratio = 3\n")
-    assert "unknown key" in exc.message and "thresholds: none" in (exc.hint or "")
+    assert "unknown key" in exc.message and exc.hint == (
+        "did you mean 'reason'? known keys: waive, reason, until"  # grad-flow has no threshold
+    )
 
 
 def test_values_that_do_not_parse_from_the_environment_name_the_variable(tmp_path: Path) -> None:

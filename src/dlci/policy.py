@@ -10,9 +10,15 @@ defaults and the range a value must lie in; the checks read their values through
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal, cast
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from dlci.schema import meta
 
 SKIP_WAIVER, WARN_ONLY = "skip", "warn-only"
 WAIVER_MODES = (SKIP_WAIVER, WARN_ONLY)
@@ -143,6 +149,80 @@ THRESHOLDS: tuple[Threshold, ...] = (
 def threshold_table() -> dict[str, Threshold]:
     """``"check.key"`` -> its :class:`Threshold`."""
     return {t.name: t for t in THRESHOLDS}
+
+
+class CheckTable(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``[doctor.checks.<check-id>]``: a waiver of the check, and its thresholds."""
+
+    waive: (
+        Annotated[
+            Literal["skip", "warn-only"],
+            meta(
+                "'skip' (the check does not run) or 'warn-only' (a failure reads as a warning).",
+                "write waive = 'skip' or waive = 'warn-only'",
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    reason: (
+        Annotated[
+            str,
+            meta(
+                "Why the check is waived; required with waive, shown in every report.",
+                "say why the check is wrong for this model, e.g. reason = 'BatchNorm-free model'",
+                rule={"minLength": 1},  # a letter or digit, in dlci.config.validate's words
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    until: (
+        Annotated[
+            dt.date,
+            meta(
+                "The last day the waiver works (a TOML date such as 2027-01-31); after it the "
+                "waiver stops working and fails the run.",
+                "write until = 2027-01-31 (a TOML date)",
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+
+
+def check_table(check: str) -> type[CheckTable]:
+    """The declared table of one check: the waiver's keys, then the check's thresholds
+    (each a number within its range, its default the check's own).
+
+    >>> from dlci.schema import fields
+    >>> [f.name for f in fields(check_table("grad-flow"))]
+    ['waive', 'reason', 'until', 'warn-norm']
+    """
+    return _check_tables(THRESHOLDS).get(check, CheckTable)
+
+
+@functools.cache
+def _check_tables(table: tuple[Threshold, ...]) -> dict[str, type[CheckTable]]:
+    checks: dict[str, list[Threshold]] = {}
+    for t in table:
+        checks.setdefault(t.check, []).append(t)
+    return {
+        check: cast(
+            "type[CheckTable]",
+            msgspec.defstruct(
+                check.title().replace("-", ""),
+                [(t.key.replace("-", "_"), _declared(t), t.default) for t in rows],
+                bases=(CheckTable,),
+                kw_only=True,
+                forbid_unknown_fields=True,
+                rename="kebab",
+            ),
+        )
+        for check, rows in checks.items()
+    }
+
+
+def _declared(t: Threshold) -> Any:
+    hint = f"{t.meaning} (default {t.default:g})"
+    return Annotated[float, meta(t.meaning, hint, ge=t.low, le=t.high)]
 
 
 @dataclass(frozen=True)

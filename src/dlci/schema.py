@@ -17,8 +17,10 @@ all; msgspec's own decoder stops at the first. :class:`Problems` raises them tog
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -83,12 +85,13 @@ def raise_all(errors: Sequence[DlciError]) -> None:
 class Field:
     """One declared field, as the walker, the docs and the messages read it."""
 
-    name: str
+    name: str  # as a document spells it (a kebab-case struct renames its fields)
     type: mi.Type  # without its Metadata wrapper: the constraints live in it
     required: bool
     default: Any  # None when the field has none (or is UNSET when absent)
     description: str
     hint: str
+    extra: Mapping[str, Any]  # what else the declaration says (a key's trust, its kind)
 
 
 @functools.cache
@@ -98,22 +101,35 @@ def fields(cls: type[msgspec.Struct]) -> tuple[Field, ...]:
     assert isinstance(info, mi.StructType), cls
     found = []
     for f in info.fields:
-        kind, description, hint = f.type, "", ""
+        kind, description, extra = f.type, "", {}
         if isinstance(kind, mi.Metadata):
             description = str((kind.extra_json_schema or {}).get("description", ""))
-            hint = str((kind.extra or {}).get("hint", ""))
+            extra = dict(kind.extra or {})
             kind = kind.type
         default = f.default
         if f.default_factory is not msgspec.NODEFAULT:
             default = f.default_factory()
         default = None if default in (msgspec.NODEFAULT, msgspec.UNSET) else default
-        found.append(Field(f.name, kind, f.required, default, description, hint))
+        hint = str(extra.pop("hint", ""))
+        found.append(Field(f.encode_name, kind, f.required, default, description, hint, extra))
     return tuple(found)
 
 
-def meta(description: str, hint: str = "", **bounds: Any) -> msgspec.Meta:
-    """A field's declaration: its meaning, a fix-it hint and its bounds (ge, gt, le, lt)."""
-    return msgspec.Meta(description=description, extra={"hint": hint}, **bounds)
+_BOUNDS = {"ge", "gt", "le", "lt", "min_length", "max_length", "pattern"}
+
+
+def meta(
+    description: str, hint: str = "", *, rule: dict[str, Any] | None = None, **more: Any
+) -> msgspec.Meta:
+    """A field's declaration: its meaning, a fix-it hint, its bounds (ge, gt, le, lt,
+    min_length) and anything else its readers need (``trusted=True``), kept in ``extra``.
+
+    ``rule`` is JSON schema for a rule the reader checks itself, in its own words (a waiver's
+    reason must hold a letter or digit: ``{"minLength": 1}`` says the least of it).
+    """
+    bounds = {k: v for k, v in more.items() if k in _BOUNDS}
+    extra = {"hint": hint, **{k: v for k, v in more.items() if k not in _BOUNDS}}
+    return msgspec.Meta(description=description, extra=extra, extra_json_schema=rule, **bounds)
 
 
 def json_schema(cls: type[msgspec.Struct]) -> dict[str, Any]:
@@ -204,7 +220,13 @@ def value(kind: mi.Type, data: Any) -> Any:
             raise ValueError(f"must be a finite number, got {num(data)}")
         return float(_bounded(kind, data))
     if isinstance(kind, mi.StrType) and isinstance(data, str):
+        if kind.min_length and len(data.strip()) < kind.min_length:
+            raise ValueError(f"must not be empty, got {show(data)}")
+        if kind.pattern and not re.search(kind.pattern, data):
+            raise ValueError(f"must match {kind.pattern}, got {show(data)}")
         return data
+    if isinstance(kind, mi.DateType):
+        return _date(data)
     if isinstance(kind, mi.BoolType) and isinstance(data, bool):
         return data
     if (
@@ -214,6 +236,18 @@ def value(kind: mi.Type, data: Any) -> Any:
     ):
         return [value(kind.item_type, item) for item in data]
     raise ValueError(f"expected {expected}, got {show(data)} ({kind_of(data)})")
+
+
+def _date(data: Any) -> dt.date:
+    """A date: a TOML date, or its ISO text (a date and time is not a date)."""
+    if isinstance(data, dt.date) and not isinstance(data, dt.datetime):
+        return data
+    if isinstance(data, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", data.strip()):
+        try:
+            return dt.date.fromisoformat(data.strip())
+        except ValueError:
+            pass
+    raise ValueError(f"must be a date, got {show(data)}")
 
 
 def _fits(kind: mi.Type, data: Any) -> bool:
@@ -259,6 +293,7 @@ def words(kind: mi.Type) -> str:
         mi.StrType: "a text",
         mi.BoolType: "true or false",
         mi.NoneType: "nothing",
+        mi.DateType: "a date",
         mi.DictType: "a mapping",
     }.get(type(kind), "a value")
 

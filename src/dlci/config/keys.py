@@ -1,4 +1,4 @@
-"""The one table of configuration keys: it drives parsing, the JSON schema and the docs' table.
+"""The configuration's keys, declared once (ConfigTable): parsing, the JSON schema, the docs.
 
 Every key is spelled as the action's input of the same name (kebab-case). A key is set, in
 order of precedence, on the command line, as an action input (``DLCI_INPUT_<KEY>``), in the
@@ -11,13 +11,21 @@ import json
 import math
 import shlex
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
+import msgspec.inspect as mi
+from msgspec import UNSET, UnsetType
+
+from dlci import schema
 from dlci.errors import DlciError
+from dlci.policy import CheckTable, check_table
+from dlci.schema import meta
 
 CONFIG_DOC = "docs/configuration.md"
 SCHEMA_FILE = "config.schema.json"
 SCHEMA_ID = "https://github.com/org/dl-ci/blob/v1/src/dlci/data/config.schema.json"
+TRUST = " Trusted: on a pull request, read from the base commit."
 KINDS = {
     "text": "a text",
     "path": "a path",
@@ -131,86 +139,146 @@ def _split(text: str) -> list[str]:
 
 
 def _show(value: Any) -> str:
-    from dlci.ladder.format import kind, show
-
-    return f"{show(value)} ({kind(value)})" if value is not None else "nothing"
+    return f"{schema.show(value)} ({schema.kind_of(value)})" if value is not None else "nothing"
 
 
-KEYS: dict[str, Key] = {
-    k.name: k
-    for k in (
-        Key(
-            "target",
-            "text",
-            "The function that returns the project's dlci.Target, as package.module:function.",
-            "write target = 'package.module:function'",
-        ),
-        Key(
-            "ladder",
-            "path",
-            "The budget ladder file, relative to the configuration file's folder "
-            "(default: dl-ci's own).",
-            "write the path of a ladder file, such as ladder = 'ci/ladder.yaml'",
-            trusted=True,  # which ladder judges a pull request is the base's choice
-        ),
-        Key(
-            "tests",
-            "paths",
-            "Test paths for pytest (default: pytest's own discovery).",
-            "write tests = ['tests'] (a list of paths)",
-        ),
-        Key(
-            "pytest-args",
-            "args",
-            "More pytest arguments, a list or one shell-quoted text.",
-            "write pytest-args = ['-x', '-k', 'not slow']",
-        ),
-        Key(
-            "min-gpu-util",
-            "number",
-            "The utilization gate: the profile fails under this GPU utilization, in percent.",
-            "write a percentage such as min-gpu-util = 40",
-            trusted=True,
-            minimum=0,
-            maximum=100,
-        ),
-        Key(
-            "max-gpu-memory",
-            "number",
-            "The memory gate: the profile fails over this peak share of the GPU's memory, "
-            "in percent.",
-            "write a percentage such as max-gpu-memory = 90",
-            trusted=True,
-            minimum=0,
-            maximum=100,
-        ),
-        Key(
-            "max-utilization-drop",
-            "number",
-            "Fail when GPU utilization fell from the baseline by more than this many points, "
-            "with 95% confidence.",
-            "write a number of percentage points such as max-utilization-drop = 5",
-            trusted=True,
-            minimum=0,
-        ),
-        Key(
-            "max-step-time-regression",
-            "number",
-            "Fail when the step time grew from the baseline by more than this percentage, "
-            "with 95% confidence.",
-            "write a percentage such as max-step-time-regression = 10",
-            trusted=True,
-            minimum=0,
-        ),
+class ConfigTable(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename="kebab"):
+    """The dl-ci table of a configuration file: each key's kind (``kind``: one of KINDS),
+    trust, range and meaning, declared once."""
+
+    target: (
+        Annotated[
+            str,
+            meta(
+                "The function that returns the project's dlci.Target, as package.module:function.",
+                "write target = 'package.module:function'",
+                min_length=1,
+                kind="text",
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    ladder: (
+        Annotated[
+            str,
+            meta(
+                "The budget ladder file, relative to the configuration file's folder "
+                "(default: dl-ci's own).",
+                "write the path of a ladder file, such as ladder = 'ci/ladder.yaml'",
+                min_length=1,
+                kind="path",
+                trusted=True,  # which ladder judges a pull request is the base's choice
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    tests: (
+        Annotated[
+            str | list[str],
+            meta(
+                "Test paths for pytest (default: pytest's own discovery).",
+                "write tests = ['tests'] (a list of paths)",
+                kind="paths",
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    pytest_args: (
+        Annotated[
+            str | list[str],
+            meta(
+                "More pytest arguments, a list or one shell-quoted text.",
+                "write pytest-args = ['-x', '-k', 'not slow']",
+                kind="args",
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    min_gpu_util: (
+        Annotated[
+            float,
+            meta(
+                "The utilization gate: the profile fails under this GPU utilization, in percent.",
+                "write a percentage such as min-gpu-util = 40",
+                ge=0,
+                le=100,
+                kind="number",
+                trusted=True,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    max_gpu_memory: (
+        Annotated[
+            float,
+            meta(
+                "The memory gate: the profile fails over this peak share of the GPU's memory, "
+                "in percent.",
+                "write a percentage such as max-gpu-memory = 90",
+                ge=0,
+                le=100,
+                kind="number",
+                trusted=True,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    max_utilization_drop: (
+        Annotated[
+            float,
+            meta(
+                "Fail when GPU utilization fell from the baseline by more than this many "
+                "points, with 95% confidence.",
+                "write a number of percentage points such as max-utilization-drop = 5",
+                ge=0,
+                kind="number",
+                trusted=True,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    max_step_time_regression: (
+        Annotated[
+            float,
+            meta(
+                "Fail when the step time grew from the baseline by more than this percentage, "
+                "with 95% confidence.",
+                "write a percentage such as max-step-time-regression = 10",
+                ge=0,
+                kind="number",
+                trusted=True,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    doctor: (
+        Annotated[
+            dict[str, Any],
+            meta(
+                "The doctor's checks: waivers and thresholds, by check ID.",
+                "write [doctor.checks.<check-id>]",
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+
+
+def _key(f: schema.Field) -> Key:
+    bounds = f.type if isinstance(f.type, mi.FloatType) else None
+    return Key(
+        f.name,
+        f.extra["kind"],
+        f.description,
+        f.hint,
+        trusted=bool(f.extra.get("trusted")),
+        minimum=bounds.ge if bounds else None,
+        maximum=bounds.le if bounds else None,
     )
-}
+
+
+KEYS: dict[str, Key] = {f.name: _key(f) for f in schema.fields(ConfigTable) if "kind" in f.extra}
 TRUSTED = tuple(k.name for k in KEYS.values() if k.trusted)
-WAIVER_KEYS: dict[str, str] = {
-    "waive": "'skip' (the check does not run) or 'warn-only' (a failure reads as a warning).",
-    "reason": "Why the check is waived; required with waive, shown in every report.",
-    "until": "The last day the waiver works (a TOML date such as 2027-01-31); "
-    "after it the waiver stops working and fails the run.",
-}
+WAIVER_KEYS: dict[str, str] = {f.name: f.description for f in schema.fields(CheckTable)}
 
 
 # --------------------------------------------------------------------------- schema and docs
@@ -219,63 +287,36 @@ WAIVER_KEYS: dict[str, str] = {
 def json_schema() -> dict[str, Any]:
     """The JSON schema of the configuration (dlci.toml, or ``[tool.dlci]``), for editors."""
     from dlci.checks import CHECK_IDS
-    from dlci.policy import THRESHOLDS, WAIVER_MODES
 
-    properties: dict[str, Any] = {name: _key_schema(key) for name, key in KEYS.items()}
-    checks: dict[str, Any] = {}
-    for check in CHECK_IDS:
-        props: dict[str, Any] = {
-            "waive": {"enum": list(WAIVER_MODES), "description": WAIVER_KEYS["waive"]},
-            "reason": {"type": "string", "minLength": 1, "description": WAIVER_KEYS["reason"]},
-            "until": {"type": "string", "format": "date", "description": WAIVER_KEYS["until"]},
-        }
-        for t in (t for t in THRESHOLDS if t.check == check):
-            props[t.key] = {
-                "type": "number",
-                "minimum": t.low,
-                "maximum": t.high,
-                "default": t.default,
-                "description": t.meaning,
-            }
-        checks[check] = {
-            "type": "object",
-            "properties": props,
-            "additionalProperties": False,
+    table = schema.json_schema(ConfigTable)
+    for name, key in KEYS.items():
+        if key.trusted:
+            table["properties"][name]["description"] += TRUST
+    checks = {
+        check: {
+            **schema.json_schema(check_table(check)),
             "dependentRequired": {"waive": ["reason"], "reason": ["waive"], "until": ["waive"]},
         }
-    properties["doctor"] = {
+        for check in CHECK_IDS
+    }
+    for body in checks.values():
+        body.pop("required", None)  # every key of a check's table may be left out
+    table["properties"]["doctor"] = {
+        "description": table["properties"]["doctor"]["description"],
         "type": "object",
-        "description": "The doctor's checks: waivers and thresholds, by check ID.",
         "properties": {
             "checks": {"type": "object", "properties": checks, "additionalProperties": False}
         },
         "additionalProperties": False,
     }
+    table.pop("required", None)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,
         "title": "dl-ci configuration (dlci.toml, or [tool.dlci] in pyproject.toml)",
         "description": f"See {CONFIG_DOC}.",
-        "type": "object",
-        "properties": properties,
-        "additionalProperties": False,
+        **table,
     }
-
-
-def _key_schema(key: Key) -> dict[str, Any]:
-    schema: dict[str, Any]
-    if key.kind == "number":
-        schema = {"type": "number"}
-        if key.minimum is not None:
-            schema["minimum"] = key.minimum
-        if key.maximum is not None:
-            schema["maximum"] = key.maximum
-    elif key.kind in ("text", "path"):
-        schema = {"type": "string", "minLength": 1}
-    else:
-        schema = {"type": ["string", "array"], "items": {"type": "string"}}
-    trust = " Trusted: on a pull request, read from the base commit." if key.trusted else ""
-    return {**schema, "description": key.meaning + trust}
 
 
 def render_schema() -> str:

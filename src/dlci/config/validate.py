@@ -1,50 +1,47 @@
 """A configuration file's dl-ci table checked key by key: its values and the doctor's policy.
 
-Every mistake is one located DlciError: an unknown key (with the nearest known one), a value
-of the wrong type or out of range (with the range), a waiver without a reason, an unknown
-check ID, a threshold that check does not have, an ``until`` that is not a date.
+Every mistake of a file is reported at once, each located (dlci.schema): an unknown key
+(with the nearest known one), a value of the wrong type or out of range, a waiver without a
+reason, an unknown check ID, a threshold that check does not have, an ``until`` that is not a
+date, a warning's bound past its failure's.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import os
-import re
-from collections.abc import Mapping
+from collections.abc import Callable
 from typing import Any
 
+from dlci import schema
 from dlci.config.keys import CONFIG_DOC, KEYS, WAIVER_KEYS
 from dlci.config.source import TomlSource
-from dlci.policy import WAIVER_MODES, Policy, Waiver, threshold_table
+from dlci.errors import DlciError
+from dlci.policy import Policy, Waiver, check_table, threshold_table
 
 Values = dict[str, tuple[Any, str]]  # key -> (value, where it was set)
-
-
-def suggest(name: str, choices: Mapping[str, Any] | list[str], what: str) -> str:
-    """dlci.ladder.format's hint, imported only when a key is wrong: it brings PyYAML and
-    difflib, which a run with a good configuration (every ``dlci analyze``) does not need."""
-    from dlci.ladder.format import suggest as ladder_suggest
-
-    return ladder_suggest(name, choices, what)
+Path = tuple[str, ...]
 
 
 def read_table(source: TomlSource, folder: str = "") -> tuple[Values, Policy]:
-    """The keys a file sets (each with ``file:line``) and its policy (origin: the file).
+    """The keys a file sets (each with ``file:line``) and its policy (origin: the file), or
+    every mistake in the table at once, each located.
 
     A relative ``ladder`` is resolved against ``folder``, the file's folder.
     """
     values: Values = {}
+    errors: list[DlciError] = []
     policy = Policy(origin=source.display)
     for name, raw in source.data.items():
         if name == "doctor":
-            policy = read_doctor(source, raw)
+            policy = read_doctor(source, raw, errors)
         elif name in KEYS:
             try:
                 values[name] = (KEYS[name].check(raw), source.where((name,)))
             except ValueError as exc:
-                raise source.error((name,), str(exc), hint=KEYS[name].hint) from None
+                errors.append(source.error((name,), str(exc), hint=KEYS[name].hint))
         else:
-            raise source.error((name,), "unknown key", hint=_did_you_mean(name))
+            errors.append(source.error((name,), "unknown key", hint=_did_you_mean(name)))
+    schema.raise_all(errors)
     if "ladder" in values:
         path, where = values["ladder"]
         values["ladder"] = (path if os.path.isabs(path) else os.path.join(folder, path), where)
@@ -57,118 +54,91 @@ def _did_you_mean(name: str) -> str:
         return (
             f"did you mean '{name.replace('_', '-')}'? keys are kebab-case, as the action's inputs"
         )
-    return suggest(name, choices, "keys") + f" (see {CONFIG_DOC})"
+    return schema.suggest(name, choices, "keys") + f" (see {CONFIG_DOC})"
 
 
-def read_doctor(source: TomlSource, raw: Any) -> Policy:
-    """``[doctor.checks.<check-id>]`` tables: waivers and thresholds."""
+def read_doctor(source: TomlSource, raw: Any, errors: list[DlciError]) -> Policy:
+    """``[doctor.checks.<check-id>]`` tables: waivers and thresholds (mistakes to ``errors``)."""
     from dlci.checks import CHECK_IDS
 
+    def add(path: Path, problem: str, hint: str | None = None) -> None:
+        errors.append(source.error(path, problem, hint=hint))
+
     if not isinstance(raw, dict):
-        raise source.error(("doctor",), "must be a table", hint="write [doctor.checks.<check-id>]")
+        add(("doctor",), "must be a table", "write [doctor.checks.<check-id>]")
+        return Policy(origin=source.display)
     for key in raw:
         if key != "checks":
-            raise source.error(
-                ("doctor", key), "unknown key", hint="the doctor's table holds checks"
-            )
+            add(("doctor", key), "unknown key", "the doctor's table holds checks")
     checks = raw.get("checks", {})
     if not isinstance(checks, dict):
-        raise source.error(("doctor", "checks"), "must be a table of check IDs")
+        add(("doctor", "checks"), "must be a table of check IDs")
+        checks = {}
     waivers: list[Waiver] = []
     thresholds: dict[str, float] = {}
     for check, table in checks.items():
         path = ("doctor", "checks", check)
         if check not in CHECK_IDS:
-            raise source.error(
-                path, "unknown check", hint=suggest(check, list(CHECK_IDS), "checks")
-            )
-        if not isinstance(table, dict):
-            raise source.error(
-                path, "must be a table", hint="write waive, reason, until or thresholds"
-            )
-        waiver = _waiver(source, path, table)
-        if waiver is not None:
-            waivers.append(waiver)
-        thresholds.update(_thresholds(source, path, table))
+            add(path, "unknown check", schema.suggest(check, list(CHECK_IDS), "checks"))
+        elif not isinstance(table, dict):
+            add(path, "must be a table", "write waive, reason, until or thresholds")
+        else:
+            values, problems = schema.check(check_table(check), table, path)
+            for p in problems:
+                add(tuple(str(part) for part in p.path), p.message, p.hint)
+            waiver = _waiver(source, path, table, values, add)
+            waivers.extend([waiver] if waiver else [])
+            found = {
+                f"{check}.{key}": float(value)
+                for key, value in values.items()
+                if key in table and key not in WAIVER_KEYS
+            }
+            thresholds.update(found)
+            _pairs_in_order(path, found, add)
     return Policy(waivers=tuple(waivers), thresholds=thresholds, origin=source.display)
 
 
-def _waiver(source: TomlSource, path: tuple[str, ...], table: dict[str, Any]) -> Waiver | None:
-    mode, reason, until = table.get("waive"), table.get("reason"), table.get("until")
-    if mode is None:
+def _waiver(
+    source: TomlSource,
+    path: Path,
+    table: dict[str, Any],
+    values: dict[str, Any],
+    add: Callable[[Path, str, str | None], None],
+) -> Waiver | None:
+    """The waiver a check's table states, if it is whole: waive with a reason."""
+    if "waive" not in table:
         for key in ("reason", "until"):
             if key in table:
-                raise source.error((*path, key), "given without waive", hint=WAIVER_KEYS["waive"])
+                add((*path, key), "given without waive", WAIVER_KEYS["waive"])
         return None
-    if mode not in WAIVER_MODES:
-        raise source.error((*path, "waive"), f"must be 'skip' or 'warn-only', got {mode!r:.60}")
+    reason = table.get("reason")
     if not isinstance(reason, str) or not any(c.isalnum() for c in reason):  # not "\u200b"
-        raise source.error(
+        if not isinstance(reason, str) and "reason" in table:
+            return None  # its type is reported already
+        add(
             (*path, "reason" if "reason" in table else "waive"),
             "a waiver needs a reason (a non-empty text)",
-            hint="say why the check is wrong for this model, e.g. reason = 'BatchNorm-free model'",
+            "say why the check is wrong for this model, e.g. reason = 'BatchNorm-free model'",
         )
+        return None
+    if values.get("waive") is None or ("until" in table and values.get("until") is None):
+        return None  # a bad mode or date: reported already
     return Waiver(
         check=path[-1],
-        mode=mode,
+        mode=values["waive"],
         reason=reason.strip(),
-        until=_until(source, (*path, "until"), until),
+        until=values.get("until"),
         source=source.where((*path, "waive")),
     )
 
 
-def _until(source: TomlSource, path: tuple[str, ...], value: Any) -> dt.date | None:
-    if value is None:
-        return None
-    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
-        return value
-    if isinstance(value, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", value.strip()):
-        try:
-            return dt.date.fromisoformat(value.strip())
-        except ValueError:
-            pass
-    raise source.error(
-        path, f"must be a date, got {value!r:.60}", hint="write until = 2027-01-31 (a TOML date)"
-    )
-
-
-def _thresholds(
-    source: TomlSource, path: tuple[str, ...], table: dict[str, Any]
-) -> dict[str, float]:
-    known = {t.key: t for t in threshold_table().values() if t.check == path[-1]}
-    found: dict[str, float] = {}
-    for key, value in table.items():
-        if key in WAIVER_KEYS:
-            continue
-        spec = known.get(key)
-        if spec is None:
-            names = ", ".join(known) or "none"
-            raise source.error(
-                (*path, key),
-                "unknown key",
-                hint=f"{path[-1]} takes waive, reason, until and its thresholds: {names}",
-            )
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if not ok or not spec.low <= value <= spec.high:  # exact: no float() of a huge integer
-            raise source.error(
-                (*path, key),
-                f"must be a number from {spec.low:g} to {spec.high:g}, got {value!r:.60}",
-                hint=f"{spec.meaning} (default {spec.default:g})",
-            )
-        found[spec.name] = float(value)
-    _pairs_in_order(source, path, known, found)
-    return found
-
-
 def _pairs_in_order(
-    source: TomlSource,
-    path: tuple[str, ...],
-    known: dict[str, Any],
-    found: dict[str, float],
+    path: Path, found: dict[str, float], add: Callable[[Path, str, str | None], None]
 ) -> None:
     """A warning's bound must lie on the passing side of its failure's (warn-rms 10 below
     fail-rms 30), as the defaults do: else the warning could never be seen. The values
     compared are the project's where set, else the defaults."""
+    known = {t.key: t for t in threshold_table().values() if t.check == path[-1]}
     for key in (k for k in known if k.startswith("warn-") and "fail-" + k[5:] in known):
         warn, fail = known[key], known["fail-" + key[5:]]
         if warn.name not in found and fail.name not in found:
@@ -177,11 +147,11 @@ def _pairs_in_order(
         now = found.get(warn.name, warn.default) - found.get(fail.name, fail.default)
         if now * was < 0:
             side = "above" if was > 0 else "below"
-            raise source.error(
-                (*path, key if key in found else fail.key),
+            add(
+                (*path, key if warn.name in found else fail.key),
                 f"{key} = {found.get(warn.name, warn.default):g} must lie {side} {fail.key} = "
                 f"{found.get(fail.name, fail.default):g}: a warning past the failure's bound "
                 "could never be seen",
-                hint=f"set both, keeping {key} {side} {fail.key} (defaults {warn.default:g} and "
+                f"set both, keeping {key} {side} {fail.key} (defaults {warn.default:g} and "
                 f"{fail.default:g})",
             )
