@@ -17,8 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlci import jsonio
 from dlci.errors import DlciError
+from dlci.fsutil import atomic_write_text
 from dlci.profiling.gate import MemoryFigures, add_memory, check_gate, combined_gate, evaluate_gate
+from dlci.profiling.metrics import analyze
+from dlci.profiling.reader import DEFAULT_MAX_SIZE, read_trace
+from dlci.report import utilization
 
 REPORT_NAME = "utilization.json"
 MARKDOWN_NAME = "utilization.md"
@@ -85,9 +90,6 @@ def analyze_trace(
     """Read ``trace``, build its report with the gates' verdict, and write its files.
     ``no_gpu``: why the run has no GPU (the hardware has none), which makes a GPU gate on a
     trace without GPU work not applicable instead of failed."""
-    from dlci.profiling.metrics import analyze
-    from dlci.profiling.reader import DEFAULT_MAX_SIZE, read_trace
-
     check_gate(min_gpu_util, max_gpu_memory)
     size = max_size or DEFAULT_MAX_SIZE
     report = analyze(read_trace(trace, max_size=size), source=str(trace))
@@ -119,10 +121,6 @@ def write_reports(
     on_written: Callable[[Path], None] | None = None,
 ) -> None:
     """Write the JSON, Markdown and PNG in that order; a failure keeps the earlier files."""
-    from dlci import jsonio
-    from dlci.fsutil import atomic_write_text
-    from dlci.report import utilization
-
     done = on_written or (lambda path: None)
     if destinations.json and destinations.json != STDOUT:
         done(jsonio.write(destinations.json, report))
@@ -141,17 +139,15 @@ def write_reports(
 
 def summary_lines(report: dict[str, Any]) -> list[str]:
     """The report in a few console lines (not escaped: the caller prints them through clean)."""
-    from dlci.report.utilization import read_line, state_line
-
     steps = report["steps"]
     lines = [
         f"{report['trace']['events']:,} events, {steps['count']} profiled steps "
         f"(mean {steps['mean_step_us'] / 1e3:.2f} ms)"
     ]
-    read = read_line(report["trace"])
+    read = utilization.read_line(report["trace"])
     if read is not None:
         lines.append(read)
-    state = state_line(report["trace"])
+    state = utilization.state_line(report["trace"])
     if state is not None:
         lines.append(state)
     elif report["gpu_utilization_pct"] is None:

@@ -17,7 +17,10 @@ import math
 from typing import Any
 
 from dlci.errors import DlciError
+from dlci.profiling.meter import PeakMeter, device_label, device_total
+from dlci.profiling.session import Trainer
 from dlci.report.text import shown
+from dlci.training.batching import as_pair, batch_size_of, take_batch
 
 MARGIN = 0.10  # share of the device kept free: see docs/memory.md ("The margin")
 STEPS = 3  # measured steps at each size, after one warmup step
@@ -175,8 +178,6 @@ def second_size(size: int, *, cuda: bool) -> int:
 def measure(trainer: Any, loader: Any, size: int, meter: Any, steps: int = STEPS) -> list[int]:
     """The peak of ``steps`` training steps on one batch of ``size`` examples from ``loader``
     (after a warmup step, which also builds the optimizer's state)."""
-    from dlci.training.batching import take_batch
-
     try:
         batch, taken = take_batch(loader, size)
     except DlciError as exc:
@@ -210,8 +211,6 @@ def _wide_cpu_point(trainer: Any, loader: Any, size: int, meter: Any) -> dict[st
 
 def batch_size_of_loader(loader: Any) -> int:
     """B: the examples in the first batch the target's loader yields."""
-    from dlci.training.batching import as_pair, batch_size_of
-
     for raw in loader:
         return batch_size_of(as_pair(raw, 0))
     raise DlciError("the target's train_loader yielded no batches", hint="check the data set")
@@ -220,8 +219,6 @@ def batch_size_of_loader(loader: Any) -> int:
 def estimate(target: Any, *, device: str | None, seed: int) -> dict[str, Any]:
     """report["memory"]["batch_estimate"] for ``target``, measured on ``device``."""
     # here, not at the top: dlci analyze reads this module's advice and never trains
-    from dlci.profiling.meter import PeakMeter, device_label, device_total
-    from dlci.profiling.session import Trainer
 
     trainer = Trainer(target, device, seed)
     cuda = trainer.device.type == "cuda"

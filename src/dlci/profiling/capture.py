@@ -35,8 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from dlci.errors import DlciError
+from dlci.profiling import metrics
 from dlci.profiling.analysis import REPORT_NAME
 from dlci.profiling.native_stderr import NativeStderr
+from dlci.profiling.reader import read_trace
 from dlci.profiling.session import (
     LOG_NAME,
     MEMORY_TRACE_NAME,
@@ -126,10 +128,7 @@ class Profiler:
                 hint="run more steps, or lower wait/warmup",
             )
         if self.analyze:
-            from dlci.profiling.metrics import analyze
-            from dlci.profiling.reader import read_trace
-
-            self.report = analyze(read_trace(self.trace_path), source=str(self.trace_path))
+            self.report = metrics.analyze(read_trace(self.trace_path), source=str(self.trace_path))
 
 
 def profile(out: str | Path = "dlci-artifacts", **kwargs: Any) -> Profiler:

@@ -17,6 +17,8 @@ from typing import Any
 
 from dlci.errors import DlciError
 from dlci.profiling.batchfit import advice
+from dlci.profiling.memory import blank_section, memory_section
+from dlci.profiling.reader import read_trace
 
 
 def check_gate(minimum: float | None, maximum_memory: float | None = None) -> None:
@@ -49,9 +51,6 @@ GATE_HINT = (
 
 def _trace_memory(path: Any, max_size: int) -> dict[str, Any]:
     """The memory section of the memory pass's own trace."""
-    from dlci.profiling.memory import memory_section
-    from dlci.profiling.reader import read_trace
-
     return memory_section(read_trace(path, max_size=max_size))
 
 
@@ -62,8 +61,6 @@ def add_memory(report: dict[str, Any], figures: MemoryFigures, *, max_size: int)
         section = _trace_memory(figures.trace, max_size)
         section["trace_file"] = figures.trace.name
     if not isinstance(section, dict):
-        from dlci.profiling.memory import blank_section
-
         section = blank_section("none", "the trace's memory events were not read")
     if figures.skipped and section.get("source") == "none":  # not the pass it just turned off
         section["note"] = (

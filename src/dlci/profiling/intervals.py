@@ -15,6 +15,7 @@ function says otherwise.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from typing import Any
 
@@ -100,8 +101,6 @@ def innermost(sets: dict[str, Pair]) -> dict[str, Pair]:
     >>> {k: [x.tolist() for x in v] for k, v in innermost({"opt": opt, "fwd": fwd}).items()}
     {'opt': [[10.0, 45.0], [15.0, 90.0]], 'fwd': [[15.0], [45.0]]}
     """
-    import heapq
-
     names = list(sets)
     items = sorted(
         (float(a), float(b), k)

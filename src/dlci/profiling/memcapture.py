@@ -11,6 +11,7 @@ from), and measures each step's peak with meter.PeakMeter; then the batch size e
 from __future__ import annotations
 
 import contextlib
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -130,8 +131,6 @@ def kept_state(model: Any, say: Callable[[str], None]) -> Iterator[None]:
     as the timed profile left it. The copy goes to an unnamed temporary file (ours alone,
     gone when closed), so that it adds nothing to the memory measured: on the CPU, the
     process's resident memory. A state torch cannot save or load back is said, not fatal."""
-    import tempfile
-
     import torch
 
     with tempfile.TemporaryFile() as saved:

@@ -19,6 +19,7 @@ array without one event object is refused (a located error, not an empty report)
 from __future__ import annotations
 
 import contextlib
+import gc
 import gzip
 import os
 import queue
@@ -182,7 +183,6 @@ def read_trace(path: str | os.PathLike[str], *, max_size: int = DEFAULT_MAX_SIZE
     """Read a trace file into :class:`Columns`, in bounded memory and linear time."""
     path = Path(path)
     handle, compressed = _open(path, max_size)
-    import gc
 
     enabled = gc.isenabled()
     gc.disable()  # millions of short-lived lists; nothing here makes reference cycles

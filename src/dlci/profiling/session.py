@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dlci.errors import DlciError
+from dlci.memorization.engine import pick_device, seed_everything
 from dlci.profiling.native_stderr import NativeStderr
+from dlci.training.batching import as_pair, call_model, to_device
+from dlci.training.guard import user_code
 from dlci.training.target import build_optimizer
 
 TRACE_NAME = "trace.json.gz"
@@ -133,9 +136,6 @@ class Trainer:
     call into the target's code guarded (training/guard.py)."""
 
     def __init__(self, target: Any, device: str | None, seed: int) -> None:
-        from dlci.memorization.engine import pick_device, seed_everything
-        from dlci.training.guard import user_code
-
         seed_everything(seed)
         self.target = target
         self.device = pick_device(device)
@@ -150,9 +150,6 @@ class Trainer:
     def step(self, batches: Iterator[Any], step: int) -> None:
         """Step ``step`` (from 1), each part in its ``dlci/...`` annotation."""
         from torch.profiler import record_function as record
-
-        from dlci.training.batching import as_pair, call_model, to_device
-        from dlci.training.guard import user_code
 
         target, dev = self.target, self.device
         with record("dlci/data"):
