@@ -137,3 +137,25 @@ def test_the_walker_and_the_json_schema_agree_on_each_case() -> None:
     for change in ({"count": 0}, {"share": 2}, {"mode": "off"}, {"x": 1}, {"count": 2}):
         doc = {**GOOD, **change}
         assert (schema.check(Shape, doc)[1] == []) == validator.is_valid(doc), doc
+
+
+class Report(msgspec.Struct):
+    """A report's shape: what a renderer reads, by JSON type only."""
+
+    count: int
+    share: float | None
+    rows: list[Shape]
+    pct: dict[str, float]
+
+
+def test_a_json_type_that_is_not_the_declared_one_is_found_at_its_path() -> None:
+    good = {"count": 1, "share": None, "rows": [{"name": "x", "undeclared": [1]}], "pct": {}}
+    assert list(schema.mismatches(Report, good)) == []
+    bad = {"count": 1.0, "share": "x", "rows": [{"share": [1]}], "pct": {"a": True}, "more": 1}
+    assert list(schema.mismatches(Report, bad)) == [
+        ("count", 1.0, "an integer"),
+        ("share", "x", "a number or null"),
+        ("rows[0].share", [1], "a number"),
+        ("pct.a", True, "a number"),
+    ]
+    assert list(schema.mismatches(Report, {"rows": {}})) == [("rows", {}, "a list")]

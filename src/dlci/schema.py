@@ -21,7 +21,7 @@ import datetime as dt
 import functools
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,7 @@ import msgspec.inspect as mi
 from dlci.errors import DlciError
 
 KeyPath = tuple[str | int, ...]
+Mismatch = tuple[str, Any, str]  # where, the value found, what was expected
 SHOWN = 20  # problems listed in one error; the rest are counted
 
 
@@ -305,6 +306,76 @@ def _either(choices: Sequence[Any]) -> str:
 
 def _number(data: Any) -> bool:
     return isinstance(data, int | float) and not isinstance(data, bool)
+
+
+# --------------------------------------------------------------------------- JSON types only
+
+
+def mismatches(cls: type[msgspec.Struct], data: Any, where: str = "") -> Iterator[Mismatch]:
+    """Each value in ``data`` at a field ``cls`` declares whose JSON type is not the declared
+    one, as (where, value, what was expected); missing and undeclared fields are not looked at
+    (a report written by other code: what a renderer reads must have dl-ci's type).
+
+    A declaration's ``extra={"words": ...}`` names its type in messages ("text").
+    """
+    if isinstance(data, dict):
+        for f in fields(cls):
+            if f.name in data:
+                here = f"{where}.{f.name}" if where else f.name
+                yield from _mismatches(f.type, data[f.name], here, f.extra.get("words"))
+
+
+def _mismatches(kind: mi.Type, data: Any, here: str, words: str | None) -> Iterator[Mismatch]:
+    if isinstance(kind, mi.Metadata):
+        yield from _mismatches(kind.type, data, here, (kind.extra or {}).get("words", words))
+        return
+    found = _member(kind, data)
+    if found is None:
+        yield here, data, words or json_words(kind)
+    elif isinstance(found, mi.StructType):
+        yield from mismatches(found.cls, data, here)
+    elif isinstance(found, mi.ListType):
+        for index, item in enumerate(data):
+            yield from _mismatches(found.item_type, item, f"{here}[{index}]", None)
+    elif isinstance(found, mi.DictType):
+        for key, value in data.items():
+            yield from _mismatches(found.value_type, value, f"{here}.{key}", None)
+
+
+_JSON: dict[type[mi.Type], tuple[str, Callable[[Any], bool]]] = {
+    mi.IntType: ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    mi.FloatType: ("a number", _number),
+    mi.StrType: ("text", lambda v: isinstance(v, str)),
+    mi.BoolType: ("true or false", lambda v: isinstance(v, bool)),
+    mi.NoneType: ("null", lambda v: v is None),
+    mi.AnyType: ("anything", lambda v: True),
+    mi.ListType: ("a list", lambda v: isinstance(v, list)),
+    mi.DictType: ("an object", lambda v: isinstance(v, dict)),
+    mi.StructType: ("an object", lambda v: isinstance(v, dict)),
+}
+
+
+def _member(kind: mi.Type, data: Any) -> mi.Type | None:
+    """The declared type (a member of a union) that ``data``'s JSON type is, or None."""
+    if isinstance(kind, mi.Metadata):
+        return _member(kind.type, data)
+    if isinstance(kind, mi.UnionType):
+        return next((m for t in kind.types if (m := _member(t, data)) is not None), None)
+    _, fits = _JSON.get(type(kind), ("", lambda v: False))
+    return kind if fits(data) else None
+
+
+def json_words(kind: mi.Type) -> str:
+    """A declared type in JSON's words.
+
+    >>> json_words(mi.UnionType((mi.FloatType(), mi.NoneType())))
+    'a number or null'
+    """
+    if isinstance(kind, mi.Metadata):
+        return str((kind.extra or {}).get("words") or json_words(kind.type))
+    if isinstance(kind, mi.UnionType):
+        return " or ".join(dict.fromkeys(json_words(t) for t in kind.types))
+    return _JSON.get(type(kind), ("a value", None))[0]
 
 
 # --------------------------------------------------------------------------- words for messages
