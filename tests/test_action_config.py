@@ -110,7 +110,7 @@ def preflight_with(tmp_path: Path, values: dict, waivers: list[dict] = ()) -> Pa
     }  # fmt: skip
     path = tmp_path / "preflight.json"
     tmp_path.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"passed": True, "tier": tier, "config": config}))
+    path.write_text(json.dumps({"passed": True, "plan_version": 1, "tier": tier, "config": config}))
     return path
 
 
@@ -124,7 +124,7 @@ def job_parts(tmp_path: Path, monkeypatch, preflight: Path, *inner: str):
 
     monkeypatch.setenv("RUNNER_TEMP", str(tmp_path))
     (tmp_path / "ws" / "dlci-artifacts").mkdir(parents=True, exist_ok=True)
-    argv = ["--tier-json", str(preflight), *inner, "--install", "none"]  # no install container
+    argv = ["--plan", str(preflight), *inner, "--install", "none"]  # no install container
     return Parts(argv, tmp_path / "ws", ".", str(tmp_path / "record.json"))
 
 
@@ -198,8 +198,8 @@ def test_an_expired_trusted_waiver_still_applied_fails_the_doctor_step(
 def test_a_doctor_that_ran_with_other_thresholds_or_a_bare_waived_skip_fails_the_step(
     tmp_path, monkeypatch
 ) -> None:
-    # the pull request's code can take $DLCI_TIER_JSON out of the doctor's environment (a .pth
-    # file from its install step): the doctor then reads the pull request's own file
+    # the pull request's code can rewrite the doctor's command line (a .pth file from its
+    # install step drops --plan): the doctor then reads the pull request's own file
     looser = {
         "verdict": "pass",
         "checks": [{"id": "shuffle", "status": "pass"}],
@@ -274,10 +274,10 @@ def test_an_older_preflight_without_config_reads_as_the_defaults(tmp_path) -> No
     assert trusted.number(older, "max-utilization-drop") is None
 
 
-# The container's side: dlci run's options from the tier file's snapshot
+# The container's side: dlci run's options from the job plan's snapshot
 
 
-def test_dlci_run_takes_its_gates_from_the_tier_file_and_tests_from_the_project(
+def test_dlci_run_takes_its_gates_from_the_plan_and_tests_from_the_project(
     tmp_path, monkeypatch
 ) -> None:
     from dlci.action.job.options import JobOptions, configured
@@ -290,21 +290,20 @@ def test_dlci_run_takes_its_gates_from_the_tier_file_and_tests_from_the_project(
         '[tool.dlci]\nmin-gpu-util = 1\ntests = ["tests/unit"]\npytest-args = ["-k", "not slow"]\n'
     )
     monkeypatch.chdir(project)
-    monkeypatch.delenv("DLCI_TIER_JSON", raising=False)
     tier = preflight_with(tmp_path, {"min-gpu-util": 40.0, "max-gpu-memory": 85.0})
-    options = configured(JobOptions(out=tmp_path / "out", tier_json=str(tier)))
+    options = configured(JobOptions(out=tmp_path / "out", plan=str(tier)))
     assert (options.min_gpu_util, options.max_gpu_memory) == (40.0, 85.0)
     assert options.tests == "tests/unit" and options.pytest_args == "-k 'not slow'"
     profile = _dlci_steps(options)["profile"]
     assert profile is not None
     assert profile[-4:] == ["--min-gpu-util", "40", "--max-gpu-memory", "85"]
-    # every gate gets the host's tier by argument, and nothing to select another one from
+    # every gate gets the host's plan by argument, and nothing to select another one from
     for command in _dlci_steps(options).values():
         assert command is not None
-        assert command[command.index("--tier-file") + 1] == str(tier.resolve())
+        assert command[command.index("--plan") + 1] == str(tier)
         assert "--budget" not in command and "--ladder" not in command
     # the command line (the action's inputs) outranks both
-    given = JobOptions(out=tmp_path / "o", tier_json=str(tier), min_gpu_util=55.0, tests="t.py")
+    given = JobOptions(out=tmp_path / "o", plan=str(tier), min_gpu_util=55.0, tests="t.py")
     options = configured(given)
     assert options.min_gpu_util == 55.0 and options.tests == "t.py"
     # control: without the host's snapshot the working tree's value would be taken
@@ -374,7 +373,7 @@ def profile_step(tmp_path, monkeypatch, values: dict, gate: dict) -> dict:
 def test_a_profile_gated_more_loosely_than_the_trusted_configuration_fails_the_step(
     tmp_path, monkeypatch
 ) -> None:
-    # a profile that read the pull request's own file (its code took $DLCI_TIER_JSON away)
+    # a profile that read the pull request's own file (its code dropped --plan and the gates)
     trusted = {"min-gpu-util": 40.0, "max-gpu-memory": 80.0}
     loose = {"minimum": 1.0, "max_gpu_memory": 99.0}
     step = profile_step(tmp_path / "a", monkeypatch, trusted, loose)

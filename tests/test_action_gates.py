@@ -75,19 +75,19 @@ def host_tier(tmp_path: Path) -> Path:
 
     path = tmp_path / "preflight.json"
     tier = choose_tier(budget="pr", hardware="cpu").to_dict()
-    path.write_text(json.dumps({"passed": True, "tier": tier}))
+    path.write_text(json.dumps({"passed": True, "plan_version": 1, "tier": tier}))
     return path
 
 
 def test_the_plan_mounts_the_tier_read_only_and_one_out_per_gate(tmp_path, monkeypatch) -> None:
-    inner = ["--out", "/workspace/dlci-artifacts", "--tier-json", str(host_tier(tmp_path))]
+    inner = ["--out", "/workspace/dlci-artifacts", "--plan", str(host_tier(tmp_path))]
     job = parts(tmp_path, [*inner, "--no-doctor", "--phase", "all"], monkeypatch, install=True)
     plan = job.plan()
     assert [p.name for p in plan] == ["install", "tests", "memorize", "profile"]
     install, tests, memorize = plan[0], plan[1], plan[2]
     assert tests.argv == [
         "--no-doctor", "--out", "/workspace/dlci-artifacts",
-        "--tier-json", f"{HOST_MOUNT}/tier.json", "--phase", "tests",
+        "--plan", f"{HOST_MOUNT}/plan.json", "--phase", "tests",
     ]  # fmt: skip
     assert install.argv[-2:] == ["--phase", "install"] and install.out is not None
     assert install.flags[-1] == f"{install.out}:{OUT_MOUNT}"  # its run.json, out of reach
@@ -102,7 +102,7 @@ def test_the_plan_mounts_the_tier_read_only_and_one_out_per_gate(tmp_path, monke
 
 
 def test_finish_replaces_planted_reports_and_records_what_it_copied(tmp_path, monkeypatch) -> None:
-    job = parts(tmp_path, ["--tier-json", str(host_tier(tmp_path)), "--no-doctor"], monkeypatch)
+    job = parts(tmp_path, ["--plan", str(host_tier(tmp_path)), "--no-doctor"], monkeypatch)
     plan = job.plan()
     art = tmp_path / "ws" / "dlci-artifacts"
     steps = [{"name": "install", "status": "passed"}, {"name": "tests", "status": "passed"}]

@@ -18,6 +18,7 @@ from dlci.config import Config, resolve
 from dlci.config.keys import KEYS, SCHEMA_FILE, json_schema, key_table, render_schema
 from dlci.config.source import CONFIG_LIMIT, key_lines
 from dlci.errors import DlciError
+from dlci.ladder.tiers import choose_tier
 from dlci.policy import THRESHOLDS
 from dlci.training.target import target_from_pyproject
 
@@ -377,13 +378,16 @@ def test_a_snapshot_decides_the_trusted_keys_and_the_policy(tmp_path: Path) -> N
     control = resolve(cwd=tmp_path, env=env)  # no snapshot: the environment's values
     assert (control.get("min-gpu-util"), control.policy.waivers) == (2.0, ())
     report = tmp_path / "preflight.json"
-    report.write_bytes(jsonio.encode({"tier": {}, "config": snapshot}))
-    through_file = resolve(cwd=tmp_path, env={**env, "DLCI_TIER_JSON": str(report)})
+    tier = choose_tier(budget="pr", hardware="cpu").to_dict()
+    report.write_bytes(jsonio.encode({"plan_version": 1, "tier": tier, "config": snapshot}))
+    through_file = resolve(cwd=tmp_path, env=env, plan=str(report))
     assert through_file.get("min-gpu-util") == 40.0
-    report.write_bytes(jsonio.encode({"tier": {}}))  # an older report: no snapshot
+    # no environment variable carries the plan: named there, it is not read
     assert (
         resolve(cwd=tmp_path, env={**env, "DLCI_TIER_JSON": str(report)}).get("min-gpu-util") == 2.0
     )
+    report.write_bytes(jsonio.encode(tier))  # a tier alone (dlci tier --json): no snapshot
+    assert resolve(cwd=tmp_path, env=env, plan=str(report)).get("min-gpu-util") == 2.0
 
 
 @pytest.mark.parametrize(
@@ -520,7 +524,7 @@ def test_the_verbs_take_the_ladder_and_the_gates_from_the_configuration(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    for name in ("DLCI_LADDER", "DLCI_MIN_GPU_UTIL", "DLCI_MAX_GPU_MEMORY", "DLCI_TIER_JSON"):
+    for name in ("DLCI_LADDER", "DLCI_MIN_GPU_UTIL", "DLCI_MAX_GPU_MEMORY"):
         monkeypatch.delenv(name, raising=False)
     (tmp_path / "l.yaml").write_text((ROOT / "tests/data/ladders/small.yaml").read_text())
     tier = ["tier", "--hardware", "cpu", "--budget", "pr", "--json"]

@@ -280,7 +280,6 @@ def test_an_old_report_without_waivers_still_renders() -> None:
 def test_the_command_reads_the_waiver_from_pyproject(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(TESTS))
-    monkeypatch.delenv("DLCI_TIER_JSON", raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     project = tmp_path / "pyproject.toml"
     base = '[project]\nname = "demo"\n\n[tool.dlci]\ntarget = "zoo:no_zero_grad"\n'

@@ -388,7 +388,8 @@ def test_the_base_chain_follows_symlinks_and_stays_in_the_repository(
 
 
 def test_the_container_uses_the_tier_the_host_selected(tmp_path: Path, monkeypatch) -> None:
-    from dlci.ladder.tiers import TIER_JSON_VARIABLE, choose_tier, tier_from_file
+    from dlci.ladder.plan import read_plan
+    from dlci.ladder.tiers import choose_tier
 
     tier = {
         "budget": "pr",
@@ -405,8 +406,8 @@ def test_the_container_uses_the_tier_the_host_selected(tmp_path: Path, monkeypat
         "row": "budgets.pr.cpu",
     }
     path = tmp_path / "preflight.json"
-    path.write_text(json.dumps({"kind": "preflight", "tier": tier}))
-    chosen = choose_tier(budget="nightly", hardware="a100", tier_file=str(path))
+    path.write_text(json.dumps({"kind": "preflight", "plan_version": 1, "tier": tier}))
+    chosen = choose_tier(budget="nightly", hardware="a100", plan=str(path))
     assert (chosen.max_epochs, chosen.max_loss, chosen.batch_size) == (7, 4.5, 8)
     assert chosen.reasons[-1] == f"tier from {path}"
     # the options given beside the file are not used, and the tier says so (never silently)
@@ -414,18 +415,19 @@ def test_the_container_uses_the_tier_the_host_selected(tmp_path: Path, monkeypat
         f"budget nightly, hardware a100 not used: the tier is the one recorded in {path} "
         "(pr on cpu)"
     )
-    assert choose_tier(budget="pr", hardware="cpu", tier_file=str(path)).warnings == ()
+    assert choose_tier(budget="pr", hardware="cpu", plan=str(path)).warnings == ()
     from dlci.cli import main
 
-    assert main(["memorize", "--tier-file", " "]) == 1  # an empty path is refused, not ignored
-    # dlci run hands the host's on, as --tier-json: a --tier-file there is a usage error
-    assert main(["run", "--tier-file", str(path)]) == 2
-    # the environment no longer overrides the arguments: only an explicit tier file does
-    monkeypatch.setenv(TIER_JSON_VARIABLE, str(path))
+    assert main(["memorize", "--plan", " "]) == 1  # an empty path is refused, not ignored
+    # the old names of the hand-off are gone: a usage error, never silently ignored
+    assert main(["run", "--tier-json", str(path)]) == 2
+    assert main(["memorize", "--tier-file", str(path)]) == 2
+    # no environment variable carries the plan: only the argument does
+    monkeypatch.setenv("DLCI_TIER_JSON", str(path))
     assert choose_tier(budget="pr", hardware="cpu").max_epochs != 7
-    path.write_text(json.dumps({"tier": {"budget": "pr"}}))
+    path.write_text(json.dumps({"plan_version": 1, "tier": {"budget": "pr"}}))
     with pytest.raises(DlciError, match="the tier lacks"):
-        tier_from_file(str(path))
+        read_plan(str(path))
 
 
 def test_a_committed_artifacts_link_is_not_written_through(tmp_path, monkeypatch, capsys) -> None:

@@ -37,6 +37,38 @@ def test_the_command_line_beats_the_environment_which_beats_the_ini(
     pytester.runpytest("--expect", "pr/t4", "--dlci-budget", "pr").assert_outcomes(passed=1)
 
 
+def test_the_tier_fixture_takes_the_job_plan_from_its_option_never_from_the_environment(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dlci.ladder.plan import JobPlan, session_plan
+    from dlci.ladder.tiers import choose_tier
+
+    tier = choose_tier(budget="pr", hardware="cpu")
+    plan = JobPlan(tier.__class__(**{**tier.__dict__, "max_epochs": 7})).to_json()
+    pytester.makefile(".json", plan=__import__("json").dumps(plan))
+    pytester.makepyfile(
+        """
+        from dlci.ladder.plan import session_plan
+
+        def test_tier(dlci_tier, request):
+            expected = int(request.config.getoption("--expect"))
+            assert (dlci_tier.max_epochs == 7) == bool(expected)
+            assert (session_plan() == "plan.json") == bool(expected)  # assert_memorizes' default
+        """
+    )
+    pytester.makeconftest("def pytest_addoption(parser):\n    parser.addoption('--expect')\n")
+    pytester.runpytest("--expect", "1", "--dlci-plan", "plan.json").assert_outcomes(passed=1)
+    assert session_plan() is None  # the session's plan ends with the session
+    # control: without the option the tier is selected here; a variable naming the plan is
+    # not read (no environment variable carries it)
+    monkeypatch.setenv("DLCI_TIER_JSON", str(pytester.path / "plan.json"))
+    pytester.runpytest("--expect", "0").assert_outcomes(passed=1)
+    pytester.makefile(".json", broken="{")
+    result = pytester.runpytest("--expect", "1", "--dlci-plan", "broken.json")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*dl-ci: broken.json: not valid JSON (*"])
+
+
 def test_a_bad_ladder_fails_the_test_with_the_located_message(pytester: pytest.Pytester) -> None:
     pytester.makefile(".yaml", ladder="version: 3\n")
     pytester.makepyfile("def test_tier(dlci_tier):\n    pass\n")
@@ -65,7 +97,9 @@ def test_the_hardware_fixture_detects_this_machine(
 
 def test_the_options_are_listed_in_pytest_help(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--help")
-    result.stdout.fnmatch_lines(["*--dlci-budget=DLCI_BUDGET*", "*dlci_ladder*"])
+    result.stdout.fnmatch_lines(
+        ["*--dlci-budget=DLCI_BUDGET*", "*--dlci-plan=DLCI_PLAN*", "*dlci_ladder*"]
+    )
 
 
 # Tests that import torch run pytest in a subprocess: torch cannot be imported twice in one

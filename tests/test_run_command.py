@@ -243,9 +243,11 @@ def test_the_time_cap_stops_memorization_and_keeps_the_partial_report(
         "ladder": "test", "ladder_version": 1, "ladder_revision": "t", "row": "budgets.pr.cpu",
     }  # fmt: skip
     record = tmp_path / "preflight.json"
-    record.write_text(json.dumps({"kind": "preflight", "passed": True, "tier": tier}))
+    record.write_text(
+        json.dumps({"kind": "preflight", "passed": True, "plan_version": 1, "tier": tier})
+    )
     out = project / "dlci-artifacts"
-    assert main([*BASE, "--out", str(out), "--tier-json", str(record)]) == 1
+    assert main([*BASE, "--out", str(out), "--plan", str(record)]) == 1
     assert statuses(out)["memorize"] == "failed"
     report = json.loads((out / "memorization.json").read_text())
     assert report["stopped_by"] == "time"

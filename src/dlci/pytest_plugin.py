@@ -40,6 +40,11 @@ SETTINGS: dict[str, tuple[str, str, str | None]] = {
     ),
 }
 
+PLAN_HELP = (
+    "dl-ci job plan file (the host's preflight.json: dlci run passes it): the tier of the "
+    "dlci_tier fixture and of dlci.assert_memorizes(), used as it is"
+)
+
 MARKER = (
     "memorization(target=None): a memorization test, which overfits one batch within the "
     "selected tier; target='package.module:function' gives the dlci_target fixture its target. "
@@ -52,10 +57,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for name, (_env, help_text, _default) in SETTINGS.items():
         group.addoption(f"--dlci-{name}", dest=f"dlci_{name}", default=None, help=help_text)
         parser.addini(f"dlci_{name}", help_text, default=None)
+    group.addoption("--dlci-plan", dest="dlci_plan", default=None, help=PLAN_HELP)
+    parser.addini("dlci_plan", PLAN_HELP, default=None)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
+    path = plan(config)
+    if path:  # for assert_memorizes() without a tier; the module imports nothing heavy
+        from dlci.ladder.plan import use_in_tests
+
+        use_in_tests(path)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if plan(config):
+        from dlci.ladder.plan import use_in_tests
+
+        use_in_tests(None)
+
+
+def plan(config: pytest.Config) -> str | None:
+    """The job plan's file: --dlci-plan, else the ini key (no environment variable)."""
+    value = config.getoption("dlci_plan", None) or config.getini("dlci_plan") or None
+    return str(value) if value else None
 
 
 CURRENT_TEST_VARIABLE = "DLCI_CURRENT_TEST_FILE"
@@ -124,19 +149,17 @@ def dlci_hardware(pytestconfig: pytest.Config) -> tuple[HardwareInfo, ClassMatch
 @pytest.fixture(scope="session")
 def dlci_tier(pytestconfig: pytest.Config) -> Tier:
     """The memorization tier selected for this run, exactly as ``dlci tier`` selects it; under
-    ``dlci run``, the host's (the tier file that $DLCI_TIER_JSON names), used as it is."""
-    import os
-
+    ``dlci run``, the job plan's (``--dlci-plan``), used as it is."""
     from dlci.errors import DlciError
-    from dlci.ladder.tiers import TIER_JSON_VARIABLE, choose_tier
+    from dlci.ladder.tiers import choose_tier
 
     try:
-        recorded = os.environ.get(TIER_JSON_VARIABLE) or None
+        given = plan(pytestconfig)
         return choose_tier(
             budget=setting(pytestconfig, "budget") or "auto",
             hardware=setting(pytestconfig, "hardware") or "auto",
-            ladder=None if recorded else configured(pytestconfig, "ladder"),
-            tier_file=recorded,
+            ladder=None if given else configured(pytestconfig, "ladder"),
+            plan=given,
         )
     except DlciError as exc:
         pytest.fail(f"dl-ci: {exc}", pytrace=False)

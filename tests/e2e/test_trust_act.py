@@ -66,7 +66,7 @@ def _hits():
 
 def _forge():
     done = []
-    for path in ("/workspace/dlci-artifacts/preflight.json", "/dlci/host/tier.json"):
+    for path in ("/workspace/dlci-artifacts/preflight.json", "/dlci/host/plan.json"):
         try:
             data = json.loads(pathlib.Path(path).read_text())
             data["tier"] = FORGED

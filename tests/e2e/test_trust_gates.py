@@ -113,7 +113,11 @@ def host_preflight(ws: Path) -> Path:
     art = ws / "dlci-artifacts"
     art.mkdir()
     path = art / "preflight.json"
-    path.write_text(json.dumps({"kind": "preflight", "passed": True, "gpu": False, "tier": tier}))
+    path.write_text(
+        json.dumps(
+            {"kind": "preflight", "passed": True, "gpu": False, "plan_version": 1, "tier": tier}
+        )
+    )
     return path
 
 
@@ -133,7 +137,7 @@ def gate_job(
 ) -> list[str]:
     """`dlci container run` of the memorize gate on the broken target, after `attack`'s tests."""
     argv = ["container", "run", "--image", kit_image, "--workspace", str(ws), "--job", job]
-    argv += ["--", "--out", "/workspace/dlci-artifacts", "--tier-json", str(preflight), *INNER]
+    argv += ["--", "--out", "/workspace/dlci-artifacts", "--plan", str(preflight), *INNER]
     return [*argv, "--target", BROKEN, "--no-doctor", "--no-profile", "--tests", attack, *extra]
 
 
@@ -148,7 +152,7 @@ def test_a_test_that_forges_the_tier_and_the_report_cannot_pass_the_gate(
     # the attack ran: it rewrote its copy's tier file and could not touch the host's
     done = json.loads((ws / "dlci-artifacts" / "attack.json").read_text())
     assert done["/workspace/dlci-artifacts/preflight.json"] == "rewritten"
-    assert done["/dlci/host/tier.json"] == "OSError"  # read-only
+    assert done["/dlci/host/plan.json"] == "OSError"  # read-only
     assert json.loads(preflight.read_text())["tier"]["max_loss"] != 100.0  # its own copy only
     # the gate used the host's tier, in its own container, and its report replaced the fake
     report = json.loads((ws / "dlci-artifacts" / "memorization.json").read_text())
@@ -178,7 +182,7 @@ def test_control_the_same_attack_passes_the_gate_in_one_shared_container(
     ws = digits(tmp_path, {"test_zz_attack.py": ATTACK + SHADOW})
     host_preflight(ws)
     inner = ["dlci", "run", "--out", "/workspace/dlci-artifacts", *INNER, "--target", BROKEN]
-    inner += ["--tier-json", "/workspace/dlci-artifacts/preflight.json", "--phase", "all"]
+    inner += ["--plan", "/workspace/dlci-artifacts/preflight.json", "--phase", "all"]
     inner += ["--no-doctor", "--no-profile", "--tests", "tests/test_zz_attack.py"]
     cmd = run_command(
         image=kit_image, name="dlci-g-old", job="g-old", workspace=ws, workdir=".",
@@ -315,7 +319,7 @@ def test_a_gate_cannot_make_the_host_copy_or_write_through_links(
     # the plant then runs in the gate's own container, with its report folder mounted
     monkeypatch.setattr(installed, "commit", lambda *a: (None, 0.0, "refused by the test"))
     argv = ["container", "run", "--image", kit_image, "--workspace", str(ws), "--job", "g-files"]
-    argv += ["--", "--out", "/workspace/dlci-artifacts", "--tier-json", str(preflight), *INNER]
+    argv += ["--", "--out", "/workspace/dlci-artifacts", "--plan", str(preflight), *INNER]
     argv += ["--target", BROKEN, "--no-doctor", "--no-profile", "--tests", "tests/test_zz_ok.py"]
     argv += ["--install", PLANT]
     started = time.monotonic()

@@ -125,14 +125,16 @@ def checkout(tmp_path: Path) -> tuple[Path, Path]:
     from dlci.ladder.tiers import choose_tier
 
     tier = choose_tier(budget="pr", hardware="cpu").to_dict()
-    (art / "preflight.json").write_text(json.dumps({"kind": "preflight", "tier": tier}))
+    (art / "preflight.json").write_text(
+        json.dumps({"kind": "preflight", "plan_version": 1, "tier": tier})
+    )
     return ws, marker
 
 
 def job(kit_image: str, ws: Path, name: str) -> list[str]:
     argv = ["container", "run", "--image", kit_image, "--workspace", str(ws), "--job", name]
     argv += ["--", "--out", "/workspace/dlci-artifacts", *INNER, "--target", TARGET]
-    argv += ["--tier-json", str(ws / "dlci-artifacts" / "preflight.json")]
+    argv += ["--plan", str(ws / "dlci-artifacts" / "preflight.json")]
     return [*argv, "--no-doctor", "--no-profile", "--tests", "tests/test_zz_plant.py"]
 
 

@@ -47,17 +47,19 @@ def from_config(args: argparse.Namespace, keys: dict[str, str]) -> None:
     """Fill the options not given from the configuration, with its one precedence rule
     (command line > action input > environment > the file > default; docs/configuration.md).
 
-    The file is read only when an option is missing. With ``--tier-file`` (as ``dlci run``
-    passes the host's) the ladder is not taken: the tier is fixed by the host.
+    The file is read only when an option is missing. With ``--plan`` (as ``dlci run`` passes
+    the host's job plan) the plan's configuration decides the trusted keys, and the ladder is
+    not taken: the tier is fixed by the host.
     """
-    if getattr(args, "tier_file", None):
+    plan = getattr(args, "plan", None)
+    if plan:
         keys = {dest: key for dest, key in keys.items() if key != "ladder"}
     missing = {dest: key for dest, key in keys.items() if getattr(args, dest, None) is None}
     if not missing:
         return
     from dlci.config import resolve
 
-    config = resolve()
+    config = resolve(plan=plan)
     for dest, key in missing.items():
         setattr(args, dest, config.get(key))
     args.configured = {dest for dest in missing if getattr(args, dest) is not None}
@@ -126,12 +128,10 @@ def add_target(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_tier_options(
-    p: argparse.ArgumentParser, *, config: bool = True, tier_file: bool = True
-) -> None:
+def add_tier_options(p: argparse.ArgumentParser, *, config: bool = True, plan: bool = True) -> None:
     """--budget, --hardware and --ladder, selected exactly as ``dlci tier`` selects; and
-    ``tier_file``: --tier-file, a tier recorded by the host (not for dlci run and preflight,
-    which hand one on or make one)."""
+    ``plan``: --plan (add_plan), the job plan the host wrote (not for preflight, which writes
+    it)."""
     p.add_argument(
         "--budget",
         default=os.environ.get("DLCI_BUDGET") or "auto",
@@ -145,31 +145,36 @@ def add_tier_options(
         "'NVIDIA A100-SXM4-80GB' (default: $DLCI_HARDWARE, else auto)",
     )
     add_ladder(p, config=config)
-    if not tier_file:
-        return
+    if plan:
+        add_plan(p)
+
+
+def add_plan(p: argparse.ArgumentParser) -> None:
+    """--plan FILE: the job plan (dlci.ladder.plan), the one way the host's tier and trusted
+    configuration reach a step."""
     p.add_argument(
-        "--tier-file",
+        "--plan",
         metavar="FILE",
-        help="use the tier recorded in FILE as it is (preflight.json, or dlci tier --json "
-        "output): dlci run passes the host's, so every gate runs the tier the trusted host "
-        "selected; --budget, --hardware and --ladder are then not used (a warning says so)",
+        help="use the job plan in FILE as it is (the preflight.json dlci preflight wrote, or "
+        "dlci tier --json output): its tier, and its trusted configuration (the gates' bounds, "
+        "the doctor's policy); dlci run passes the host's to every gate. --budget, --hardware "
+        "and --ladder are then not used (a warning says so)",
     )
 
 
 def tier_request(args: argparse.Namespace) -> TierRequest:
     """The verb's TierRequest (dlci.ladder.tiers) from --budget, --hardware, --ladder,
-    --tier-file and the detection options."""
+    --plan and the detection options."""
+    from dlci.ladder.plan import HINT
     from dlci.ladder.tiers import TierRequest
 
-    if args.tier_file is not None and not args.tier_file.strip():
-        raise DlciError(
-            "--tier-file: an empty path", hint="give preflight.json or dlci tier --json output"
-        )
+    if args.plan is not None and not args.plan.strip():
+        raise DlciError("--plan: an empty path", hint=HINT)
     return TierRequest(
         budget=args.budget,
         hardware=args.hardware,
         ladder=args.ladder,
-        tier_file=args.tier_file,
+        plan=args.plan,
         **detection_options(args),
     )
 

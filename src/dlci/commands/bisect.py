@@ -72,9 +72,9 @@ def _parser() -> _common.ArgumentParser:
 def _passthrough(args: argparse.Namespace) -> tuple[str, ...]:
     """The options every gate run gets as they were given."""
     out: list[str] = []
-    for flag in ("--target", "--budget", "--hardware", "--ladder", "--tier-file", "--device"):
+    for flag in ("--target", "--budget", "--hardware", "--ladder", "--plan", "--device"):
         value = getattr(args, flag[2:].replace("-", "_"))
-        if flag in ("--ladder", "--tier-file") and value and Path(value).is_file():
+        if flag in ("--ladder", "--plan") and value and Path(value).is_file():
             value = str(Path(value).resolve())  # the caller's file judges every commit
         if value is not None and not (flag in ("--budget", "--hardware") and value == "auto"):
             out += [flag, str(value)]

@@ -37,8 +37,8 @@ def main(argv: Sequence[str]) -> int:
     from dlci.report import doctor as report
 
     # the project's waivers and thresholds: [tool.dlci] (or dlci.toml), or under the action
-    # the host's snapshot of them (from the base commit on a pull request)
-    policy = resolve(cli={"target": args.target, "ladder": args.ladder}).policy
+    # the job plan's snapshot of them (--plan: from the base commit on a pull request)
+    policy = resolve(cli={"target": args.target, "ladder": args.ladder}, plan=args.plan).policy
     request = DoctorRequest(
         target=args.target,
         tier=_common.tier_request(args),

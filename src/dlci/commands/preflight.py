@@ -21,7 +21,7 @@ def _parser() -> argparse.ArgumentParser:
         "the Docker engine and, with a GPU, the NVIDIA container runtime. Writes "
         "OUT/preflight.json, pass or fail, so the job summary can say what happened.",
     )
-    _common.add_tier_options(p, config=False, tier_file=False)
+    _common.add_tier_options(p, config=False, plan=False)
     p.add_argument(
         "--allow-fork-prs",
         action="store_true",

@@ -38,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
         "fails; the later steps still run.",
     )
     _common.add_target(p)
-    _common.add_tier_options(p, config=False, tier_file=False)
+    _common.add_tier_options(p, config=False)
     p.add_argument("--out", default="dlci-artifacts", metavar="DIR", help="reports' folder "
                    "(default: dlci-artifacts)")  # fmt: skip
     p.add_argument("--install", default="auto", metavar="CMD", help="how to install the project: "
@@ -68,12 +68,6 @@ def _parser() -> argparse.ArgumentParser:
         metavar="BOOL",
         help="pass the tests step when pytest collects no tests (exit code 5); without it "
         "that is a failure (the action's input allow-no-tests passes true or false)",
-    )
-    p.add_argument(
-        "--tier-json",
-        metavar="FILE",
-        help="use the tier recorded in FILE (preflight.json or dlci tier --json) in every step, "
-        "instead of selecting it again here",
     )
     p.add_argument(
         "--phase",
@@ -111,7 +105,7 @@ def main(argv: Sequence[str]) -> int:
             profile=args.profile,
             min_gpu_util=args.min_gpu_util,
             max_gpu_memory=args.max_gpu_memory,
-            tier_json=args.tier_json,
+            plan=args.plan,
             phase=args.phase,
             installed=args.installed,
             cpu_threads=args.cpu_threads,

@@ -2,9 +2,10 @@
 
 Precedence, the same for every key (:func:`pick`): the command line, then the action's input
 (``DLCI_INPUT_<KEY>``), then the environment (``DLCI_<KEY>``), then the configuration file,
-then the default. Inside the action's containers a snapshot made on the host (the preflight's
-report, named by ``$DLCI_TIER_JSON``) decides the trusted keys and the doctor's policy; only
-the command line overrides it, so nothing a pull request's code sets in the container can.
+then the default. Inside the action's containers a snapshot made on the host (the job plan's
+``config``, from the file that ``--plan`` names: dlci.ladder.plan) decides the trusted keys and
+the doctor's policy; only the command line overrides it, so nothing a pull request's code sets
+in the container can.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dlci.config.snapshot import check_snapshot
 from dlci.config.source import find_source
 from dlci.config.validate import Values, read_table
 from dlci.errors import DlciError
-from dlci.fsutil import read_input
+from dlci.ladder.plan import read_plan
 from dlci.policy import Policy
 
 SCHEMA_VERSION = 1
@@ -31,7 +32,6 @@ COMMAND_LINE, ACTION_INPUT, ENVIRONMENT, DEFAULT = (
     "default",
 )
 HOST = "host (preflight)"
-TIER_JSON_VARIABLE = "DLCI_TIER_JSON"  # as dlci.ladder.tiers names it
 
 
 @dataclass
@@ -95,15 +95,19 @@ def resolve(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     trusted: Mapping[str, Any] | None = None,
+    plan: str | None = None,
 ) -> Config:
     """The configuration of the project in ``cwd`` (default: the current directory).
 
     ``cli``: what the command line gave (None values ignored). ``trusted``: a
-    :meth:`Config.to_json` snapshot from the host; None reads the ``config`` section of the
-    file named by ``$DLCI_TIER_JSON`` when that is set.
+    :meth:`Config.to_json` snapshot from the host; ``plan``: the job plan's file, whose
+    ``config`` is that snapshot (a plan of a tier alone has none).
     """
     env = os.environ if env is None else env
-    snapshot = Config.from_json(trusted) if trusted is not None else snapshot_from_env(env)
+    where = "configuration snapshot"
+    if plan:
+        trusted, where = read_plan(plan).config, f"{plan}: config"
+    snapshot = Config.from_json(trusted, where) if trusted is not None else None
     file_values, policy, file = read_project(cwd)
     return combine(cli, env, file_values, policy, file=file, snapshot=snapshot)
 
@@ -150,7 +154,7 @@ def combine(
         policy = snapshot.policy
         all_notes = [*snapshot.notes, *all_notes]
         all_notes.append(
-            f"trusted keys and the doctor's policy from the host's snapshot (${TIER_JSON_VARIABLE})"
+            "trusted keys and the doctor's policy from the host's snapshot (the job plan)"
         )
     return Config(values, sources, policy, all_notes, file)
 
@@ -176,21 +180,3 @@ def from_variable(name: str, variable: str, env: Mapping[str, str]) -> Any:
     except ValueError as exc:
         what = f"the action's input {name}" if variable == key.input_env else "the environment"
         raise DlciError(f"{variable}: {exc}", hint=f"{key.hint} (set by {what})") from None
-
-
-def snapshot_from_env(env: Mapping[str, str]) -> Config | None:
-    """The ``config`` section of ``$DLCI_TIER_JSON``'s file, or None (unset, or a report
-    written before the configuration existed)."""
-    from dlci import jsonio
-
-    path = env.get(TIER_JSON_VARIABLE, "")
-    if not path:
-        return None
-    try:
-        data = jsonio.decode(read_input(path, what="preflight report"))
-    except jsonio.DecodeError as exc:
-        raise DlciError(
-            f"{path}: not valid JSON ({exc})", hint=f"set by ${TIER_JSON_VARIABLE}"
-        ) from None
-    section = data.get("config") if isinstance(data, dict) else None
-    return None if section is None else Config.from_json(section, f"{path}: config")

@@ -11,6 +11,8 @@ def test_the_model_can_memorize_one_batch(dlci_tier):
 from __future__ import annotations
 
 from dlci.ladder.load import Tier
+from dlci.ladder.plan import session_plan
+from dlci.ladder.tiers import choose_tier
 from dlci.memorization.engine import MemorizeConfig, MemorizeResult, memorize
 from dlci.training.target import Target
 
@@ -21,15 +23,11 @@ def assert_memorizes(
     """Fail the test unless ``target`` memorizes one batch within ``tier``.
 
     ``tier`` defaults to the one ``dlci tier`` selects here (budget and hardware auto), or
-    under ``dlci run`` to the host's (the tier file $DLCI_TIER_JSON names).
+    under ``dlci run`` to the job plan's (the pytest plugin's ``--dlci-plan``).
     Returns the result, so a test can check more (``result.steps``, ``result.best_loss``).
     """
     if tier is None:
-        import os
-
-        from dlci.ladder.tiers import TIER_JSON_VARIABLE, choose_tier
-
-        tier = choose_tier(tier_file=os.environ.get(TIER_JSON_VARIABLE) or None)
+        tier = choose_tier(plan=session_plan())
     # a mistake, or an exit in the target (TargetExited), is a DlciError: it fails this test with
     # its message and pytest goes on (a SystemExit of the target's would have ended the session)
     result = memorize(target, MemorizeConfig.from_tier(tier, seed=seed, device=device))

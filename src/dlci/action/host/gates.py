@@ -4,8 +4,9 @@ Host-side (the runner), never imports torch. The pull request's code runs in eve
 (its install step, its tests, its target), so the host keeps its decisions out of reach and
 reads what the containers write as claims:
 
-- the tier (the host's preflight.json) is copied into a host folder mounted read-only at
-  /dlci/host, outside the workspace; each part runs with ``--tier-json /dlci/host/tier.json``;
+- the job plan (the host's preflight.json: dlci.ladder.plan) is read here once, before any
+  container, and copied into a host folder mounted read-only at /dlci/host, outside the
+  workspace; each part runs with ``--plan /dlci/host/plan.json``;
 - the install step runs once, in a container of its own, committed to the job's image
   (dlci.action.host.installed); the tests and each gate (memorize, doctor, profile) then run
   in a fresh container from that image, one after another, so nothing the tests changed
@@ -34,10 +35,12 @@ from dlci import jsonio
 from dlci.action.host.summary import read_report
 from dlci.action.host.verdicts import as_bool, held_to_gates, held_to_policy, judge
 from dlci.errors import DlciError
-from dlci.fsutil import NOT_ALLOWED, copy_beneath, mirror_beneath, read_input, write_beneath
+from dlci.fsutil import NOT_ALLOWED, copy_beneath, mirror_beneath, write_beneath
+from dlci.ladder.plan import decode_plan, parse_plan
 from dlci.trust import host as trusted
 
 HOST_MOUNT = "/dlci/host"  # read-only: the host's decisions
+PLAN_NAME = "plan.json"  # the job plan under HOST_MOUNT
 OUT_MOUNT = "/dlci/out"  # writable, one gate's reports only
 WORKSPACE = "/workspace"
 GATES = ("memorize", "doctor", "profile")
@@ -94,14 +97,14 @@ class Parts:
     def __post_init__(self) -> None:
         if self.record_path:
             Path(self.record_path).unlink(missing_ok=True)  # never an earlier job's record
-        args, tier_file, out = _split(list(self.inner))
+        args, plan_file, out = _split(list(self.inner))
         self.args = args
         self.artifacts = self._host_path(out or "dlci-artifacts")
         self.base = Path(tempfile.mkdtemp(prefix="dlci-parts-", dir=os.environ.get("RUNNER_TEMP")))
         self.reports = reports_dir(self.record_path) if self.record_path else self.base / "reports"
         shutil.rmtree(self.reports, ignore_errors=True)  # never an earlier job's reports
-        if tier_file:
-            self._take_tier(tier_file)
+        if plan_file:
+            self._take_plan(plan_file)
 
     def _host_path(self, path: str) -> Path:
         """A path as the container sees it -> the same path on the host (in the workspace)."""
@@ -111,25 +114,24 @@ class Parts:
             raise DlciError(f"--out {path}: outside the workspace ({WORKSPACE})")
         return self.workspace / self.workdir / path
 
-    def _take_tier(self, tier_file: str) -> None:
-        """Copy the host's tier (read here, before any container runs) to the read-only mount."""
-        from dlci.ladder.tiers import tier_from_file
-
-        path = Path(tier_file)
-        if not path.is_file() and tier_file.startswith(WORKSPACE + "/"):
-            path = self._host_path(tier_file)  # the workspace's copy, read before any container
-        tier_from_file(str(path))  # a bad file is one clear error here, before any container
-        data = jsonio.decode(read_input(path, what="tier file"))
-        self.source = data
-        self.tier = data.get("tier") if isinstance(data.get("tier"), dict) else data
+    def _take_plan(self, plan_file: str) -> None:
+        """Read the job plan once (here, before any container runs; a bad file is one clear
+        error) and copy it to the read-only mount."""
+        path = Path(plan_file)
+        if not path.is_file() and plan_file.startswith(WORKSPACE + "/"):
+            path = self._host_path(plan_file)  # the workspace's copy, read before any container
+        data = decode_plan(str(path))
+        parse_plan(data, str(path))
+        self.source = data  # the host record's "preflight": what trusted.* read
+        self.tier = data["tier"] if "plan_version" in data else data  # or a tier alone
         host = self.base / "host"
         host.mkdir(mode=0o755)
-        shutil.copyfile(path, host / "tier.json")
+        shutil.copyfile(path, host / PLAN_NAME)
 
     def plan(self) -> list[Part]:
         """The install part (unless the install is none), the tests part, then one part per
         gate that is not switched off."""
-        tier = ["--tier-json", f"{HOST_MOUNT}/tier.json"] if self.tier is not None else []
+        tier = ["--plan", f"{HOST_MOUNT}/{PLAN_NAME}"] if self.tier is not None else []
         flags = ["-v", f"{self.base / 'host'}:{HOST_MOUNT}:ro"] if self.tier is not None else []
         out = os.path.join(WORKSPACE, self._rel())
         parts = []
@@ -446,9 +448,9 @@ def _tests_extra(path: str) -> bool:
 
 
 def _split(inner: list[str]) -> tuple[list[str], str, str]:
-    """dlci run's arguments without --tier-json, --out and --phase (the host sets them)."""
+    """dlci run's arguments without --plan, --out and --phase (the host sets them)."""
     args: list[str] = []
-    found = {"--tier-json": "", "--out": "", "--phase": ""}
+    found = {"--plan": "", "--out": "", "--phase": ""}
     index = 0
     while index < len(inner):
         arg = inner[index]
@@ -461,7 +463,7 @@ def _split(inner: list[str]) -> tuple[list[str], str, str]:
         else:
             args.append(arg)
         index += 1
-    return args, found["--tier-json"], found["--out"]
+    return args, found["--plan"], found["--out"]
 
 
 def _skipped(name: str, why: str) -> dict[str, Any]:

@@ -7,7 +7,7 @@
 - the Docker engine, and the NVIDIA container runtime when a GPU is present, each with the
   message users search for (``could not select device driver "" with capabilities: [[gpu]]``);
 - the tier, selected from a ladder the pull request cannot raise (``trusted_ladder``,
-  ``ceiling``).
+  ``ceiling``), written with the trusted configuration as the job plan (dlci.ladder.plan).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from dlci import jsonio
 from dlci.errors import DlciError
 from dlci.hardware import pinned_gpus
+from dlci.ladder.plan import JobPlan
 
 if TYPE_CHECKING:
     from dlci.ladder.model import Ladder, Tier
@@ -70,8 +71,9 @@ def preflight(request: PreflightRequest) -> dict[str, Any]:
                 request = replace(request, ladder=report["config"]["values"].get("ladder"))
         if request.ladder and request.ladder != "default":
             refuse_linked_files(Path("."), [request.ladder], "the ladder")
-        report.update(_tier_decision(request))
-        report["warnings"] += report.get("config", {}).get("notes", [])
+        # the job plan (plan_version, tier, config), written once here with the report
+        report.update(_tier_decision(request, report.get("config")))
+        report["warnings"] += (report.get("config") or {}).get("notes", [])
         report["gpu"] = report["tier"]["hardware_class"] != "cpu"
         if pinned_gpus():
             report["runner_gpus"] = runner_gpus(request, report["tier"])
@@ -113,8 +115,9 @@ def _emit(report: dict[str, Any], dest: str) -> None:
         jsonio.write(dest, report)
 
 
-def _tier_decision(request: PreflightRequest) -> dict[str, Any]:
-    """The ladder to trust, the tier it gives on this host, and the notes on both."""
+def _tier_decision(request: PreflightRequest, config: dict[str, Any] | None) -> dict[str, Any]:
+    """The ladder to trust, the tier it gives on this host, and the notes on both; the job
+    plan (dlci.ladder.plan): that tier with the trusted configuration ``config``."""
     from dlci.ladder.model import Ladder
     from dlci.ladder.tiers import choose_tier
 
@@ -131,7 +134,7 @@ def _tier_decision(request: PreflightRequest) -> dict[str, Any]:
     used = ladder.source if isinstance(ladder, Ladder) else ladder
     return {
         "ladder": {"used": used, "verified": verified, "notes": notes},
-        "tier": tier.to_dict(),
+        **JobPlan(tier, config).to_json(),
         "warnings": list(tier.warnings) + notes,
     }
 

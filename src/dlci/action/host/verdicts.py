@@ -3,7 +3,7 @@
 ``judge`` is shared by ``dlci run`` in the container (its exit code against the report it
 wrote) and by the host on the copies it made (dlci.action.host.gates). ``held_to_policy`` is the
 host's alone: a doctor report's waivers are claims from the pull request's code, held
-against the waivers of the host's trusted configuration (preflight.json's ``config``).
+against the waivers of the host's trusted configuration (the job plan's ``config``).
 Host-side, never imports torch.
 """
 
@@ -90,9 +90,9 @@ def held_to_policy(folder: Path, policy: Policy) -> dict[str, Any]:
 
     A check reported as waived that the policy does not waive in that mode, or a fail turned
     warn without a warn-only waiver, or an expired waiver still applied, or thresholds other
-    than the policy's (a doctor that read the pull request's file, say because its code took
-    $DLCI_TIER_JSON out of the environment), fails the step: the report came from the pull
-    request's code, the policy from the host's preflight.json.
+    than the policy's (a doctor that read the pull request's file, say because its code
+    rewrote the doctor's --plan argument or the plan's copy it reads), fails the step: the
+    report came from the pull request's code, the policy from the host's job plan.
     """
     try:
         report = jsonio.decode(read_input(folder / "doctor.json", what="doctor report"))
@@ -122,9 +122,9 @@ def held_to_gates(
     the trusted configuration asks (``{}``: not so).
 
     The profile gates with the trusted values (``dlci run`` passes them from the host's
-    snapshot); a report gated at a lower ``min-gpu-util`` or a higher ``max-gpu-memory`` (a
-    profile that read the pull request's own file, its code having taken $DLCI_TIER_JSON out
-    of the environment) fails the step. A missing gate is judge's to name.
+    plan); a report gated at a lower ``min-gpu-util`` or a higher ``max-gpu-memory`` (a profile
+    that read the pull request's own file, its code having dropped the --plan argument or the
+    gate's options) fails the step. A missing gate is judge's to name.
     """
     try:
         report = jsonio.decode(read_input(folder / "utilization.json", what="utilization report"))

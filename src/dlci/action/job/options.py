@@ -2,8 +2,8 @@
 
 Runs in the container.
 
-The trusted keys come from the host's snapshot in the tier file, never from the pull
-request's working tree when there is one; the untrusted ones (test paths, pytest arguments)
+The trusted keys come from the host's snapshot in the job plan (``--plan``), never from the
+pull request's working tree when there is one; the untrusted ones (test paths, pytest arguments)
 from the project's file. Never imports torch.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlci import jsonio
+from dlci.config import resolve
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class JobOptions:
     profile: bool = True
     min_gpu_util: float | None = None
     max_gpu_memory: float | None = None  # percent of the device's memory
-    tier_json: str | None = None
+    plan: str | None = None  # the job plan's file (dlci.ladder.plan), the host's
     phase: str = "all"  # all, install, tests, or one gate
     cpu_threads: str = "auto"  # torch's and OpenMP's threads (dlci.action.job.threads)
     installed: bool = False  # the image already has the project installed (skip the step)
@@ -47,20 +47,18 @@ class JobOptions:
 def configured(options: JobOptions) -> JobOptions:
     """The options, with the configuration's values where ``dlci run`` was given none.
 
-    The gates' values (min-gpu-util, max-gpu-memory) are trusted keys: with a tier file they
-    come from its ``config`` (the host's snapshot, from the base commit on a pull request);
-    the tests' paths and pytest arguments from the project's file (dlci.config). The doctor
-    reads its policy itself, from the same snapshot ($DLCI_TIER_JSON).
+    The gates' values (min-gpu-util, max-gpu-memory) are trusted keys: with a plan they come
+    from its ``config`` (the host's snapshot, from the base commit on a pull request); the
+    tests' paths and pytest arguments from the project's file (dlci.config). The doctor reads
+    its policy itself, from the same plan (its ``--plan``).
     """
-    from dlci.config import resolve
-
     cli = {
         "min-gpu-util": options.min_gpu_util,
         "max-gpu-memory": options.max_gpu_memory,
         "tests": options.tests or None,
         "pytest-args": options.pytest_args or None,
     }
-    config = resolve(cli, cwd=Path.cwd(), trusted=_snapshot(options.tier_json))
+    config = resolve(cli, cwd=Path.cwd(), plan=options.plan)
     return dataclasses.replace(
         options,
         tests=_words(config.get("tests")),
@@ -68,17 +66,6 @@ def configured(options: JobOptions) -> JobOptions:
         min_gpu_util=_percent(config.get("min-gpu-util")),
         max_gpu_memory=_percent(config.get("max-gpu-memory")),
     )
-
-
-def _snapshot(tier_json: str | None) -> dict[str, Any] | None:
-    """The tier file's ``config`` section (the host's preflight), None without one."""
-    if not tier_json:
-        return None
-    from dlci.fsutil import read_input
-
-    data = jsonio.decode(read_input(tier_json, what="tier file"))
-    config = data.get("config") if isinstance(data, dict) else None
-    return config if isinstance(config, dict) else None
 
 
 def _words(value: Any) -> str:

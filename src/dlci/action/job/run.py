@@ -16,6 +16,7 @@ from the workspace, so a ``dlci/`` folder there is not imported.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import shlex
 import signal
@@ -30,6 +31,7 @@ from dlci import jsonio
 from dlci.action.job.files import image_torch, relative_coverage
 from dlci.action.job.options import JobOptions, configured
 from dlci.action.job.threads import from_container
+from dlci.ladder.plan import read_plan
 from dlci.report.text import clean
 
 REPORT_NAME = "run.json"
@@ -44,10 +46,9 @@ BAD = ("failed", "error", "interrupted")
 def run_job(options: JobOptions) -> int:
     """Run every step, record each in OUT/run.json; 1 when a step failed, else 0."""
     options.out.mkdir(parents=True, exist_ok=True)
-    if options.tier_json:
-        from dlci.ladder.tiers import tier_from_file
-
-        tier_from_file(options.tier_json)  # a bad file is one clear error, before any step
+    if options.plan:  # the one hand-off of the host's plan: made absolute for every step
+        read_plan(options.plan)  # a bad file is one clear error, before any step
+        options = dataclasses.replace(options, plan=str(Path(options.plan).resolve()))
     options = configured(options)
     runner = Runner(options.out)
     threads, runner.threads = from_container(options.cpu_threads)
@@ -58,10 +59,6 @@ def run_job(options: JobOptions) -> int:
         "gpu_gate": options.min_gpu_util is not None or options.max_gpu_memory is not None,
         "allow_no_tests": options.allow_no_tests,
     }
-    if options.tier_json:
-        from dlci.ladder.tiers import TIER_JSON_VARIABLE
-
-        runner.env[TIER_JSON_VARIABLE] = str(Path(options.tier_json).resolve())
     if options.installed:  # the host committed the install container: this image has it
         runner.skip("install", INSTALLED_ONCE)
     else:
@@ -99,8 +96,8 @@ def _tests_step(runner: Runner, options: JobOptions, blocked: str | None) -> Non
 def _dlci_steps(options: JobOptions) -> dict[str, list[str] | None]:
     """The memorize, doctor and profile steps' commands; None for a step switched off."""
     out = str(options.out)
-    if options.tier_json:  # the host's tier, handed on by argument: each gate uses it as it is
-        tier = ["--tier-file", str(Path(options.tier_json).resolve())]
+    if options.plan:  # the host's plan, handed on by argument: each gate uses it as it is
+        tier = ["--plan", options.plan]
     else:
         tier = ["--budget", options.budget, "--hardware", options.hardware]
         tier += ["--ladder", options.ladder] if options.ladder else []
@@ -159,6 +156,8 @@ def pytest_command(options: JobOptions) -> list[str]:
     out = options.out
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
     cmd.append(f"--junitxml={out / 'junit.xml'}")
+    if options.plan:  # the dlci_tier fixture and assert_memorizes() take the host's tier
+        cmd.append(f"--dlci-plan={options.plan}")
     if options.doctest:  # the project's own packages (dlci.action.job.doctests)
         from dlci.action.job.doctests import pytest_arguments
 
