@@ -10,12 +10,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dlci.calibration import runs
+from dlci.calibration import runs, write
 from dlci.calibration.power import VARIANTS
 from dlci.calibration.propose import Proposal, current_share, propose_budget, step_time
 from dlci.calibration.stats import epochs_to
 from dlci.errors import DlciError
+from dlci.ladder.load import check_budget, load_ladder, select_tier
 from dlci.ladder.model import Ladder, Tier
+from dlci.ladder.tiers import resolve_class
+from dlci.memorization.request import check_out
+from dlci.training.target import resolve_spec
 
 Say = Callable[[str], None]
 MAX_SEEDS = 1000  # past the 299 seeds a distribution-free 1% bound needs
@@ -78,11 +82,6 @@ def check_request(request: CalibrationRequest) -> None:
 
 def run_calibration(request: CalibrationRequest, say: Say) -> CalibrationOutcome:
     """Calibrate the chosen budgets' rows for this machine's hardware class."""
-    from dlci.calibration import write
-    from dlci.ladder.load import load_ladder
-    from dlci.memorization.request import check_out
-    from dlci.training.target import resolve_spec
-
     check_request(request)
     check_out(request.out)
     spec = resolve_spec(request.target)
@@ -138,9 +137,6 @@ def _propose(
 def _tiers(request: CalibrationRequest, ladder: Ladder) -> list[Tier]:
     """The current row of each chosen budget for this machine's class (detected; a class
     given with --hardware must be the one detected: the runs measure this machine)."""
-    from dlci.ladder.load import check_budget, select_tier
-    from dlci.ladder.tiers import resolve_class
-
     names = list(ladder.budgets) if request.budget == "all" else [request.budget]
     for name in names:
         check_budget(ladder, name)

@@ -28,6 +28,8 @@ from dlci.calibration.power import HEALTHY, VARIANTS, NotApplicable, sabotage
 from dlci.calibration.stats import relative_curve
 from dlci.errors import DlciError
 from dlci.fsutil import atomic_write_bytes, read_input
+from dlci.memorization.engine import MemorizeConfig, memorize, seed_everything
+from dlci.training.target import load_target
 
 RUNS_DIR = "runs"
 NEVER = 1e-300  # the engine's threshold in a calibration run: early stop is off, nothing passes
@@ -63,9 +65,6 @@ def environment(device: str) -> dict[str, str]:
 
 def run_job(job: Job, device: str) -> dict[str, Any]:
     """Train one calibration run in this process; its record (raises DlciError on a mistake)."""
-    from dlci.memorization.engine import MemorizeConfig, memorize, seed_everything
-    from dlci.training.target import load_target
-
     seed_everything(job.seed)  # before the factory: the initial weights follow the seed
     target = load_target(job.spec)
     record: dict[str, Any] = {"schema_version": 1, "kind": "calibration-run", "job": asdict(job)}

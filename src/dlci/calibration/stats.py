@@ -27,6 +27,8 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from dlci.ladder.goal import Goal, smoothed
+
 _NORMAL = statistics.NormalDist()
 _SIMPSON_POINTS = 256  # even; the chi law is smooth over its +-8 span: the error is below 1e-8
 
@@ -184,8 +186,6 @@ def relative_curve(
     >>> relative_curve([1.0, -0.5], -1.0)
     [1.0, 0.25]
     """
-    from dlci.ladder.goal import Goal, smoothed
-
     if not losses:
         return []
     goal, start = Goal(None, None, floor, blind), losses[0]

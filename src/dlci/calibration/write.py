@@ -12,6 +12,7 @@ from typing import Any
 
 from dlci import jsonio
 from dlci.calibration import runs
+from dlci.calibration.plot import plot
 from dlci.calibration.propose import (
     TIME_FLOOR_MINUTES,
     TIME_MARGIN,
@@ -20,7 +21,9 @@ from dlci.calibration.propose import (
     step_time,
 )
 from dlci.calibration.stats import Bound, epochs_to, seeds_needed
+from dlci.calibration.summary import render_markdown
 from dlci.fsutil import atomic_write_text
+from dlci.report.memorization import library_versions
 from dlci.report.text import clean
 
 SCHEMA_VERSION = 1
@@ -118,8 +121,6 @@ def build_report(
     wall_s: float,
 ) -> dict[str, Any]:
     """calibration.json (schema_version 1)."""
-    from dlci.report.memorization import library_versions
-
     curves = [runs.relative(r) for r in records]
     first = records[0]
     return {
@@ -246,9 +247,6 @@ def ladder_base(ladder: str | None, out: Path) -> str:
 
 def write_all(out: Path, report: dict[str, Any], ladder: str | None) -> dict[str, Path]:
     """Every file of the calibration into ``out``; their paths by name."""
-    from dlci.calibration.plot import plot
-    from dlci.calibration.summary import render_markdown
-
     files = {
         "json": out / REPORT_NAME,
         "ladder": out / LADDER_NAME,
