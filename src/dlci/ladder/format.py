@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -126,17 +126,40 @@ class ClassFields(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 TIER_FIELDS = schema.fields(TierFields)
 CLASS_FIELDS = schema.fields(ClassFields)
 
-SUPPORTED_VERSIONS = (1, 2)  # 1: max_loss only; 2: max_relative_loss too (docs/budget-ladder.md)
+Version = Literal[1, 2]  # 1: max_loss only; 2: max_relative_loss too (docs/budget-ladder.md)
+SUPPORTED_VERSIONS: tuple[int, ...] = get_args(Version)
 CURRENT_VERSION = 2
 THRESHOLD_KEYS = ("max_loss", "max_relative_loss")
+Name = Annotated[str, msgspec.Meta(pattern=NAME_PATTERN)]
 
-TOP_KEYS: dict[str, str] = {
-    "version": "The ladder format version; this dl-ci reads versions 1 and 2.",
-    "revision": "Free text naming this set of numbers, shown in every report.",
-    "extends": "'default' (dl-ci's own ladder) or a path, relative to this file, to extend.",
-    "classes": "Hardware classes by name.",
-    "budgets": "Budgets by name (pr, merge, nightly, ...), each a mapping of class to tier.",
-}
+
+class LadderFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Per budget and hardware class, what the memorization test may spend."""
+
+    version: Annotated[
+        Version, meta("The ladder format version; this dl-ci reads versions 1 and 2.")
+    ]
+    revision: Annotated[
+        str | float, meta("Free text naming this set of numbers, shown in every report.")
+    ] = ""
+    extends: (
+        Annotated[
+            str,
+            meta(
+                "'default' (dl-ci's own ladder) or a path, relative to this file, to extend.",
+                min_length=1,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    classes: Annotated[dict[Name, ClassFields], meta("Hardware classes by name.")]
+    budgets: Annotated[
+        dict[Name, dict[Name, TierFields | None]],
+        meta("Budgets by name (pr, merge, nightly, ...), each a mapping of class to tier."),
+    ]
+
+
+TOP_KEYS = {f.name: f.description for f in schema.fields(LadderFile)}
 
 
 # the words of messages live in dlci.schema; their old names here keep working
@@ -149,12 +172,8 @@ kind, show, num, closest, suggest = (
 )
 
 
-def _object(cls: type[msgspec.Struct], title: str) -> dict[str, Any]:
-    return {"title": title, **schema.json_schema(cls)}
-
-
 def json_schema(*, complete: bool = True) -> dict[str, Any]:
-    """The JSON schema of a ladder file, for editors and check-jsonschema.
+    """The JSON schema of a ladder file, for editors and check-jsonschema, from LadderFile.
 
     ``complete=False`` gives the schema of a file that ``extends`` another: every key of a
     tier or class may then be left out, since the extended file supplies it.
@@ -162,44 +181,24 @@ def json_schema(*, complete: bool = True) -> dict[str, Any]:
     >>> json_schema()["properties"]["version"]["enum"]
     [1, 2]
     """
-    name = {"type": "string", "pattern": NAME_PATTERN}
-    tier = _object(TierFields, "tier")
-    cls = _object(ClassFields, "hardware class")
-    if complete:  # a complete row states at least one threshold
+    _, defs = msgspec.json.schema_components([LadderFile])
+    top = defs.pop("LadderFile")
+    tier, cls = defs["TierFields"], defs["ClassFields"]
+    tier["title"], cls["title"] = "tier", "hardware class"
+    if complete:  # a complete row states at least one threshold, a ladder the three budgets
         tier["anyOf"] = [{"required": [key]} for key in THRESHOLD_KEYS]
+        top["properties"]["budgets"]["required"] = list(REQUIRED_BUDGETS)
     else:
         tier["required"] = cls["required"] = []
-    top: dict[str, dict[str, Any]] = {key: {"description": text} for key, text in TOP_KEYS.items()}
-    top["version"].update({"enum": list(SUPPORTED_VERSIONS)})
-    top["revision"].update({"type": ["string", "number"]})
-    top["extends"].update({"type": "string", "minLength": 1})
-    top["classes"].update(
-        {"type": "object", "propertyNames": name, "additionalProperties": {"$ref": "#/$defs/class"}}
-    )
-    top["budgets"].update(
-        {
-            "type": "object",
-            "propertyNames": name,
-            "additionalProperties": {
-                "type": "object",
-                "propertyNames": name,
-                "additionalProperties": {"oneOf": [{"$ref": "#/$defs/tier"}, {"type": "null"}]},
-            },
-        }
-    )
-    if complete:
-        top["budgets"]["required"] = list(REQUIRED_BUDGETS)
+        top["required"] = ["version"]
+    del top["title"], top["description"]  # stated below, with the docs
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,
         "title": "dl-ci budget ladder, versions 1 and 2",
-        "description": "Per budget and hardware class, what the memorization test may spend. "
-        f"See {FORMAT_DOC}.",
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["version"] if not complete else ["version", "classes", "budgets"],
-        "properties": top,
-        "$defs": {"tier": tier, "class": cls},
+        "description": f"{LadderFile.__doc__} See {FORMAT_DOC}.",
+        **top,
+        "$defs": defs,
     }
 
 
