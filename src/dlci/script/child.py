@@ -15,12 +15,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dlci import jsonio
+from dlci.errors import DlciError
+from dlci.memorization.engine import MemorizeConfig, deterministic, seed_everything
+from dlci.profiling.capture import Profiler
+from dlci.profiling.session import forward_marked
+from dlci.progress import StepProgress
+from dlci.report.text import clean
+from dlci.script.gate import ScriptGate
+from dlci.script.hooks import Hooks, ScriptStop, Unsupported, find_model, run_script, user_frame
+from dlci.script.report import ScriptReport
+
 PLAN_VARIABLE = "DLCI_SCRIPT_PLAN"
 
 
 def main() -> int:
-    from dlci import jsonio
-
     plan = jsonio.decode(Path(os.environ.pop(PLAN_VARIABLE)).read_bytes())
     outcome: dict[str, Any] = {}
     try:
@@ -32,15 +41,11 @@ def main() -> int:
 
 
 def _say(line: str) -> None:
-    from dlci.report.text import clean
-
     print(f"{clean(line)}", file=sys.stderr, flush=True)
 
 
 def run_plan(plan: dict[str, Any]) -> dict[str, Any]:
     """Install the hooks, run the script, take them out: what was found (run.py's answer)."""
-    from dlci.script.hooks import Unsupported
-
     if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
         return {
             "error": "the script runs under a distributed launcher (WORLD_SIZE > 1): script "
@@ -81,8 +86,6 @@ class _Stopped(BaseException):
 
 def _script(plan: dict[str, Any], hooks: Any) -> None:
     """The script, then its last step's judgement (``hooks.flush``) once it ended by itself."""
-    from dlci.script.hooks import ScriptStop, run_script
-
     try:
         try:
             run_script(plan["script"], plan["module"], list(plan["args"]))
@@ -97,8 +100,6 @@ def _script(plan: dict[str, Any], hooks: Any) -> None:
 
 def _where(exc: BaseException) -> str:
     """The script's innermost line in the traceback."""
-    from dlci.script.hooks import user_frame
-
     return user_frame(traceback.extract_tb(exc.__traceback__))
 
 
@@ -107,11 +108,6 @@ class _Memorize:
     script."""
 
     def __init__(self, plan: dict[str, Any]) -> None:
-        from dlci.memorization.engine import MemorizeConfig, seed_everything
-        from dlci.progress import StepProgress
-        from dlci.script.gate import ScriptGate
-        from dlci.script.report import ScriptReport
-
         self.plan = plan
         self.report = ScriptReport(plan)  # failing until the verdict replaces it
         self.config = MemorizeConfig(**plan["config"])
@@ -122,8 +118,6 @@ class _Memorize:
         self.hooks = self.gate.hooks
 
     def __enter__(self) -> _Memorize:
-        from dlci.memorization.engine import deterministic
-
         self._deterministic = deterministic()
         self._deterministic.__enter__()
         self.bar.__enter__()
@@ -157,10 +151,6 @@ class _Profile:
     """torch.profiler's schedule driven by the script's optimizer steps."""
 
     def __init__(self, plan: dict[str, Any]) -> None:
-        from dlci.memorization.engine import seed_everything
-        from dlci.profiling.capture import Profiler
-        from dlci.script.hooks import Hooks
-
         seed_everything(int(plan.get("seed", 0)))
         schedule = plan["schedule"]
         self.total = schedule["wait"] + schedule["warmup"] + schedule["steps"]
@@ -175,15 +165,10 @@ class _Profile:
     def on_optimizer(self, optimizer: Any) -> None:
         """At the first step (never recorded: the schedule waits), the model the optimizer
         trains gets its forward annotated ``dlci/forward``, as a Target's own step does."""
-        from dlci.profiling.session import forward_marked
-        from dlci.script.hooks import find_model
-
         for model in find_model(optimizer):
             self.marks.enter_context(forward_marked(model))
 
     def on_step(self, _value: float) -> None:
-        from dlci.script.hooks import ScriptStop
-
         step = self.hooks.steps
         self.say(f"step {step}/{self.total} ({self.profiler.schedule.phase_of(step)})")
         if not self.profiler.step():
@@ -194,8 +179,6 @@ class _Profile:
         return self
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
-        from dlci.errors import DlciError
-
         self.marks.close()
         stop = kind is None or kind is _Stopped or issubclass(kind, SystemExit)
         try:

@@ -14,6 +14,7 @@ switched to p = 0 as well. Only these calls pay.
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -38,8 +39,6 @@ FUNCTIONS = (
 def functional_dropout_off() -> Iterator[list[str]]:
     """Every call of a dropout function in the block runs with a rate of 0; the list names
     the functions called with a rate above 0 (once each)."""
-    import importlib
-
     caught: list[str] = []
     undo: list[Callable[[], None]] = []
     for module_name, name, index, key in FUNCTIONS:

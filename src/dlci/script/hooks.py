@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
+import runpy
 import sys
 import traceback
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -428,9 +431,6 @@ def find_schedulers(optimizer: Any) -> list[Any]:
 def _live_objects() -> list[Any]:
     """gc's objects; the isinstance checks on them stay quiet (a deprecated module proxy
     warns when asked its class)."""
-    import gc
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return [obj for obj in gc.get_objects() if _is_torch_object(obj)]
@@ -445,8 +445,6 @@ def _is_torch_object(obj: Any) -> bool:
 
 def run_script(script: str, module: bool, args: list[str]) -> None:
     """Run the script as ``python script args`` / ``python -m module args`` would."""
-    import runpy
-
     if module:
         sys.argv = [script, *args]
         runpy.run_module(script, run_name="__main__", alter_sys=True)

@@ -12,6 +12,7 @@ from typing import Any
 from dlci.ladder.model import Tier
 from dlci.memorization.request import NO_VERDICT, MemorizeRequest
 from dlci.memorization.single import RunReport, write_run_outputs
+from dlci.memorization.tracking import make_tracker
 from dlci.memorization.verdict import DOCTOR, FLOOR_ASSUMED_HINT, TARGET_SLOT, MemorizeResult
 from dlci.script.command import epoch_arguments, raise_hint
 
@@ -43,8 +44,6 @@ class ScriptReport:
 
     def finish(self, result: MemorizeResult, parsed: list[tuple[str, str]]) -> dict[str, Any]:
         """Write the verdict; what the parent needs to print it and exit."""
-        from dlci.memorization.tracking import make_tracker
-
         result.next_step = for_a_script(result.next_step)
         if result.stopped_by == "ended" and not result.passed:
             hint = raise_hint(epoch_arguments(self.args, parsed), self.tier.max_epochs)

@@ -19,6 +19,7 @@ from typing import Any
 from dlci import jsonio
 from dlci.errors import DlciError
 from dlci.memorization.request import MemorizeOutcome, MemorizeRequest, Say, check_out
+from dlci.profiling.capture import ProfileResult
 from dlci.script.command import ScriptCommand, parse_command
 
 PLAN_VARIABLE = "DLCI_SCRIPT_PLAN"  # child.py reads it
@@ -93,8 +94,6 @@ def profile_script(words: list[str], args: Any, schedule: Any, out: Path) -> Any
     """``dlci profile -- python train.py ...``: the trace of the script's own steps, the
     schedule driven by its optimizer steps; a ProfileResult as for a Target (no memory
     pass: it needs a Target)."""
-    from dlci.profiling.capture import ProfileResult
-
     command = parse_command(words)
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("trace.json.gz", "utilization.json"):
