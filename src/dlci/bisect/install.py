@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,7 +50,6 @@ def install(worktree: Path, how: str, into: Path, *, timeout: float = PIP_TIMEOU
     """The commit at ``worktree`` made importable; ``into``: a folder for ``pip``'s files."""
     if how == "path":
         return Installed((source_root(worktree),))
-    import time
 
     start = time.monotonic()
     command = [

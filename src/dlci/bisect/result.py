@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from dlci.action.github.api import ApiError
 from dlci.bisect import git
 from dlci.bisect.search import Answer, Search
 
@@ -80,7 +81,6 @@ def _pulls(
     with a commit"; a failed lookup is a line said, never a failed bisect."""
     if github is None:
         return {}
-    from dlci.action.github.api import ApiError
 
     found: dict[str, dict[str, Any] | None] = {}
     for commit in commits[:MAX_LOOKUPS]:

@@ -17,11 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlci import jsonio
+from dlci.action.github.api import ApiError, GitHub
 from dlci.bisect import git
 from dlci.bisect.gates import Gate, Judged
 from dlci.bisect.install import INSTALLS, Installed, Unrunnable, install
+from dlci.bisect.result import result
 from dlci.bisect.search import Answer, Search, Step
 from dlci.errors import EXIT_USAGE, DlciError
+from dlci.fsutil import read_input
+from dlci.report.history import checked
 
 SCHEMA_VERSION = 1
 TAIL_LINES = 3
@@ -273,7 +278,6 @@ def run_bisect(request: BisectRequest, say: Callable[[str], None]) -> dict[str, 
             for path in sorted((workdir / "trees").glob("*")):
                 git.remove_worktree(repo, path)
             shutil.rmtree(workdir, ignore_errors=True)
-    from dlci.bisect.result import result
 
     setup = {"gate": request.gate.describe(), "install": request.install}
     return result(
@@ -296,10 +300,6 @@ def run_bisect(request: BisectRequest, say: Callable[[str], None]) -> dict[str, 
 
 def last_green(history: str | None) -> str:
     """The commit of the newest night in a ``dlci history`` file whose memorization passed."""
-    from dlci import jsonio
-    from dlci.fsutil import read_input
-    from dlci.report.history import checked
-
     if not history:
         raise DlciError("--good last-green needs --history FILE (dlci history's history.json)")
     try:
@@ -321,7 +321,6 @@ def _github(token: str | None, say: Callable[[str], None]) -> Any:
     """A GitHub client from the environment when a token is given, else None."""
     if not token:
         return None
-    from dlci.action.github.api import ApiError, GitHub
 
     try:
         return GitHub.from_environment(token)
