@@ -565,10 +565,25 @@ def test_the_gates_read_their_reports(tmp_path: Path) -> None:
     assert missing.verdicts == ["skip"] and "(exit 137): Killed" in missing.reason
 
     util = Gate("profile", min_gpu_util=40)
+    assert util.argv(tmp_path, 0, 1)[-2:] == ["--min-gpu-util", "40"]  # the profile decides
     for value, verdict, near in ((55.0, "pass", False), (38.0, "fail", True), (20, "fail", False)):
-        report = {"gpu_utilization_pct": value, "steps": {"mean_step_us": 1000}}
+        check = {"name": "min-gpu-util", "passed": verdict == "pass", "judged": True}
+        report = {"gpu_utilization_pct": value, "steps": {"mean_step_us": 1000},
+                  "gate": {"passed": verdict == "pass", "checks": [check]}}  # fmt: skip
         judged = util.judge(_report(tmp_path / f"u{value}", "utilization.json", report), 0, 1, "")
         assert (judged.verdicts, judged.near) == ([verdict], near), value
+    # the verdict is read, never decided again: a gate that failed at 55% fails here too, and
+    # a gate that did not judge (not applicable: no GPU) is a skip
+    check = {"name": "min-gpu-util", "passed": False, "judged": True}
+    report = {"gpu_utilization_pct": 55.0, "steps": {"mean_step_us": 1000},
+              "gate": {"passed": False, "checks": [check]}}  # fmt: skip
+    assert util.judge(
+        _report(tmp_path / "read", "utilization.json", report), 1, 1, ""
+    ).verdicts == ["fail"]
+    report["gate"]["checks"] = [{"name": "min-gpu-util", "passed": True, "judged": False}]
+    assert util.judge(_report(tmp_path / "na", "utilization.json", report), 0, 1, "").verdicts == [
+        "skip"
+    ]
     step = Gate("profile", max_step_time_ms=2.0)
     report = {"gpu_utilization_pct": None, "steps": {"mean_step_us": 3000}}
     judged = step.judge(_report(tmp_path / "s", "utilization.json", report), 0, 1, "")

@@ -7,7 +7,8 @@ and how near the threshold it came.
   best relative loss came within ``1 + near`` times the goal, or a curve the verdict itself
   calls still falling or noisy. Its noise is one-sided (a broken loop does not memorize by
   luck), so a pass at the boundary is not confirmed.
-- ``profile``: GPU utilization at least ``--min-gpu-util`` percent, or a median step time
+- ``profile``: GPU utilization at least ``--min-gpu-util`` percent (the profile's own gate
+  decides it, dlci.profiling.gate: its min-gpu-util check is read here), or a median step time
   at most ``--max-step-time-ms``; near: within ``near`` of the bound (relative). Its noise
   is two-sided: both sides of the boundary are confirmed.
 - ``doctor``: one check (``--check ID``) must not fail; a doctor check is judged on fixed
@@ -100,8 +101,9 @@ class Gate:
             many = ["--seeds", str(seeds), "--quorum", "1"] if seeds > 1 else []
             json = ["--json", str(out / self.report_name)]
             return ["memorize", *common, *json, "--quiet", "--tracker", "none", *many]
-        if self.kind == "profile":  # writes OUT/utilization.json
-            return ["profile", *common, "--quiet", "--no-memory"]
+        if self.kind == "profile":  # writes OUT/utilization.json, with its gate's verdict
+            gate = [] if self.min_gpu_util is None else ["--min-gpu-util", f"{self.min_gpu_util:g}"]
+            return ["profile", *common, "--quiet", "--no-memory", *gate]
         return ["doctor", *common, "--json", str(out / self.report_name), "--only", str(self.check)]
 
     def judge(self, out: Path, exit_code: int, seeds: int, stderr_tail: str) -> Judged:
@@ -165,15 +167,21 @@ class Gate:
         figures = {"gpu_utilization_pct": util, "step_time_ms": step_us and step_us / 1e3}
         value: Any
         if self.min_gpu_util is not None:
-            value, bound, higher_is_better = util, self.min_gpu_util, True
-            what = "GPU utilization"
+            value, bound, what = util, self.min_gpu_util, "GPU utilization"
         else:
             value, bound = figures["step_time_ms"], self.max_step_time_ms or 0.0
-            higher_is_better, what = False, "median step time"
+            what = "median step time"
         if not _num(value):
             return self._unjudged(1, f"the profile measured no {what} (exit {exit_code})")
         value = float(value)
-        passed = value >= bound if higher_is_better else value <= bound
+        if self.min_gpu_util is not None:  # the verdict is the profile gate's, read
+            check = _utilization_check(report)
+            if check is None or check.get("judged") is not True:
+                why = check.get("message") if check else "no min-gpu-util gate in the report"
+                return self._unjudged(1, f"the profile's gate gave no verdict: {why}")
+            passed = check.get("passed") is True
+        else:
+            passed = value <= bound
         near = bound > 0 and abs(value - bound) <= self.near * bound
         shown = f"{what} {value:.4g} against the bound {bound:g}"
         return Judged(["pass" if passed else "fail"], figures, near, shown)
@@ -196,3 +204,14 @@ class Gate:
 
 def _num(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _utilization_check(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The min-gpu-util check of the profile's gate (report["gate"]["checks"]), as
+    dlci.profiling.gate decided it; None when the report has none."""
+    gate = report.get("gate")
+    checks = gate.get("checks") if isinstance(gate, dict) else None
+    for check in checks if isinstance(checks, list) else ():
+        if isinstance(check, dict) and check.get("name") == "min-gpu-util":
+            return check
+    return None
