@@ -22,7 +22,6 @@ import functools
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -35,8 +34,7 @@ Mismatch = tuple[str, Any, str]  # where, the value found, what was expected
 SHOWN = 20  # problems listed in one error; the rest are counted
 
 
-@dataclass(frozen=True)
-class Problem:
+class Problem(msgspec.Struct, frozen=True):
     """One mistake in a document: where (a key path), what, and how to fix it."""
 
     path: KeyPath
@@ -82,8 +80,7 @@ def raise_all(errors: Sequence[DlciError]) -> None:
 # --------------------------------------------------------------------------- the declared fields
 
 
-@dataclass(frozen=True)
-class Field:
+class Field(msgspec.Struct, frozen=True):
     """One declared field, as the walker, the docs and the messages read it."""
 
     name: str  # as a document spells it (a kebab-case struct renames its fields)
