@@ -13,6 +13,8 @@ from dlci.errors import DlciError
 from dlci.ladder.plan import HINT, PLAN_VERSION, JobPlan, read_plan
 from dlci.ladder.tiers import choose_tier
 
+TIER = choose_tier(budget="pr", hardware="cpu").to_dict()
+
 
 def test_preflight_writes_the_plan_that_every_step_reads_back(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
@@ -56,6 +58,14 @@ def test_a_tier_alone_is_a_plan_without_configuration(tmp_path: Path) -> None:
             "  hint: run dlci preflight and the job with the same dl-ci version",
         ),
         ('{"plan_version": 1, "tier": 3}', "{path}: tier: expected an object\n  hint: " + HINT),
+        (
+            json.dumps({"plan_version": 1, "tier": {**TIER, "max_epochs": "7"}}),
+            "{path}: tier.max_epochs: expected an integer, got str\n  hint: " + HINT,
+        ),
+        (
+            json.dumps({"plan_version": 1, "tier": {**TIER, "max_loss": True}}),
+            "{path}: tier.max_loss: expected a number or null, got bool\n  hint: " + HINT,
+        ),
         (
             '{"plan_version": 1, "tier": {"budget": "pr"}, "config": null}',
             "{path}: the tier lacks batch_size, hardware_class, ladder, ladder_revision, "

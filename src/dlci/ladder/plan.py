@@ -24,6 +24,10 @@ PLAN_VERSION = 1
 HINT = "give the preflight.json that dlci preflight wrote, or dlci tier --json output"
 TIER_FIELDS = frozenset(f.name for f in fields(Tier))
 REQUIRED = frozenset(f.name for f in fields(Tier) if f.default is MISSING)
+# The JSON type of each Tier field by its annotation (reasons and warnings: lists of words)
+KINDS = {"int": "an integer", "float": "a number", "float | None": "a number or null",
+         "str": "a string"}  # fmt: skip
+FIELD_KINDS = {f.name: KINDS[str(f.type)] for f in fields(Tier) if str(f.type) in KINDS}
 
 
 @dataclass(frozen=True)
@@ -115,13 +119,28 @@ def tier_from_mapping(data: Mapping[str, Any], path: str) -> Tier:
     missing = sorted(REQUIRED - set(data))
     if missing:
         raise DlciError(f"the tier lacks {', '.join(missing)}", hint=HINT, file=path)
+    for name, kind in FIELD_KINDS.items():
+        if name in data and not _is(data[name], kind):
+            got = type(data[name]).__name__
+            raise DlciError(f"tier.{name}: expected {kind}, got {got}", hint=HINT, file=path)
     values = {k: v for k, v in data.items() if k in TIER_FIELDS}
     values["reasons"] = (*_words(values.get("reasons")), f"tier from {path}")
     values["warnings"] = _words(values.get("warnings"))
-    try:
-        return Tier(**values)
-    except (TypeError, ValueError) as exc:
-        raise DlciError(f"the tier: {exc}", hint=HINT, file=path) from None
+    return Tier(**values)
+
+
+def _is(value: Any, kind: str) -> bool:
+    """Whether a JSON value is of ``kind`` (a KINDS value); a bool is not a number.
+
+    >>> _is(3, "a number"), _is(True, "an integer"), _is(None, "a number or null")
+    (True, False, True)
+    """
+    if kind == "a string":
+        return isinstance(value, str)
+    if kind == "a number or null" and value is None:
+        return True
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return number and (kind != "an integer" or isinstance(value, int))
 
 
 def _words(value: Any) -> tuple[str, ...]:
