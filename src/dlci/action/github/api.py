@@ -15,12 +15,14 @@ import re
 import time
 import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlci import jsonio
+
+if TYPE_CHECKING:
+    import urllib.request
 
 API_VERSION = "2022-11-28"
 MAX_JSON = 8 << 20  # bytes of one JSON answer
@@ -69,6 +71,10 @@ class GitHub:
         return f"{full}?{query}" if query else full
 
     def _request(self, method: str, url: str, body: bytes | None = None) -> urllib.request.Request:
+        # urllib.request brings http.client, email and ssl (tens of ms): loaded when a request
+        # is made, not by the host's verbs that make none (dlci history --previous none)
+        import urllib.request
+
         request = urllib.request.Request(url, data=body, method=method)  # noqa: S310 (http(s) only)
         request.add_header("Accept", "application/vnd.github+json")
         request.add_header("X-GitHub-Api-Version", API_VERSION)
@@ -109,6 +115,8 @@ class GitHub:
 
     def _open(self, request: urllib.request.Request, where: str, limit: int, sink: Any) -> bytes:
         """Send ``request``; the body (or, with ``sink``, written there), at most ``limit``."""
+        import urllib.request  # as in _request
+
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as answer:  # noqa: S310
                 return _read(answer, where, limit, sink)

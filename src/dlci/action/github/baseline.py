@@ -3,123 +3,39 @@
 Host-side (no torch). HEAD is this job's reports as the summary step verified them (the
 host's copy, checked again against the host's record: a report the record does not vouch
 for is left out); BASE is another run's reports (:mod:`dlci.action.github.artifacts`, or a folder).
-Both are outside input, read under caps and checked field by field. Utilization is judged
-with statistics (:mod:`dlci.compare.diff`): a bound fails the job only when it is exceeded
-with confidence; memorization and coverage are shown, not gated.
+Both are outside input, read under caps and checked field by field
+(:mod:`dlci.action.github.sides`). Utilization is judged with statistics
+(:mod:`dlci.compare.diff`): a bound fails the job only when it is exceeded with confidence;
+memorization and coverage are shown, not gated.
 """
 
 from __future__ import annotations
 
-import math
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dlci import jsonio
-from dlci.errors import DlciError
-from dlci.fsutil import read_input
-from dlci.jsonio import describe
-
-MAX_LOSSES = 100_000  # points of a memorization curve read from a report
-
-
-@dataclass
-class Side:
-    """One run's reports, as far as they are there and well formed."""
-
-    utilization: dict[str, Any] | None = None
-    memorization: dict[str, Any] | None = None
-    coverage: float | None = None
-    hardware_class: str | None = None
-    left_out: list[str] = field(default_factory=list)
-    preflight: dict[str, Any] | None = None  # this run's: the host's copy, with its config
-
-    def environment(self) -> dict[str, Any]:
-        """The hardware class and torch version this run reported (None: unknown)."""
-        versions = ((self.memorization or {}).get("config") or {}).get("versions") or {}
-        torch = versions.get("torch") if isinstance(versions, dict) else None
-        return {
-            "hardware_class": self.hardware_class,
-            "torch": torch if isinstance(torch, str) else None,
-        }
-
-
-def _json(path: Path) -> Any:
-    return jsonio.decode(read_input(path, what="report"))
-
-
-def _checked(path: Path, kind: str, side: Side) -> dict[str, Any] | None:
-    """A report of ``kind`` from ``path`` whose fields the comparison reads are sound."""
-    from dlci.compare.diff import check_report
-    from dlci.compare.runs import check_run
-
-    if not path.is_file():
-        return None
-    try:
-        data = _json(path)
-    except (DlciError, jsonio.DecodeError, RecursionError) as exc:
-        side.left_out.append(f"{path.name}: unreadable ({str(exc)[:200]})")
-        return None
-    if not isinstance(data, dict) or data.get("kind") != kind:
-        side.left_out.append(f"{path.name}: not a {kind} report")
-        return None
-    check = check_report if kind == "utilization" else _check_memorization
-    problem = check(data) or (check_run(data) if kind == "memorization" else None)
-    if problem:
-        side.left_out.append(f"{path.name}: {problem}")
-        return None
-    return data
-
-
-def _check_memorization(report: dict[str, Any]) -> str | None:
-    """The fields the comparison reads beyond :func:`check_run`'s: threshold, tier, losses."""
-    threshold, tier = report.get("threshold"), report.get("tier")
-    if threshold is not None and _number(threshold) is None:
-        return f"threshold: expected a number, got {describe(threshold)}"
-    if tier is not None and not isinstance(tier, dict):
-        return f"tier: expected an object, got {describe(tier)}"
-    losses = report.get("losses")
-    if losses is None:
-        return None
-    if not isinstance(losses, list) or len(losses) > MAX_LOSSES:
-        return f"losses: expected a list of at most {MAX_LOSSES} numbers"
-    for i, value in enumerate(losses):  # null or "nan"/"inf": a diverged run's, as written
-        if value is not None and not isinstance(value, str) and _number(value) is None:
-            return f"losses[{i}]: expected a number, got {describe(value)}"
-    return None
-
-
-def base_side(folder: Path) -> Side:
-    """The baseline's reports from ``folder`` (outside input: every field checked)."""
-    from dlci.action.host.testfiles import coverage_rate
-
-    side = Side()
-    side.utilization = _checked(folder / "utilization.json", "utilization", side)
-    side.memorization = _checked(folder / "memorization.json", "memorization", side)
-    side.coverage = coverage_rate(folder / "coverage.xml")
-    if side.coverage is not None and not 0 <= side.coverage <= 100:  # also nan
-        side.left_out.append(f"coverage.xml: line-rate {side.coverage / 100:.3g} is not 0 to 1")
-        side.coverage = None
-    try:
-        preflight = (
-            _json(folder / "preflight.json") if (folder / "preflight.json").is_file() else {}
-        )
-    except (DlciError, jsonio.DecodeError, RecursionError):
-        preflight = {}
-    side.hardware_class = _hardware_class(preflight, side.memorization)
-    return side
+from dlci.action.github.api import ApiError, GitHub
+from dlci.action.github.artifacts import JOB_ID, fetch
+from dlci.action.github.comment import sticky_comment
+from dlci.action.github.sides import Side, base_side, checked, hardware_class, number, read_json
+from dlci.action.github.sizing import SOURCE_FILE
+from dlci.action.host.summary import collect
+from dlci.compare import diff
+from dlci.report.comparison import MARKER, render, render_none
+from dlci.report.github import in_github_actions
+from dlci.trust import host as trusted
 
 
 def head_side(folder: Path, host_record: Path | None) -> Side:
     """This run's reports as the summary step verified them (the host's record), checked."""
-    from dlci.action.host.summary import collect
-
     data = collect(folder, host_record)
     side = Side(coverage=data["coverage"])
     for key in ("utilization", "memorization"):
         if data[key] is not None:
-            setattr(side, key, _checked(folder / f"{key}.json", key, side))
-    side.hardware_class = _hardware_class(data["preflight"], side.memorization)
+            setattr(side, key, checked(folder / f"{key}.json", key, side))
+    side.hardware_class = hardware_class(data["preflight"], side.memorization)
     side.preflight = data["preflight"]
     return side
 
@@ -127,17 +43,7 @@ def head_side(folder: Path, host_record: Path | None) -> Side:
 def bound(given: float | None, head: Side, key: str) -> float | None:
     """A comparison bound: the one given (the action's input, the command line), else the
     trusted configuration's (the host record's preflight, never the workspace's files)."""
-    from dlci.trust import host as trusted
-
     return given if given is not None else trusted.number(head.preflight, key)
-
-
-def _hardware_class(preflight: Any, memorization: dict[str, Any] | None) -> str | None:
-    tier = preflight.get("tier") if isinstance(preflight, dict) else None
-    value = tier.get("hardware_class") if isinstance(tier, dict) else None
-    if value is None and memorization and isinstance(memorization.get("tier"), dict):
-        value = memorization["tier"].get("hardware_class")
-    return str(value)[:80] if isinstance(value, str) else None
 
 
 def memorization_rows(base: Side, head: Side) -> list[dict[str, Any]]:
@@ -153,7 +59,7 @@ def memorization_rows(base: Side, head: Side) -> list[dict[str, Any]]:
 
     rows.append(_plain("epochs_to_threshold", epochs(b), epochs(h), "count"))
     rows.append(
-        _plain("final_loss", _number(b.get("final_loss")), _number(h.get("final_loss")), "loss")
+        _plain("final_loss", number(b.get("final_loss")), number(h.get("final_loss")), "loss")
     )
     tb, th = _criterion(b), _criterion(h)
     if b and h and tb != th:  # another tier: other epochs to reach it
@@ -172,7 +78,7 @@ def _criterion(report: dict[str, Any]) -> str:
     'a share of the start of 0.3'
     """
     parts = []
-    absolute, relative = _number(report.get("threshold")), _number(report.get("relative_threshold"))
+    absolute, relative = number(report.get("threshold")), number(report.get("relative_threshold"))
     if absolute is not None:
         parts.append(f"loss < {absolute:g}")
     if relative is not None:
@@ -182,16 +88,6 @@ def _criterion(report: dict[str, Any]) -> str:
     if isinstance(revision, str):
         parts.append(f"ladder {revision[:40]}")
     return ", ".join(parts) or "no threshold recorded"
-
-
-def _number(value: Any) -> float | None:
-    """A number from a report as a float: None for anything else, an integer beyond 64 bits
-    (no float holds 10**400), or NaN and the infinities."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if isinstance(value, int):
-        return float(value) if abs(value) < 2**63 else None
-    return value if math.isfinite(value) else None
 
 
 def _plain(metric: str, b: float | None, h: float | None, unit: str) -> dict[str, Any]:
@@ -216,8 +112,6 @@ def compare_sides(
     block_likely: bool = False,
 ) -> dict[str, Any]:
     """The side-by-side result: rows by section, the utilization diff, the verdict."""
-    from dlci.compare import diff
-
     utilization = None
     if base.utilization is not None and head.utilization is not None:
         utilization = diff.compare(
@@ -264,7 +158,7 @@ def compare_sides(
 
 def _losses(report: dict[str, Any] | None) -> list[float]:
     values = (report or {}).get("losses") or []
-    return [v for v in map(_number, values) if v is not None]
+    return [v for v in map(number, values) if v is not None]
 
 
 @dataclass
@@ -295,20 +189,12 @@ def against_baseline(
 ) -> Outcome:
     """This run's verified reports against the baseline (``base_dir``, else fetched by
     ``spec``), rendered; a problem on the way is a warning and "no baseline", never a failure."""
-    import tempfile
-
-    from dlci.action.github.api import ApiError, GitHub
-    from dlci.action.github.artifacts import JOB_ID, fetch
-    from dlci.action.github.sizing import SOURCE_FILE
-    from dlci.report.comparison import MARKER, render_none
-    from dlci.report.github import in_github_actions
-
     head = head_side(artifacts, host_record)
     api: GitHub | None = None
     with tempfile.TemporaryDirectory(prefix="dlci-base-") as tmp:
         source: dict[str, Any] = {"folder": str(base_dir)} if base_dir else {}
         if base_dir is not None and (base_dir / SOURCE_FILE).is_file():  # fetched before the job
-            kept = _json(base_dir / SOURCE_FILE)
+            kept = read_json(base_dir / SOURCE_FILE)
             source = kept if isinstance(kept, dict) else source
         folder, skipped, problem = base_dir, [], ""
         if base_dir is None or comment:
@@ -341,8 +227,6 @@ def against_baseline(
                     f"of this class ({', '.join(map(str, passed_over[:5]))})"
                 )
     if comment and api is not None:
-        from dlci.action.github.comment import sticky_comment
-
         out.notes.append(sticky_comment(api, out.markdown, MARKER))
     elif comment:
         out.notes.append(f"no comment: {problem}")
@@ -357,8 +241,6 @@ def _compared(
     max_step_time: float | None,
     block_likely: bool = False,
 ) -> Outcome:
-    from dlci.report.comparison import render
-
     max_utilization_drop = bound(max_utilization_drop, head, "max-utilization-drop")
     max_step_time = bound(max_step_time, head, "max-step-time-regression")
     result = compare_sides(

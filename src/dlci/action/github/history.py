@@ -17,8 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from dlci import jsonio
+from dlci.action.github.api import ApiError, GitHub
+from dlci.action.github.artifacts import fetch
+from dlci.action.github.sides import base_side
+from dlci.compare.diff import median_step_us
 from dlci.errors import DlciError
 from dlci.fsutil import atomic_write_text, read_input
+from dlci.report import history as render
+from dlci.report.history import ENTRY_FIELDS, TIER_FIELDS, checked, empty
 
 HISTORY_NAME = "history.json"
 PLOT_NAME = "trend.svg"
@@ -38,9 +44,6 @@ class Updated:
 
 def entry(folder: Path, environ: dict[str, str] | os._Environ[str]) -> dict[str, Any] | None:
     """Tonight's figures from the reports in ``folder``; None when it holds none."""
-    from dlci.action.github.baseline import base_side
-    from dlci.compare.diff import median_step_us
-
     side = base_side(folder)
     if side.utilization is None and side.memorization is None:
         return None
@@ -65,8 +68,6 @@ def entry(folder: Path, environ: dict[str, str] | os._Environ[str]) -> dict[str,
 
 def _tier_fields(mem: dict[str, Any]) -> dict[str, Any]:
     """The tier tonight's memorization was judged at (typed: a report is read, not trusted)."""
-    from dlci.report.history import ENTRY_FIELDS, TIER_FIELDS
-
     raw = mem.get("tier")
     tier: dict[str, Any] = raw if isinstance(raw, dict) else {}
     values = {
@@ -90,10 +91,6 @@ def previous(
 ) -> tuple[dict[str, Any], list[str]]:
     """The history so far: ``none``, ``auto`` (the newest finished run of the branch's own that
     kept the history artifact: :func:`dlci.action.github.artifacts.fetch`) or a file."""
-    from dlci.action.github.api import ApiError, GitHub
-    from dlci.action.github.artifacts import fetch
-    from dlci.report.history import checked, empty
-
     if spec == "none":
         return empty(), []
     notes: list[str] = []
@@ -139,8 +136,6 @@ def update(
     environ: dict[str, str] | os._Environ[str] = os.environ,
 ) -> Updated:
     """The previous history, tonight's entry appended, drift judged; the files written."""
-    from dlci.report import history as render
-
     history, warnings = previous(previous_spec, token=token, artifact=artifact, environ=environ)
     if artifacts is None:
         warnings.append("no --append: nothing added tonight")

@@ -30,10 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from dlci import jsonio
+from dlci.action.github.api import ApiError, GitHub
+from dlci.action.github.artifacts import JOB_ID, fetch
 from dlci.compare import stats
 from dlci.compare.diff import check_report, median_step_us, step_values
 from dlci.errors import DlciError
 from dlci.fsutil import read_input
+from dlci.trust import host as trusted
 
 MAX_STEPS = 50  # profiled steps at most: a trace of 50 ResNet-50 steps is ~100 MB
 TIME_SHARE = 0.25  # of the tier's time cap, for the profiled steps at the base's step time
@@ -168,10 +171,6 @@ def prepare(
 ) -> dict[str, Any]:
     """Fetch the baseline into ``into`` (for the comparison after the job: ``--base-dir``)
     and size the profile from it; the record. A problem is a reason, never a failure."""
-    from dlci.action.github.api import ApiError, GitHub
-    from dlci.action.github.artifacts import JOB_ID, fetch
-    from dlci.trust import host as trusted
-
     try:
         data = jsonio.decode(read_input(preflight, what="preflight report"))
     except (jsonio.DecodeError, DlciError) as exc:
