@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from dlci import jsonio
+from dlci.compare.diff import median_step_us
 from dlci.errors import DlciError
 from dlci.fsutil import read_input
 
@@ -160,8 +161,6 @@ class Gate:
         return bool(_num(loss) and _num(goal) and goal > 0 and loss <= goal * (1 + self.near))
 
     def _profile(self, report: dict[str, Any], exit_code: int) -> Judged:
-        from dlci.compare.diff import median_step_us
-
         util = report.get("gpu_utilization_pct")
         step_us = median_step_us(report)
         figures = {"gpu_utilization_pct": util, "step_time_ms": step_us and step_us / 1e3}
