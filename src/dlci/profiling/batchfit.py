@@ -18,7 +18,6 @@ from typing import Any
 
 from dlci.errors import DlciError
 from dlci.profiling.meter import PeakMeter, device_label, device_total
-from dlci.profiling.session import Trainer
 from dlci.report.text import shown
 from dlci.training.batching import as_pair, batch_size_of, take_batch
 
@@ -218,7 +217,9 @@ def batch_size_of_loader(loader: Any) -> int:
 
 def estimate(target: Any, *, device: str | None, seed: int) -> dict[str, Any]:
     """report["memory"]["batch_estimate"] for ``target``, measured on ``device``."""
-    # here, not at the top: dlci analyze reads this module's advice and never trains
+    # here, not at the top: dlci analyze reads this module's advice and never trains (session
+    # brings memorization.engine and training.target, with yaml: ~45 modules)
+    from dlci.profiling.session import Trainer
 
     trainer = Trainer(target, device, seed)
     cuda = trainer.device.type == "cuda"
