@@ -11,6 +11,7 @@ imports torch in a child process); the rest run the child's own entry point in t
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import random
@@ -34,6 +35,13 @@ MAKEMORE = SCRIPTS / "makemore" / "makemore.py"
 # beside projects/adder/adder.py, which minGPT runs with the repository root on its path
 MINGPT = Path(__file__).parent / "data" / "code" / "mingpt"
 SHAPES = SCRIPTS / "shapes" / "shapes.py"
+DLRM = SCRIPTS / "dlrm" / "dlrm_s_pytorch.py"
+# DLRM, small: its own random data generator (no files), 3 embedding tables of 20 rows, a
+# batch of 16, MSE on rounded (0/1) click targets
+DLRM_ARGS = ["--data-generation=random", "--mini-batch-size=16", "--num-batches=8"]
+DLRM_ARGS += ["--nepochs=500", "--arch-sparse-feature-size=4", "--arch-mlp-bot=4-8-4"]
+DLRM_ARGS += ["--arch-mlp-top=8-4-1", "--arch-embedding-size=20-20-20", "--loss-function=mse"]
+DLRM_ARGS += ["--round-targets=True", "--learning-rate=1.0", "--print-freq=1000"]
 ROW = (
     "{max_epochs: 150, max_relative_loss: 0.3, time_cap_minutes: 2, profile_steps: 3, "
     "nproc: 1, batch_size: 16}"
@@ -140,7 +148,7 @@ def test_a_loader_that_zeroes_the_inputs_fails_makemore(makemore: dict[str, Any]
     assert outcome["exit_code"] == 1
     assert report["verdict"] == "fail" and report["case"] in ("slow", "still-falling")
     assert report["relative_loss"] > 0.5  # the control reaches 0.3
-    assert "the doctor needs a Target" in report["next_step"]
+    assert "run dlci doctor -- python " in report["next_step"]  # the same command
     assert "dlci doctor --target" not in report["next_step"]
 
 
@@ -157,6 +165,113 @@ def test_profile_drives_the_schedule_from_the_optimizer_steps(work: Path) -> Non
     assert min(shares["forward"], shares["backward"], shares["optimizer"]) > 0
     assert "memory pass was left out (script mode)" in proc.stderr
     assert not (work / "profile" / "memorization.json").exists()
+
+
+@pytest.fixture(scope="module")
+def dlrm(work: Path) -> dict[str, Any]:
+    """facebookresearch/dlrm's dlrm_s_pytorch.py unchanged: a recommendation model (embedding
+    bags, two MLPs, their feature interaction) on its own random data generator, through a
+    DataLoader with its own collate_fn; and a copy whose loss compares the (N, 1) predictions
+    with the (N,) targets, which MSE broadcasts to (N, N): each prediction is fitted to every
+    target of the batch. Both in this process."""
+    folder = work / "dlrm-bug"
+    shutil.copytree(SCRIPTS / "dlrm", folder)
+    bug = _planted(
+        DLRM,
+        folder,
+        "            return dlrm.loss_fn(Z, T.to(device))\n",
+        "            return dlrm.loss_fn(Z, T.to(device).view(-1))\n",
+    )
+    run = work / "dlrm-run"  # its tensorboard folder goes here
+    run.mkdir()
+    return {
+        "control": _in_process(work, work / "dlrm", ["python", str(DLRM), *DLRM_ARGS], run),
+        "bug": _in_process(work, work / "dlrm-bug-out", ["python", str(bug), *DLRM_ARGS], run),
+    }
+
+
+def test_dlrm_unchanged_memorizes_its_first_batch(dlrm: dict[str, Any]) -> None:
+    report = dlrm["control"]["outcome"]["report"]
+    assert dlrm["control"]["outcome"]["exit_code"] == 0, report["reason"]
+    assert report["verdict"] == "pass" and report["stopped_by"] == "threshold"
+    assert report["steps"] < 150 and report["batch_examples"] == 16
+    assert "dlrm_s_pytorch.py:" in report["measured"][0]
+
+
+def test_a_loss_that_broadcasts_fails_dlrm(dlrm: dict[str, Any]) -> None:
+    """The planted broadcast is in the script's loss_fn_wrap, outside any step a wrapper
+    would copy; its best is the targets' variance, about 93% of the start."""
+    outcome = dlrm["bug"]["outcome"]
+    report = outcome["report"]
+    assert outcome["exit_code"] == 1
+    assert report["verdict"] == "fail" and report["relative_loss"] > 0.8
+    assert report["steps"] == 150  # the control passes long before
+
+
+def test_dlrm_profile_drives_the_schedule(work: Path) -> None:
+    out = work / "dlrm-profile"
+    args = ["profile", "--ladder", str(work / "ladder.yaml"), "--budget", "pr"]
+    args += ["--hardware", "cpu", "--out", str(out), "--", "python", str(DLRM), *DLRM_ARGS]
+    run = work / "dlrm-profile-run"
+    run.mkdir()
+    proc, _ = _cli(args, run)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    utilization = json.loads((out / "utilization.json").read_text())
+    assert utilization["steps"]["count"] == 3
+    shares = utilization["phases"]["pct"]  # its collate_fn is data loading
+    assert min(shares["data_loading"], shares["forward"], shares["backward"]) > 0
+
+
+@pytest.fixture(scope="module")
+def doctor(work: Path) -> dict[str, Any]:
+    """The doctor on makemore: unchanged through the command line; in this process a copy
+    whose loop never zeroes the gradients (its zero_grad line commented out)."""
+    names = ["-i", str(work / "names.txt"), "-o", str(work / "makemore-out")]
+    args = [*names, "--max-steps", "2000", *MAKEMORE_ARGS]
+    out = work / "doctor"
+    cli = ["doctor", "--ladder", str(work / "ladder.yaml"), "--budget", "pr", "--hardware"]
+    cli += ["cpu", "--out", str(out), "--", "python", str(MAKEMORE), *args]
+    proc, _ = _cli(cli, work)
+    report = json.loads((out / "doctor.json").read_text())
+    bug = _planted(
+        MAKEMORE,
+        work / "makemore-no-zero-grad",
+        "        model.zero_grad(set_to_none=True)\n",
+        "        # model.zero_grad(set_to_none=True)\n",
+    )
+    found = _in_process(work, work / "unused", ["python", str(bug), *args], work, doctor=True)
+    return {"control": (proc, report), "bug": found["doctor"]["report"]}
+
+
+def test_the_doctor_runs_its_checks_on_the_scripts_own_steps(doctor: dict[str, Any]) -> None:
+    from dlci.script.doctor import IN_SCRIPT_MODE
+
+    proc, report = doctor["control"]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report["script_mode"] is True and report["verdict"] == "pass"
+    assert report["target"].startswith(f"python {MAKEMORE} -i ")
+    ran = {c["id"]: c for c in report["checks"] if c["status"] != "skip"}
+    assert list(ran) == list(IN_SCRIPT_MODE)  # in the ladder's order
+    assert {c["status"] for c in ran.values()} == {"pass"}
+    assert ran["initial-loss"]["expected"].startswith("about ln 27 = 3.296")  # its vocabulary
+    skipped = {c["id"]: c["cause"] for c in report["checks"] if c["status"] == "skip"}
+    assert len(skipped) == 13
+    assert skipped["reproducibility"] == (
+        "needs a Target in script mode: it builds the target twice from its factory and "
+        "compares the runs"
+    )
+    assert "doctor: zero-grad            pass" in proc.stderr
+    assert "step 0 | loss" in proc.stdout + proc.stderr  # the script's own loop ran them
+
+
+def test_a_forgotten_zero_grad_fails_the_doctor(doctor: dict[str, Any]) -> None:
+    """The loop's zero_grad commented out: the gradients accumulate across the script's
+    own steps, and zero-grad, run on those steps, says so (the control passes it)."""
+    checks = {c["id"]: c for c in doctor["bug"]["checks"]}
+    assert doctor["bug"]["verdict"] == "fail"
+    assert checks["zero-grad"]["status"] == "fail"
+    assert checks["zero-grad"]["measured"] == "29 of 29 tensors start with last call's gradient"
+    assert [i for i, c in checks.items() if c["status"] == "fail"] == ["zero-grad"]
 
 
 def test_a_script_that_takes_batches_by_hand_is_told_so_at_its_line(work: Path) -> None:
@@ -198,7 +313,9 @@ def test_nanogpt_get_batch_is_told_so_at_its_backward(work: Path) -> None:
 
 
 # -- in this process: the child's entry point on real scripts ----------------------------
-SCRIPT_PACKAGES = ("mingpt", "pkg", "data", "model", "configurator")
+SCRIPT_PACKAGES = ("mingpt", "pkg", "data", "model", "configurator", "optim", "tricks")
+SCRIPT_PACKAGES += ("dlrm_data_pytorch", "data_utils", "data_loader_terabyte", "mlperf_logger")
+SCRIPT_PACKAGES += ("extend_distributed",)
 
 
 class _Saved:
@@ -210,7 +327,15 @@ class _Saved:
     never the cached module; found when the planted minGPT bugs passed in the full run."""
 
     def __enter__(self) -> _Saved:
+        import builtins
+
+        import numpy as np
+        import torch
+
         self.argv, self.path, self.cwd = list(sys.argv), list(sys.path), os.getcwd()
+        # DLRM's extend_distributed replaces print at its import; it sets both print options
+        self.print, self.options = builtins.print, np.get_printoptions()
+        self.torch_options = copy.copy(torch._tensor_str.PRINT_OPTS.__dict__)
         self.aside = {
             name: sys.modules.pop(name)
             for name in list(sys.modules)
@@ -220,6 +345,14 @@ class _Saved:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        import builtins
+
+        import numpy as np
+        import torch
+
+        builtins.print = self.print
+        np.set_printoptions(**self.options)
+        torch._tensor_str.PRINT_OPTS.__dict__.update(self.torch_options)
         sys.argv[:], sys.path[:] = self.argv, self.path
         os.chdir(self.cwd)
         for name in set(sys.modules) - self.modules:
@@ -228,22 +361,33 @@ class _Saved:
         sys.modules.update(self.aside)
 
 
-def _in_process(work: Path, out: Path, words: list[str], cwd: Path) -> dict[str, Any]:
-    """What the child answers for ``words``, run here (one torch thread)."""
+def _in_process(
+    work: Path, out: Path, words: list[str], cwd: Path, doctor: bool = False
+) -> dict[str, Any]:
+    """What the child answers for ``words``, run here (one torch thread): the memorization
+    gate's, or the doctor's (its report not written: returned)."""
     import torch
 
+    from dlci.checks.doctor import DoctorRequest
     from dlci.script.child import run_plan
-    from dlci.script.run import memorize_plan
+    from dlci.script.run import doctor_plan, memorize_plan
 
-    tier = TierRequest(budget="pr", hardware="cpu", ladder=str(work / "ladder.yaml")).choose()
-    request = MemorizeRequest(out=str(out), tracker="none", quiet=True)
+    asked = TierRequest(budget="pr", hardware="cpu", ladder=str(work / "ladder.yaml"))
+    tier = asked.choose()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     with _Saved():
         os.chdir(cwd)
         sys.path.insert(1, str(cwd))  # as PYTHONPATH=. (minGPT's package); [0] is the script's
+        command = parse_command(words)  # from the working folder, as the command line does
+        if doctor:
+            request = DoctorRequest(tier=asked, out=str(out), json="-")
+            plan = doctor_plan(request, command, tier)
+        else:
+            asked_for = MemorizeRequest(out=str(out), tracker="none", quiet=True)
+            plan = memorize_plan(asked_for, command, tier)
         try:
-            return run_plan(memorize_plan(request, parse_command(words), tier))
+            return run_plan(plan)
         finally:
             torch.set_num_threads(threads)
 
@@ -506,7 +650,7 @@ def test_torchrun_is_refused_before_anything_runs(work: Path) -> None:
 
 def test_the_scripts_are_vendored_with_their_source() -> None:
     readme = (SCRIPTS / "README.md").read_text()
-    for folder in ("makemore", "nanogpt", "word_language_model"):
+    for folder in ("makemore", "nanogpt", "word_language_model", "dlrm"):
         assert (SCRIPTS / folder / "LICENSE").is_file()
         assert f"`{folder}/" in readme
     assert (MINGPT / "LICENSE").is_file() and "tests/data/code/mingpt" in readme  # shared

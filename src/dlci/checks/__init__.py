@@ -138,6 +138,7 @@ def run_checks(
     crashes: list[BaseException] | None = None,
     policy: Policy | None = None,
     today: dt.date | None = None,
+    context: Context | None = None,
 ) -> list[CheckResult]:
     """Run the checks in order, each leaving the model and random state as it found them.
 
@@ -152,8 +153,8 @@ def run_checks(
     checks = checks if checks is not None else _registry()
     policy = policy or Policy()
     batch_size = getattr(tier, "batch_size", 16)
-    try:
-        ctx = Context.build(
+    try:  # ``context``: one already built (script mode's, on the script's objects)
+        ctx = context or Context.build(
             target, batch_size=batch_size, device=device, tier=tier, factory=factory, policy=policy
         )
     except (DlciError, SystemExit) as exc:  # no batch at all: still a report, check by check

@@ -10,13 +10,15 @@ from dlci.checks import CHECK_IDS, select
 from dlci.checks.base import CheckResult
 from dlci.commands import _common
 from dlci.report.text import clean
+from dlci.script.command import split_command
+from dlci.script.run import doctor_script
 
 
 def main(argv: Sequence[str]) -> int:
     p = _common.parser(
         "doctor",
         "Run the debugging ladder on the target: cheap checks first, each ruling out a class "
-        "of silent deep-learning bug. Exit 1 when any check fails.",
+        "of silent deep-learning bug. Exit 1 when any check fails. After --: your script.",
     )
     _common.add_target(p)
     _common.add_tier_options(p)
@@ -30,7 +32,8 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed for every generator (default: 0)")
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: the GPU if any)")
     _common.add_detection(p)
-    args = p.parse_args(list(argv))
+    argv, script = split_command(argv)  # script mode: docs/script-mode.md
+    args = p.parse_args(argv)
 
     from dlci.checks.doctor import DoctorRequest, run_doctor
     from dlci.config import resolve
@@ -52,7 +55,7 @@ def main(argv: Sequence[str]) -> int:
         policy=policy,
     )
     with _common.stdout_for_the_report(args.json), Progress(len(select(args.only))) as progress:
-        outcome = run_doctor(request, on_result=progress)
+        outcome = doctor_script(request, script) if script else run_doctor(request, progress)
     if outcome.json_path == "-":
         _common.emit_json(outcome.report, "-")
     else:

@@ -22,6 +22,7 @@ from dlci.profiling.capture import Profiler
 from dlci.profiling.session import forward_marked
 from dlci.progress import StepProgress
 from dlci.report.text import clean
+from dlci.script.doctor import ScriptDoctor
 from dlci.script.gate import ScriptGate
 from dlci.script.hooks import Hooks, ScriptStop, Unsupported, find_model, run_script, user_frame
 from dlci.script.report import ScriptReport
@@ -52,7 +53,8 @@ def run_plan(plan: dict[str, Any]) -> dict[str, Any]:
             "mode follows one process",
             "where": plan["script"],
         }
-    driver: Any = _Memorize(plan) if plan["mode"] == "memorize" else _Profile(plan)
+    drivers = {"memorize": _Memorize, "doctor": ScriptDoctor, "profile": _Profile}
+    driver: Any = drivers[plan["mode"]](plan)
     hooks = driver.hooks
     hooks.install()
     failure = None
@@ -69,7 +71,9 @@ def run_plan(plan: dict[str, Any]) -> dict[str, Any]:
             failure = f"the script exited with status {exc.code}"
     except Exception as exc:  # the script's own failure: its traceback, as python prints it
         traceback.print_exc()
-        failure = f"the script raised {type(exc).__name__}: {exc}"
+        said = str(exc).strip().splitlines()[0] if str(exc).strip() else ""  # the traceback
+        said = said if len(said) <= 300 else said[:300] + "..."  # above has the rest
+        failure = f"the script raised {type(exc).__name__}: {said}"
         failure += f" (at {_where(exc)})" if _where(exc) else ""
     finally:
         hooks.uninstall()

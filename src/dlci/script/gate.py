@@ -71,6 +71,7 @@ class ScriptGate:
         self.device = "cpu"
         self._modes = ExitStack()
         self.schedulers: list[Any] = []  # the optimizer's, found at step 1
+        self.rates: list[Any] = []  # its learning rates then
 
     # -- before the first step -------------------------------------------------------------
     def on_batch(self) -> None:
@@ -126,6 +127,7 @@ class ScriptGate:
         if step == 1:
             self._say_before()
             self.schedulers = find_schedulers(self.hooks.optimizer)
+            self.rates = _rates(self.hooks.optimizer)
         self.losses.append(value)
         if not math.isfinite(value):
             self._stop("nonfinite")
@@ -164,10 +166,11 @@ class ScriptGate:
         self.close()
         wall = time.perf_counter() - (self.first_step or time.perf_counter())
         setup = (self.first_step or self.started) - self.started
-        schedulers = [
+        moved = self.hooks.optimizer is not None and _rates(self.hooks.optimizer) != self.rates
+        schedulers = [  # one that keeps the rate as it was (DLRM's, without warmup) is no news
             f"{type(held).__name__} ({held.last_epoch} steps)"
             for held in self.schedulers
-            if held.last_epoch > 0
+            if held.last_epoch > 0 and moved
         ]
         if schedulers:
             self.lines.append(SCHEDULE_NOTE.format(", ".join(schedulers)))
@@ -192,3 +195,7 @@ class ScriptGate:
         if schedulers and not result.passed:
             result.next_step = f"{self.lines[-1]}; {result.next_step}".rstrip("; ")
         return result
+
+
+def _rates(optimizer: Any) -> list[Any]:
+    return [group.get("lr") for group in optimizer.param_groups]

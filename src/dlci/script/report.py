@@ -44,7 +44,7 @@ class ScriptReport:
 
     def finish(self, result: MemorizeResult, parsed: list[tuple[str, str]]) -> dict[str, Any]:
         """Write the verdict; what the parent needs to print it and exit."""
-        result.next_step = for_a_script(result.next_step)
+        result.next_step = for_a_script(result.next_step, self.spec)
         if result.stopped_by == "ended" and not result.passed:
             hint = raise_hint(epoch_arguments(self.args, parsed), self.tier.max_epochs)
             result.next_step = f"{hint}; {result.next_step}" if result.next_step else hint
@@ -67,14 +67,18 @@ class ScriptReport:
         }
 
 
-def for_a_script(text: str) -> str:
-    """The engine's next step, said for a script: the doctor, a declared floor and dlci
-    calibrate need a Target.
+def for_a_script(text: str, command: str = "python train.py") -> str:
+    """The engine's next step, said for a script: the doctor on the same command (six of its
+    checks run on a script); a declared floor and dlci calibrate need a Target.
 
-    >>> for_a_script("run dlci doctor --target <your target>; lr-range ...")
-    'the doctor needs a Target (docs/target.md); lr-range ...'
+    >>> for_a_script("run dlci doctor --target <your target>; lr-range ...")  # doctest: +ELLIPSIS
+    'run dlci doctor -- python train.py (six of its checks run on a script; ...); lr-range ...'
     """
     doctor = DOCTOR.format(target=TARGET_SLOT) + "; "
-    text = text.replace(doctor, "the doctor needs a Target (docs/target.md); ")
+    on_a_script = (
+        f"run dlci doctor -- {command} (six of its checks run on a script; the others need a "
+        "Target, docs/target.md); "
+    )
+    text = text.replace(doctor, on_a_script)
     text = text.replace(FLOOR_ASSUMED_HINT, SCRIPT_FLOOR_HINT)
     return text.replace(f"dlci calibrate --target {TARGET_SLOT}", "dlci calibrate on a Target")

@@ -17,8 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from dlci import jsonio
+from dlci.checks import select
+from dlci.checks.doctor import DoctorOutcome, DoctorRequest
 from dlci.errors import DlciError
 from dlci.memorization.request import MemorizeOutcome, MemorizeRequest, Say, check_out
+from dlci.policy import Policy
 from dlci.profiling.capture import ProfileResult
 from dlci.script.command import ScriptCommand, parse_command
 
@@ -118,6 +121,35 @@ def profile_script(words: list[str], args: Any, schedule: Any, out: Path) -> Any
         wall_time_s=found["wall_time_s"],
         log=Path(found["log"]) if found["log"] else None,
     )
+
+
+def doctor_script(request: DoctorRequest, words: list[str]) -> DoctorOutcome:
+    """``dlci doctor [options] -- python train.py ...``: the checks that need only the model,
+    optimizer and batch the hooks see, on the script's own steps (doctor.py); the others
+    listed as needing a Target. A DoctorOutcome, as for a Target."""
+    command = parse_command(words)
+    select(request.only)  # a typo in --only fails before the script runs
+    if request.target or request.device:
+        raise DlciError(
+            "--target and --device are not used in script mode: the script builds and "
+            "places its model",
+            hint="leave them out, or drop the command after --",
+        )
+    plan = doctor_plan(request, command, request.tier.choose())
+    found = run_child(command, plan, timeout=None)["doctor"]
+    page = Path(found["html"]) if found["html"] else None
+    return DoctorOutcome(found["report"], found["json_path"], found["exit_code"], page)
+
+
+def doctor_plan(request: DoctorRequest, command: ScriptCommand, tier: Any) -> dict[str, Any]:
+    """What the child needs for the doctor (doctor.ScriptDoctor): the checks asked for, the
+    tier, the project's policy, where the report goes."""
+    plan: dict[str, Any] = {"mode": "doctor", "tier": tier.to_dict(), "spec": command.text()}
+    plan.update(only=request.only, stop_on_fail=request.stop_on_fail, seed=request.seed)
+    plan.update(out=request.out, json=request.json, markdown=request.markdown, quiet=False)
+    plan.update(policy=(request.policy or Policy()).to_json(), today=request.today.isoformat())
+    plan.update(script=command.script, module=command.module, args=list(command.args))
+    return plan
 
 
 def run_child(command: ScriptCommand, plan: dict[str, Any], timeout: float | None) -> Any:
