@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from dlci.action.host.preflight import check_docker, explain_docker_run_failure, fork_guard
+from dlci.action.host.output import explain_docker_run_failure
+from dlci.action.host.preflight import check_docker, fork_guard
 from dlci.cli import main
 from dlci.errors import DlciError
 

@@ -19,7 +19,7 @@ from msgspec import UNSET, UnsetType
 
 from dlci import schema
 from dlci.errors import DlciError
-from dlci.policy import CheckTable, check_table
+from dlci.policy import THRESHOLDS, CheckTable, check_table
 from dlci.schema import meta
 
 CONFIG_DOC = "docs/configuration.md"
@@ -286,6 +286,7 @@ WAIVER_KEYS: dict[str, str] = {f.name: f.description for f in schema.fields(Chec
 
 def json_schema() -> dict[str, Any]:
     """The JSON schema of the configuration (dlci.toml, or ``[tool.dlci]``), for editors."""
+    # dlci.checks (its registry loads the training guards): off the host verbs' configuration
     from dlci.checks import CHECK_IDS
 
     table = schema.json_schema(ConfigTable)
@@ -342,8 +343,6 @@ def key_table() -> str:
 
 def threshold_rows() -> str:
     """The Markdown table of every threshold (dlci.policy.THRESHOLDS)."""
-    from dlci.policy import THRESHOLDS
-
     rows = ["| check | key | default | range | meaning |", "|---|---|---|---|---|"]
     for t in THRESHOLDS:
         rows.append(

@@ -54,6 +54,7 @@ def check_snapshot(data: Any, where: str) -> Parts:
 
 
 def _policy(data: Any, bad: Any) -> Policy:
+    # dlci.checks (its registry loads the training guards): off the host verbs' configuration
     from dlci.checks import CHECK_IDS
 
     if data is None:

@@ -59,6 +59,7 @@ def _did_you_mean(name: str) -> str:
 
 def read_doctor(source: TomlSource, raw: Any, errors: list[DlciError]) -> Policy:
     """``[doctor.checks.<check-id>]`` tables: waivers and thresholds (mistakes to ``errors``)."""
+    # dlci.checks (its registry loads the training guards): off the host verbs' configuration
     from dlci.checks import CHECK_IDS
 
     def add(path: Path, problem: str, hint: str | None = None) -> None:

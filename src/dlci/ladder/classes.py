@@ -11,6 +11,7 @@ from typing import Any
 
 from dlci import hardware
 from dlci.hardware import DEFAULT_TIMEOUT_S, PROBES, GpuInfo, HardwareInfo, to_dict
+from dlci.ladder.load import load_ladder
 from dlci.ladder.model import CPU_CLASS, Ladder
 
 # Relative training speed (T4 = 1.0, the default ladder's unit) by CUDA compute capability,
@@ -93,8 +94,6 @@ def detect_class(
     probes: tuple[str, ...] = PROBES,
 ) -> tuple[HardwareInfo, ClassMatch]:
     """Load the ladder (its mistakes first), then detect the machine and name its class."""
-    from dlci.ladder.load import load_ladder
-
     loaded = load_ladder(ladder)
     info = hardware.detect(timeout=timeout, probes=probes)
     return info, classify(info, loaded)

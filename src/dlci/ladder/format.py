@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal, get_args
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from dlci import schema
+from dlci import jsonio, schema
 from dlci.schema import meta
 
 FORMAT_DOC = "docs/budget-ladder.md"
@@ -207,8 +207,6 @@ SCHEMA_FILES = {"ladder.schema.json": True, "ladder-extends.schema.json": False}
 
 def render_schema(complete: bool) -> str:
     """The schema file's exact text (sorted keys are not used: the order reads like the docs)."""
-    from dlci import jsonio
-
     return jsonio.encode(json_schema(complete=complete)).decode()
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from dlci import jsonio
 from dlci.errors import DlciError
+from dlci.fsutil import read_input
 
 CONTAINER_HOME = "/home/dlci"
 # pip, torch hub, datasets: a volume that survives between jobs on one runner, one per trust
@@ -88,8 +90,6 @@ def _default_branch(environ: dict[str, str]) -> str:
     path = environ.get("GITHUB_EVENT_PATH", "")
     if not path:
         return ""
-    from dlci import jsonio
-    from dlci.fsutil import read_input
 
     try:
         payload = jsonio.decode(read_input(Path(path), what="the event payload", limit=16 << 20))

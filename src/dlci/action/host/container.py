@@ -31,7 +31,7 @@ from dlci.action.host.gitview import hide_credentials, host_temp
 from dlci.action.host.image import say
 from dlci.action.host.inputs import ENV_ALLOWLIST, WORKSPACE, check_env_names, inputs_to_argv
 from dlci.action.host.network import network_flags, resolve_network
-from dlci.action.host.output import CHUNK, Output
+from dlci.action.host.output import CHUNK, Output, explain_docker_run_failure
 from dlci.errors import DlciError
 from dlci.hardware import PIN_VARIABLE, pinned_gpus
 
@@ -577,8 +577,6 @@ def _watch(
 
 
 def _start_failure(stderr_tail: list[str]) -> DlciError:
-    from dlci.action.host.preflight import explain_docker_run_failure
-
     known = explain_docker_run_failure("".join(stderr_tail))
     if known is not None:
         return known

@@ -34,7 +34,7 @@ from dlci import jsonio
 from dlci.action.host.archive import DOCKERFILE, context_hash, send_context
 from dlci.action.host.cache import TRUSTED, UNTRUSTED, decide_trust
 from dlci.action.host.network import build_network_flags
-from dlci.action.host.output import CHUNK, Output
+from dlci.action.host.output import CHUNK, Output, explain_docker_run_failure
 from dlci.action.host.scratch import refuse_links
 from dlci.errors import DlciError
 from dlci.report.text import clean
@@ -74,8 +74,6 @@ def docker(
             hint="check the Docker engine (systemctl status docker)",
         ) from None
     if check and done.returncode != 0:
-        from dlci.action.host.preflight import explain_docker_run_failure
-
         known = explain_docker_run_failure(done.stderr)
         if known is not None:
             raise known

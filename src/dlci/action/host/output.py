@@ -12,7 +12,9 @@ from __future__ import annotations
 import codecs
 from collections.abc import Callable
 
-__all__ = ["CHUNK", "LINE_LIMIT", "OUTPUT_LIMIT", "Output"]
+from dlci.errors import DlciError
+
+__all__ = ["CHUNK", "LINE_LIMIT", "OUTPUT_LIMIT", "Output", "explain_docker_run_failure"]
 
 CHUNK = 1 << 16
 LINE_LIMIT = 64 << 10
@@ -79,3 +81,26 @@ class Output:
             f"dl-ci: {_mib(self.dropped)} of this container's output dropped (lines are cut "
             f"at {self.line_limit >> 10} KiB, a container's output at {self.limit >> 20} MiB)"
         )
+
+
+def explain_docker_run_failure(stderr: str) -> DlciError | None:
+    """Turn the Docker errors users hit when starting a GPU container into clear ones."""
+    text = stderr.lower()
+    if "could not select device driver" in text:
+        return DlciError(
+            'docker run --gpus failed: could not select device driver "" with capabilities: '
+            "[[gpu]] (the NVIDIA container runtime is missing)",
+            hint="install the NVIDIA Container Toolkit and restart Docker (docs/action.md)",
+        )
+    if "nvidia-container-cli" in text or "failed to initialize nvml" in text:
+        return DlciError(
+            "docker run --gpus failed in the NVIDIA container runtime: "
+            + stderr.strip().splitlines()[-1],
+            hint="check the driver on the host (nvidia-smi) and the toolkit's version",
+        )
+    if "no such image" in text or "pull access denied" in text or "manifest unknown" in text:
+        return DlciError(
+            "the container image is not available: " + stderr.strip().splitlines()[-1],
+            hint="build it (leave the image input empty) or check the image name",
+        )
+    return None

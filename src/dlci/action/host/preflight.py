@@ -19,15 +19,19 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dlci import jsonio
+from dlci.action.host.scratch import refuse_links
+from dlci.config.trust import trusted_config
 from dlci.errors import DlciError
-from dlci.hardware import pinned_gpus
+from dlci.fsutil import refuse_link
+from dlci.hardware import PIN_VARIABLE, detect, pinned_gpus
+from dlci.ladder.model import Ladder, Tier
 from dlci.ladder.plan import JobPlan
-
-if TYPE_CHECKING:
-    from dlci.ladder.model import Ladder, Tier
+from dlci.ladder.tiers import choose_tier
+from dlci.ladder.trust import cap_tier, ceiling_limits, ladder_at_commit
+from dlci.trust.basecommit import Unverifiable
 
 PR_EVENTS = frozenset(
     {"pull_request", "pull_request_target", "pull_request_review", "pull_request_review_comment"}
@@ -97,8 +101,6 @@ def refuse_linked_files(folder: Path, names: Sequence[str], what: str) -> None:
     """Refuse a file of the checkout the host reads (the configuration, the ladder) that is a
     symbolic link, or lies under one, below the working folder: read through it, a host file
     would land in the log in a parse error. A path outside the checkout is the runner's own."""
-    from dlci.action.host.scratch import refuse_links
-
     for name in names:
         path = folder / name
         if os.path.lexists(path):
@@ -109,8 +111,6 @@ def _emit(report: dict[str, Any], dest: str) -> None:
     if dest == "-":
         print(jsonio.encode(report).decode(), end="", flush=True)
     else:
-        from dlci.fsutil import refuse_link
-
         refuse_link(Path(dest).parent, "report")
         jsonio.write(dest, report)
 
@@ -118,9 +118,6 @@ def _emit(report: dict[str, Any], dest: str) -> None:
 def _tier_decision(request: PreflightRequest, config: dict[str, Any] | None) -> dict[str, Any]:
     """The ladder to trust, the tier it gives on this host, and the notes on both; the job
     plan (dlci.ladder.plan): that tier with the trusted configuration ``config``."""
-    from dlci.ladder.model import Ladder
-    from dlci.ladder.tiers import choose_tier
-
     ladder, note, verified = trusted_ladder(request.ladder)
     tier = choose_tier(
         budget=request.budget,
@@ -142,8 +139,6 @@ def _tier_decision(request: PreflightRequest, config: dict[str, Any] | None) -> 
 def ceiling(tier: Tier, limit: float | None, verified: bool, notes: list[str]) -> Tier:
     """Cap the tier: at ``limit`` minutes (max-time-cap-minutes) always; and every value of
     an unverified ladder's tier at the default ladder's (ladder.trust.ceiling_limits)."""
-    from dlci.ladder.trust import cap_tier, ceiling_limits
-
     limits = {} if verified else ceiling_limits(tier)
     if limit is not None and limit < limits.get("time_cap_minutes", (limit + 1, ""))[0]:
         limits["time_cap_minutes"] = (limit, "the max-time-cap-minutes input")
@@ -154,8 +149,6 @@ def runner_gpus(request: PreflightRequest, tier: dict[str, Any]) -> dict[str, An
     """On a runner pinned to some of the machine's GPUs (``DLCI_RUNNER_GPUS``, one machine
     with several runners: docs/runner.md): its GPUs are found, and the tier's processes (one
     per GPU) fit on them; a neighbour's GPUs are never counted."""
-    from dlci.hardware import PIN_VARIABLE, detect, pinned_gpus
-
     pinned = list(pinned_gpus())
     info = detect(timeout=request.timeout, probes=request.probes)
     found = [g.uuid or "" for g in info.gpus]
@@ -226,8 +219,6 @@ def trusted_ladder(
     env = dict(os.environ if env is None else env)
     if not ladder or ladder == "default" or env.get("GITHUB_EVENT_NAME") not in PR_EVENTS:
         return ladder, None, True
-    from dlci.ladder.trust import ladder_at_commit
-    from dlci.trust.basecommit import Unverifiable
 
     base = base_commit(env)
     unverified = "the pull request's ladder is used, under the ceiling"
@@ -265,8 +256,6 @@ def trusted_configuration(workdir: Path, env: dict[str, str] | None = None) -> d
     as the ladder does (a base commit that cannot be read gives the defaults, with a note);
     otherwise from the working tree. The action's inputs arrive as DLCI_INPUT_* variables.
     """
-    from dlci.config.trust import trusted_config
-
     env = dict(os.environ if env is None else env)
     if not workdir.is_dir():
         raise DlciError(
@@ -339,26 +328,3 @@ def check_docker(*, gpu: bool, timeout: float = 20.0) -> dict[str, Any]:
             "docker` (docs/action.md)",
         )
     return result
-
-
-def explain_docker_run_failure(stderr: str) -> DlciError | None:
-    """Turn the Docker errors users hit when starting a GPU container into clear ones."""
-    text = stderr.lower()
-    if "could not select device driver" in text:
-        return DlciError(
-            'docker run --gpus failed: could not select device driver "" with capabilities: '
-            "[[gpu]] (the NVIDIA container runtime is missing)",
-            hint="install the NVIDIA Container Toolkit and restart Docker (docs/action.md)",
-        )
-    if "nvidia-container-cli" in text or "failed to initialize nvml" in text:
-        return DlciError(
-            "docker run --gpus failed in the NVIDIA container runtime: "
-            + stderr.strip().splitlines()[-1],
-            hint="check the driver on the host (nvidia-smi) and the toolkit's version",
-        )
-    if "no such image" in text or "pull access denied" in text or "manifest unknown" in text:
-        return DlciError(
-            "the container image is not available: " + stderr.strip().splitlines()[-1],
-            hint="build it (leave the image input empty) or check the image name",
-        )
-    return None

@@ -28,7 +28,8 @@ from dlci import jsonio
 from dlci.action.host.testfiles import coverage_rate, junit_counts
 from dlci.errors import DlciError
 from dlci.fsutil import NOT_ALLOWED, copy_beneath, read_input
-from dlci.report.summary import log_cause
+from dlci.report import fields, html
+from dlci.report.summary import log_cause, render
 from dlci.report.text import md
 from dlci.trust import host as trusted
 
@@ -71,8 +72,6 @@ def summarize(
     host_record: Path | None = None,
 ) -> Summary:
     """Everything ``dlci summary`` reports on the artifacts in ``folder``."""
-    from dlci.report.summary import render
-
     with tempfile.TemporaryDirectory(prefix="dlci-summary-") as tmp:
         into = Path(tmp)
         if host_record is not None:  # the upload's folder: new, beside the host's record
@@ -108,8 +107,6 @@ def html_report(folder: Path, data: dict[str, Any], beside: Path | None) -> Path
     """report.html from the reports in ``folder`` (the host's copies) and the host's verdict,
     into ``folder`` or, given, ``beside``; where it went, or why it could not be written: the
     summary, the outputs and the upload stand without it, whatever a report holds."""
-    from dlci.report import html
-
     out = (beside if beside is not None else folder) / html.REPORT_NAME
     job = {"verdict": data.get("verdict"), "problems": data.get("problems")}
     try:
@@ -221,8 +218,6 @@ def type_problems(data: dict[str, Any]) -> list[str]:
     """Each gate report's rendered fields checked for dl-ci's types (dlci.report.fields),
     before anything renders or reads them: a report with a wrong one is dropped from ``data``
     and named, so a pull request's report can neither crash the summary nor reach it."""
-    from dlci.report import fields
-
     found: list[str] = []
     for key in GATE_REPORTS:
         wrong = fields.problems(key, data[key]) if data[key] is not None else []

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dlci import jsonio
 from dlci.action.host.summary import EVIDENCE, evidence
 from dlci.errors import DlciError
 from dlci.fsutil import read_input
-
-if TYPE_CHECKING:
-    from dlci.policy import Policy
+from dlci.policy import Policy, threshold_table
 
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
 NO_TESTS = (
@@ -179,8 +177,6 @@ def _false_claims(report: dict[str, Any], policy: Policy) -> Iterator[str]:
 
 def _threshold_claims(report: dict[str, Any], policy: Policy) -> Iterator[str]:
     """One line per threshold doctor.json ran with that the trusted policy does not set."""
-    from dlci.policy import threshold_table
-
     claimed = report.get("policy")
     found = claimed.get("thresholds") if isinstance(claimed, dict) else None
     if not isinstance(found, dict):

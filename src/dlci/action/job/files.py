@@ -12,6 +12,7 @@ from typing import Any
 
 from dlci import jsonio
 from dlci.errors import DlciError
+from dlci.fsutil import atomic_write_bytes, read_input
 
 
 def relative_coverage(path: Path, root: Path) -> None:
@@ -19,8 +20,6 @@ def relative_coverage(path: Path, root: Path) -> None:
     if not path.is_file():
         return
     import xml.etree.ElementTree as ET
-
-    from dlci.fsutil import atomic_write_bytes
 
     try:
         tree = ET.parse(path)  # noqa: S314 - written by coverage.py in this job
@@ -49,8 +48,6 @@ TORCH_RECORD = "/etc/dlci/torch.json"  # written by docker/Dockerfile: where tor
 def image_torch(path: str = TORCH_RECORD) -> dict[str, Any] | None:
     """The image's record of its torch (version, CUDA, base or installed, file); None outside
     dl-ci's image. Read, not imported: importing torch takes seconds."""
-    from dlci.fsutil import read_input
-
     try:
         data = jsonio.decode(read_input(path, what="torch record", limit=1 << 16))
     except (DlciError, jsonio.DecodeError):

@@ -28,6 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from dlci import jsonio
+from dlci.action.host.gates import stale_files
+from dlci.action.host.verdicts import judge
+from dlci.action.job.doctests import pytest_arguments
 from dlci.action.job.files import image_torch, relative_coverage
 from dlci.action.job.options import JobOptions, configured
 from dlci.action.job.threads import from_container
@@ -159,8 +162,6 @@ def pytest_command(options: JobOptions) -> list[str]:
     if options.plan:  # the dlci_tier fixture and assert_memorizes() take the host's tier
         cmd.append(f"--dlci-plan={options.plan}")
     if options.doctest:  # the project's own packages (dlci.action.job.doctests)
-        from dlci.action.job.doctests import pytest_arguments
-
         cmd += pytest_arguments(Path("."))
     extra = shlex.split(options.pytest_args) if options.pytest_args else []
     if options.coverage and not any(a.startswith("--cov") for a in extra):
@@ -251,9 +252,6 @@ class Runner:
         """Run one step (or record why it is skipped), and save run.json before and after.
 
         The step passes only on the report it writes now: an earlier one is deleted first."""
-        from dlci.action.host.gates import stale_files
-        from dlci.action.host.verdicts import judge
-
         for stale in stale_files(name):
             (self.out / stale).unlink(missing_ok=True)
         why = _skip_reason(name, command, blocked, self.stopping)
