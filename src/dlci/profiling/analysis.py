@@ -21,7 +21,6 @@ from dlci import jsonio
 from dlci.errors import DlciError
 from dlci.fsutil import atomic_write_text
 from dlci.profiling.gate import MemoryFigures, add_memory, check_gate, combined_gate, evaluate_gate
-from dlci.profiling.metrics import analyze
 from dlci.profiling.reader import DEFAULT_MAX_SIZE, read_trace
 from dlci.report import utilization
 
@@ -92,6 +91,10 @@ def analyze_trace(
     trace without GPU work not applicable instead of failed."""
     check_gate(min_gpu_util, max_gpu_memory)
     size = max_size or DEFAULT_MAX_SIZE
+    # numpy (metrics): off the start-up of dlci analyze and dlci profile, whose --help and
+    # usage errors import this module
+    from dlci.profiling.metrics import analyze
+
     report = analyze(read_trace(trace, max_size=size), source=str(trace))
     if memory is not None:
         add_memory(report, memory, max_size=size)

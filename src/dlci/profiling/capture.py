@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 from dlci.errors import DlciError
-from dlci.profiling import metrics
 from dlci.profiling.analysis import REPORT_NAME
 from dlci.profiling.native_stderr import NativeStderr
 from dlci.profiling.reader import read_trace
@@ -128,6 +127,10 @@ class Profiler:
                 hint="run more steps, or lower wait/warmup",
             )
         if self.analyze:
+            # numpy (metrics): only for a profiler that analyzes its own trace; script mode's
+            # child (analyze=False) and parent (ProfileResult) import this module too
+            from dlci.profiling import metrics
+
             self.report = metrics.analyze(read_trace(self.trace_path), source=str(self.trace_path))
 
 

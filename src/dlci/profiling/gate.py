@@ -17,7 +17,6 @@ from typing import Any
 
 from dlci.errors import DlciError
 from dlci.profiling.batchfit import advice
-from dlci.profiling.memory import blank_section, memory_section
 from dlci.profiling.reader import read_trace
 
 
@@ -51,6 +50,10 @@ GATE_HINT = (
 
 def _trace_memory(path: Any, max_size: int) -> dict[str, Any]:
     """The memory section of the memory pass's own trace."""
+    # numpy (memory): off the start-up of dlci analyze and dlci profile (analysis.py imports
+    # this module)
+    from dlci.profiling.memory import memory_section
+
     return memory_section(read_trace(path, max_size=max_size))
 
 
@@ -61,6 +64,8 @@ def add_memory(report: dict[str, Any], figures: MemoryFigures, *, max_size: int)
         section = _trace_memory(figures.trace, max_size)
         section["trace_file"] = figures.trace.name
     if not isinstance(section, dict):
+        from dlci.profiling.memory import blank_section  # numpy: as in _trace_memory
+
         section = blank_section("none", "the trace's memory events were not read")
     if figures.skipped and section.get("source") == "none":  # not the pass it just turned off
         section["note"] = (
