@@ -274,6 +274,23 @@ def test_a_forgotten_zero_grad_fails_the_doctor(doctor: dict[str, Any]) -> None:
     assert [i for i, c in checks.items() if c["status"] == "fail"] == ["zero-grad"]
 
 
+def test_a_script_that_ends_before_the_checks_steps_fails_them_and_returns(work: Path) -> None:
+    """Five epochs are five steps: step 1 and zero-grad's two, grad-flow's, then the script
+    ends while weight-norms waits for its third; it and update-ratio say so, the others
+    stand, and the child returns (no check left waiting)."""
+    words = ["python", str(SHAPES), "--shape", "scaled", "--epochs", "5"]
+    report = _in_process(work, work / "unused", words, work, doctor=True)["doctor"]["report"]
+    checks = {c["id"]: c for c in report["checks"]}
+    ended = (
+        "the script ended after 5 optimizer steps, before the step this check asked for (the "
+        "checks take about 20 of the script's steps)"
+    )
+    assert checks["weight-norms"]["measured"] == ended
+    assert checks["update-ratio"]["measured"] == ended
+    assert checks["weight-norms"]["fix"] == "raise the script's own epoch or step count"
+    assert checks["zero-grad"]["status"] == "pass" and checks["grad-flow"]["status"] != "fail"
+
+
 def test_a_script_that_takes_batches_by_hand_is_told_so_at_its_line(work: Path) -> None:
     """pytorch/examples' word_language_model slices its batches itself (get_batch)."""
     folder = SCRIPTS / "word_language_model"
