@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from dlci.errors import DlciError
+
 if TYPE_CHECKING:
     from dlci.hardware import HardwareInfo
     from dlci.ladder.classes import ClassMatch
@@ -64,7 +66,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
     path = plan(config)
-    if path:  # for assert_memorizes() without a tier; the module imports nothing heavy
+    if path:  # for assert_memorizes() without a tier
+        # ladder.plan (msgspec, yaml): loaded with a plan only, not in every user's pytest run
         from dlci.ladder.plan import use_in_tests
 
         use_in_tests(path)
@@ -72,6 +75,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if plan(config):
+        # ladder.plan (msgspec, yaml): loaded with a plan only, not in every user's pytest run
         from dlci.ladder.plan import use_in_tests
 
         use_in_tests(None)
@@ -119,8 +123,8 @@ def configured(config: pytest.Config, name: str) -> str | None:
     """``target`` or ``ladder`` through ``dlci.config.resolve``: the option is its command
     line; the ini key keeps its place below the environment (and the action's input) and
     above the configuration file."""
-    from dlci.config import resolve
-    from dlci.config.resolve import ACTION_INPUT, COMMAND_LINE, ENVIRONMENT
+    # dlci.config (msgspec, yaml): when a test asks for a fixture, not in every pytest run
+    from dlci.config.resolve import ACTION_INPUT, COMMAND_LINE, ENVIRONMENT, resolve
 
     resolved = resolve({name: config.getoption(f"dlci_{name}")})
     ini = config.getini(f"dlci_{name}") or None
@@ -133,24 +137,20 @@ def configured(config: pytest.Config, name: str) -> str | None:
 @pytest.fixture(scope="session")
 def dlci_hardware(pytestconfig: pytest.Config) -> tuple[HardwareInfo, ClassMatch]:
     """The machine's GPUs (``HardwareInfo``) and its hardware class (``ClassMatch``)."""
-    from dlci import hardware
-    from dlci.errors import DlciError
-    from dlci.ladder.classes import classify
-    from dlci.ladder.load import load_ladder
+    # the ladder (msgspec, yaml) and the probes: when a test asks for them, not in every run
+    from dlci.ladder.classes import detect_class
 
     try:
-        ladder = load_ladder(setting(pytestconfig, "ladder"))
+        return detect_class(setting(pytestconfig, "ladder"))
     except DlciError as exc:
         pytest.fail(f"dl-ci: {exc}", pytrace=False)
-    info = hardware.detect()
-    return info, classify(info, ladder)
 
 
 @pytest.fixture(scope="session")
 def dlci_tier(pytestconfig: pytest.Config) -> Tier:
     """The memorization tier selected for this run, exactly as ``dlci tier`` selects it; under
     ``dlci run``, the job plan's (``--dlci-plan``), used as it is."""
-    from dlci.errors import DlciError
+    # the ladder (msgspec, yaml): when a test asks for the tier, not in every pytest run
     from dlci.ladder.tiers import choose_tier
 
     try:
@@ -169,7 +169,7 @@ def dlci_tier(pytestconfig: pytest.Config) -> Tier:
 def dlci_target(request: pytest.FixtureRequest) -> Any:
     """A fresh ``dlci.Target``: from the test's ``memorization(target=...)`` marker, else the
     ``--dlci-target`` option, $DLCI_TARGET, the ini key, or the configuration's ``target``."""
-    from dlci.errors import DlciError
+    # torch: when a test asks for a target, never in a plain pytest run
     from dlci.memorization.engine import seed_everything
     from dlci.training.target import load_target, resolve_spec
 

@@ -2,60 +2,62 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 from dlci.commands import _common
+from dlci.commands._common import ArgumentParser
+from dlci.commands.base import Verb
+from dlci.errors import DlciError
 
 
-def main(argv: Sequence[str]) -> int:
-    p = _common.parser(
-        "config",
-        "Print the resolved configuration: each key's value and where it came from "
-        "(command line > action input > environment > dlci.toml or [tool.dlci] > default), "
-        "the doctor's waivers and thresholds. Exit 1 when the file is invalid or a waiver "
-        "has expired.",
-    )
-    _common.add_json(p, "the configuration")
-    p.add_argument(
-        "--schema", action="store_true", help="print the configuration's JSON schema and exit"
-    )
-    p.add_argument("--dir", default=".", metavar="DIR", help="the project's directory (default: .)")
-    p.add_argument(
-        "--base-commit",
-        default=None,
-        metavar="SHA",
-        help="show what a pull request with this base commit gets: the trusted keys and "
-        "the policy from that commit's configuration file",
-    )
-    args = p.parse_args(list(argv))
+class ConfigVerb(Verb):
+    """Print the resolved configuration: each key's value and where it came from (command
+    line > action input > environment > dlci.toml or [tool.dlci] > default), the doctor's
+    waivers and thresholds. Exit 1 when the file is invalid or a waiver has expired."""
 
-    if args.schema:
-        from dlci.config.keys import render_schema
-
-        sys.stdout.write(render_schema())
-        return 0
-
-    from dlci.config.render import describe, expired
-    from dlci.config.trust import trusted_config
-    from dlci.errors import DlciError
-    from dlci.report.console import print_error
-
-    directory = Path(args.dir)
-    if not directory.is_dir():
-        raise DlciError(f"--dir {args.dir}: not a directory", hint="give the project's folder")
-    config = trusted_config(args.base_commit, cwd=None if args.dir == "." else directory)
-    if args.json:
-        _common.emit_json(config.to_json(), args.json)
-    if args.json != "-":
-        print("\n".join(describe(config)))
-    for waiver in expired(config):
-        print_error(
-            DlciError(
-                f"the waiver for {waiver.check} expired on {waiver.until} "
-                f"(set at {waiver.source}); the check runs again and the doctor fails",
-                hint="fix the check's finding, or renew the waiver with a new until and reason",
-            )
+    def add_options(self, p: ArgumentParser) -> None:
+        _common.add_json(p, "the configuration")
+        p.add_argument(
+            "--schema", action="store_true", help="print the configuration's JSON schema and exit"
         )
-    return 1 if expired(config) else 0
+        p.add_argument(
+            "--dir", default=".", metavar="DIR", help="the project's directory (default: .)"
+        )
+        p.add_argument(
+            "--base-commit",
+            default=None,
+            metavar="SHA",
+            help="show what a pull request with this base commit gets: the trusted keys and "
+            "the policy from that commit's configuration file",
+        )
+
+    def run(self, args: argparse.Namespace) -> int:
+        # off `dlci config --help`: the configuration (msgspec, yaml) loads when the verb runs
+        from dlci.config import keys, render, trust
+        from dlci.report.console import print_error  # msgspec too: off --help
+
+        if args.schema:
+            sys.stdout.write(keys.render_schema())
+            return 0
+        directory = Path(args.dir)
+        if not directory.is_dir():
+            raise DlciError(f"--dir {args.dir}: not a directory", hint="give the project's folder")
+        config = trust.trusted_config(args.base_commit, cwd=None if args.dir == "." else directory)
+        if args.json:
+            _common.emit_json(config.to_json(), args.json)
+        if args.json != "-":
+            print("\n".join(render.describe(config)))
+        for waiver in render.expired(config):
+            print_error(
+                DlciError(
+                    f"the waiver for {waiver.check} expired on {waiver.until} "
+                    f"(set at {waiver.source}); the check runs again and the doctor fails",
+                    hint="fix the check's finding, or renew the waiver with a new until and reason",
+                )
+            )
+        return 1 if render.expired(config) else 0
+
+
+main = ConfigVerb("config").main

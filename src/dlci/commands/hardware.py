@@ -2,60 +2,61 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import argparse
 from typing import TYPE_CHECKING
 
 from dlci.commands import _common
+from dlci.commands._common import ArgumentParser
+from dlci.commands.base import Verb
+from dlci.report.github import write_outputs
+from dlci.report.text import clean
 
 if TYPE_CHECKING:
     from dlci.hardware import HardwareInfo
     from dlci.ladder.classes import ClassMatch
 
 
-def main(argv: Sequence[str]) -> int:
-    p = _common.parser(
-        "hardware",
-        "Detect the GPUs (NVML, then nvidia-smi, then torch.cuda) and name the hardware "
-        "class from the budget ladder's class table.",
-    )
-    _common.add_json(p, "the hardware report")
-    _common.add_ladder(p)
-    _common.add_detection(p)
-    args = p.parse_args(list(argv))
-    options = _common.detection_options(args)
+class HardwareVerb(Verb):
+    """Detect the GPUs (NVML, then nvidia-smi, then torch.cuda) and name the hardware class
+    from the budget ladder's class table."""
 
-    from dlci.ladder.classes import detect_class
-    from dlci.report.console import print_warning
-    from dlci.report.github import write_outputs
-    from dlci.report.text import clean
+    def add_options(self, p: ArgumentParser) -> None:
+        _common.add_json(p, "the hardware report")
+        _common.add_ladder(p)
+        _common.add_detection(p)
 
-    info, match = detect_class(args.ladder, **options)
-    for warning in match.warnings:
-        print_warning(warning)
-    write_outputs(
-        {
-            "hardware-class": match.name,
-            "gpu-count": len(info.gpus),
-            "gpu-name": info.gpus[0].name if info.gpus else "",
-        }
-    )
-    if args.json:
-        from dlci.ladder.classes import hardware_report
+    def run(self, args: argparse.Namespace) -> int:
+        options = _common.detection_options(args)
+        # off `dlci hardware --help`: the ladder (msgspec, yaml) loads when the verb runs
+        from dlci.ladder.classes import detect_class, hardware_report
+        from dlci.report.console import print_warning  # msgspec too: off --help
 
-        _common.emit_json(hardware_report(info, match), args.json)
-        if args.json != "-":
-            print(f"hardware class: {match.name} ({clean(match.reason)}); report in {args.json}")
+        info, match = detect_class(args.ladder, **options)
+        for warning in match.warnings:
+            print_warning(warning)
+        write_outputs(
+            {
+                "hardware-class": match.name,
+                "gpu-count": len(info.gpus),
+                "gpu-name": info.gpus[0].name if info.gpus else "",
+            }
+        )
+        if args.json:
+            _common.emit_json(hardware_report(info, match), args.json)
+            if args.json != "-":
+                print(
+                    f"hardware class: {match.name} ({clean(match.reason)}); report in {args.json}"
+                )
+            return 0
+        _print(info, match)
         return 0
-    _print(info, match)
-    return 0
 
 
 def _print(info: HardwareInfo, match: ClassMatch) -> None:
     """Plain lines, and a table of the GPUs; each probe's answer is printed once."""
-    from rich.table import Table
+    from rich.table import Table  # rich: for the table only, off `dlci hardware --json`
 
-    from dlci.report.console import table_console
-    from dlci.report.text import clean
+    from dlci.report.console import table_console  # msgspec: off --help, as in run
 
     print(f"hardware class: {match.name} ({clean(match.reason)})")
     if info.gpus:
@@ -75,3 +76,6 @@ def _print(info: HardwareInfo, match: ClassMatch) -> None:
     print(f"CPU: {info.cpu_count} cores, {clean(info.cpu_model or 'unknown model')}, {memory}")
     for note in info.probes:
         print(f"  probe {clean(note)}")
+
+
+main = HardwareVerb("hardware").main

@@ -2,80 +2,76 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from collections.abc import Sequence
 
 from dlci.commands import _common
+from dlci.commands._common import ArgumentParser
+from dlci.commands.base import Verb
 from dlci.memorization.request import MemorizeOutcome, MemorizeRequest, worker_argv
 from dlci.memorization.run import run_memorize
+from dlci.report.html import report_folder
 from dlci.report.text import clean
 from dlci.script.command import split_command
+from dlci.script.run import memorize_script
 
 
-def main(argv: Sequence[str]) -> int:
-    argv, script = split_command(worker_argv(argv))  # torchrun: the launcher's command line
-    p = _common.parser(
-        "memorize",
-        "Overfit one small batch of the target until the loss falls below the tier's threshold; "
-        "stop as soon as it does, fail when the tier's epoch or time cap runs out. "
-        "After --: the user's own script, unchanged (docs/script-mode.md).",
-    )
-    _common.add_target(p)
-    _common.add_tier_options(p)
-    _common.add_json(p, "the report (default: OUT/memorization.json)")
-    p.add_argument(
-        "--out", default="dlci-artifacts", metavar="DIR",
-        help="directory for the report, the loss curve and tracking (default: dlci-artifacts)",
-    )  # fmt: skip
-    _add_run_options(p)
-    p.add_argument(
-        "--no-early-stop",
-        dest="early_stop",
-        action="store_false",
-        help="run every epoch of the tier even after the threshold is reached",
-    )
-    p.add_argument(
-        "--tracker",
-        default=os.environ.get("DLCI_TRACKER") or "tensorboard",
-        choices=("tensorboard", "wandb", "none"),
-        help="where the run's configuration and metrics go (default: tensorboard)",
-    )
-    p.add_argument("--quiet", action="store_true", help="no progress output")
-    _common.add_detection(p)
-    args = p.parse_args(list(argv))
+class MemorizeVerb(Verb):
+    """Overfit one small batch of the target until the loss falls below the tier's threshold;
+    stop as soon as it does, fail when the tier's epoch or time cap runs out. After --: the
+    user's own script, unchanged (docs/script-mode.md)."""
 
-    request = MemorizeRequest(
-        target=args.target,
-        tier=_common.tier_request(args),
-        out=args.out,
-        json=args.json,
-        seed=args.seed,
-        seeds=args.seeds,
-        quorum=args.quorum,
-        device=args.device,
-        nproc=args.nproc,
-        early_stop=args.early_stop,
-        tracker=args.tracker,
-        quiet=args.quiet,
-        argv=tuple(argv),
-    )
-    with _common.stdout_for_the_report(args.json):
-        if script:
-            from dlci.script.run import memorize_script
+    def parse(self, argv: Sequence[str]) -> argparse.Namespace:
+        argv, script = split_command(worker_argv(argv))  # torchrun: the launcher's command line
+        args = super().parse(argv)
+        args.script, args.argv = script, tuple(argv)
+        return args
 
-            outcome = memorize_script(request, script, say=_say)
-        else:
-            outcome = run_memorize(request, say=_say)
-    from dlci.report.html import report_folder
+    def add_options(self, p: ArgumentParser) -> None:
+        _common.add_target(p)
+        _common.add_tier_options(p)
+        _common.add_json(p, "the report (default: OUT/memorization.json)")
+        p.add_argument(
+            "--out", default="dlci-artifacts", metavar="DIR",
+            help="directory for the report, the loss curve and tracking (default: dlci-artifacts)",
+        )  # fmt: skip
+        _add_run_options(p)
+        p.add_argument(
+            "--no-early-stop",
+            dest="early_stop",
+            action="store_false",
+            help="run every epoch of the tier even after the threshold is reached",
+        )
+        p.add_argument(
+            "--tracker",
+            default=os.environ.get("DLCI_TRACKER") or "tensorboard",
+            choices=("tensorboard", "wandb", "none"),
+            help="where the run's configuration and metrics go (default: tensorboard)",
+        )
+        p.add_argument("--quiet", action="store_true", help="no progress output")
+        _common.add_detection(p)
 
-    if outcome.report is not None and report_folder(outcome.json_path, args.out):
-        _common.write_html(args.out, (lambda _: None) if args.quiet else _say)
-    _print_verdict(outcome)
-    return outcome.exit_code
+    def run(self, args: argparse.Namespace) -> int:
+        request = MemorizeRequest(
+            target=args.target, tier=_common.tier_request(args), out=args.out, json=args.json,
+            seed=args.seed, seeds=args.seeds, quorum=args.quorum, device=args.device,
+            nproc=args.nproc, early_stop=args.early_stop, tracker=args.tracker,
+            quiet=args.quiet, argv=args.argv,
+        )  # fmt: skip
+        with _common.stdout_for_the_report(args.json):
+            if args.script:
+                outcome = memorize_script(request, args.script, say=_say)
+            else:
+                outcome = run_memorize(request, say=_say)
+        if outcome.report is not None and report_folder(outcome.json_path, args.out):
+            _common.write_html(args.out, (lambda _: None) if args.quiet else _say)
+        _print_verdict(outcome)
+        return outcome.exit_code
 
 
-def _add_run_options(p: _common.ArgumentParser) -> None:
+def _add_run_options(p: ArgumentParser) -> None:
     """--seed, --seeds, --quorum, --device, --nproc."""
     p.add_argument("--seed", type=int, default=0, help="seed for every generator (default: 0)")
     p.add_argument(
@@ -116,3 +112,6 @@ def _print_verdict(outcome: MemorizeOutcome) -> None:
     )
     where += f", curve {outcome.curve}" if outcome.curve else ""
     print(f"  {clean(where)}, tracking {clean(report['tracking'])}", file=stream)
+
+
+main = MemorizeVerb("memorize").main

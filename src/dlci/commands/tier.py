@@ -2,68 +2,74 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+import argparse
+from typing import TYPE_CHECKING
 
 from dlci.commands import _common
+from dlci.commands._common import ArgumentParser
+from dlci.commands.base import Verb
+from dlci.errors import DlciError
+from dlci.report.github import write_outputs
+from dlci.report.text import clean
 
 if TYPE_CHECKING:
     from dlci.ladder.model import Tier
 
 
-def main(argv: Sequence[str]) -> int:
-    p = _common.parser(
-        "tier",
-        "Select the memorization-test tier (epochs, loss threshold, time cap, profile steps, "
-        "processes) from the budget ladder.",
-    )
-    _common.add_tier_options(p)
-    _common.add_json(p, "the tier")
-    _common.add_detection(p)
-    p.add_argument(
-        "--validate",
-        nargs="+",
-        metavar="FILE",
-        help="only check these ladder files and report every error (for pre-commit)",
-    )
-    args = p.parse_args(list(argv))
-    if args.validate:
-        return _validate(args.validate)
-    from dlci.report.console import print_warning
-    from dlci.report.github import write_outputs
+class TierVerb(Verb):
+    """Select the memorization-test tier (epochs, loss threshold, time cap, profile steps,
+    processes) from the budget ladder."""
 
-    tier = _common.tier_request(args).choose()
-    for warning in tier.warnings:
-        print_warning(warning)
-    data = tier.to_dict()
-    write_outputs(
-        {
-            "budget": tier.budget,
-            "hardware-class": tier.hardware_class,
-            "max-epochs": tier.max_epochs,
-            "max-loss": "" if tier.max_loss is None else tier.max_loss,
-            "max-relative-loss": "" if tier.max_relative_loss is None else tier.max_relative_loss,
-            "criterion": tier.criterion,
-            "time-cap-minutes": tier.time_cap_minutes,
-            "profile-steps": tier.profile_steps,
-            "nproc": tier.nproc,
-            "batch-size": tier.batch_size,
-            "ladder-revision": tier.ladder_revision,
-            "tier-json": _compact(data),
-        }
-    )
-    if args.json:
-        _common.emit_json(data, args.json)
-        if args.json != "-":
-            print(f"tier {tier.budget}/{tier.hardware_class} written to {args.json}")
+    def add_options(self, p: ArgumentParser) -> None:
+        _common.add_tier_options(p)
+        _common.add_json(p, "the tier")
+        _common.add_detection(p)
+        p.add_argument(
+            "--validate",
+            nargs="+",
+            metavar="FILE",
+            help="only check these ladder files and report every error (for pre-commit)",
+        )
+
+    def run(self, args: argparse.Namespace) -> int:
+        # off `dlci tier --help`: msgspec (the ladder's and the report's) loads when it runs
+        from dlci import jsonio
+        from dlci.report.console import print_warning
+
+        if args.validate:
+            return _validate(args.validate)
+        tier = _common.tier_request(args).choose()
+        for warning in tier.warnings:
+            print_warning(warning)
+        data, relative = tier.to_dict(), tier.max_relative_loss
+        write_outputs(
+            {
+                "budget": tier.budget,
+                "hardware-class": tier.hardware_class,
+                "max-epochs": tier.max_epochs,
+                "max-loss": "" if tier.max_loss is None else tier.max_loss,
+                "max-relative-loss": "" if relative is None else relative,
+                "criterion": tier.criterion,
+                "time-cap-minutes": tier.time_cap_minutes,
+                "profile-steps": tier.profile_steps,
+                "nproc": tier.nproc,
+                "batch-size": tier.batch_size,
+                "ladder-revision": tier.ladder_revision,
+                "tier-json": jsonio.encode(data, indent=False).decode(),
+            }
+        )
+        if args.json:
+            _common.emit_json(data, args.json)
+            if args.json != "-":
+                print(f"tier {tier.budget}/{tier.hardware_class} written to {args.json}")
+            return 0
+        _print(tier)
         return 0
-    _print(tier)
-    return 0
 
 
 def _validate(files: list[str]) -> int:
     """Load each ladder file; print every error, not just the first file's."""
-    from dlci.errors import DlciError
+    # the ladder (msgspec, yaml) and report.console: off `dlci tier --help`
     from dlci.ladder.load import load_ladder
     from dlci.report.console import print_error
 
@@ -82,18 +88,11 @@ def _validate(files: list[str]) -> int:
     return 1 if failed else 0
 
 
-def _compact(data: dict[str, Any]) -> str:
-    from dlci import jsonio
-
-    return jsonio.encode(data, indent=False).decode()
-
-
 def _print(tier: Tier) -> None:
     """The tier as a table, then each reason once, on its own unwrapped line."""
-    from rich.table import Table
+    from rich.table import Table  # rich: for the table only, off `dlci tier --json`
 
-    from dlci.report.console import table_console
-    from dlci.report.text import clean
+    from dlci.report.console import table_console  # msgspec: off --help, as in run
 
     table = Table(title=f"tier {tier.budget} / {tier.hardware_class}", show_header=False)
     table.add_column("field", style="bold")
@@ -110,3 +109,6 @@ def _print(tier: Tier) -> None:
     table_console().print(table)
     for reason in tier.reasons:
         print(f"  {clean(reason)}")
+
+
+main = TierVerb("tier").main
