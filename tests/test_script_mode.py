@@ -665,6 +665,20 @@ def test_torchrun_is_refused_before_anything_runs(work: Path) -> None:
     assert not (work / "torchrun" / "memorization.json").exists()
 
 
+def test_the_doctor_refuses_a_target_with_a_script(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dlci.cli import main
+
+    args = ["doctor", "--target", "pkg.train:target", "--out", str(work / "both")]
+    assert main([*args, "--", "python", str(SHAPES)]) == 1
+    assert capsys.readouterr().err == (
+        "error: --target and --device are not used in script mode: the script builds and "
+        "places its model\n  hint: leave them out, or drop the command after --\n"
+    )
+    assert not (work / "both" / "doctor.json").exists()
+
+
 def test_the_scripts_are_vendored_with_their_source() -> None:
     readme = (SCRIPTS / "README.md").read_text()
     for folder in ("makemore", "nanogpt", "word_language_model", "dlrm"):
