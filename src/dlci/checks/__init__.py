@@ -25,9 +25,9 @@ from dlci.checks.base import (
     preserved,
 )
 from dlci.errors import DlciError
-from dlci.ladder.format import suggest
 from dlci.ladder.model import Tier
 from dlci.policy import SKIP_WAIVER, WARN_ONLY, Policy, Waiver
+from dlci.schema import suggest
 from dlci.training.guard import (
     TargetExited,
     UserCodeError,
