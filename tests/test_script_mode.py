@@ -261,6 +261,7 @@ def test_the_doctor_runs_its_checks_on_the_scripts_own_steps(doctor: dict[str, A
         "compares the runs"
     )
     assert "doctor: zero-grad            pass" in proc.stderr
+    assert "figures in " in proc.stderr and "\nhtml   " in proc.stdout  # as for a Target
     assert "step 0 | loss" in proc.stdout + proc.stderr  # the script's own loop ran them
 
 

@@ -42,6 +42,7 @@ from dlci.ladder.model import Tier
 from dlci.memorization.engine import seed_everything
 from dlci.policy import Policy
 from dlci.report import doctor as report
+from dlci.report import html
 from dlci.script.command import TARGET_DOC
 from dlci.script.hooks import Hooks, ScriptStop, clone, find_model, find_optimizers
 from dlci.training.batching import score_candidates, tree_map
@@ -334,7 +335,7 @@ class ScriptDoctor:
         if plan["markdown"]:
             atomic_write_text(plan["markdown"], report.render_markdown(data))
         page = None
-        if json_path != "-" and self.ctx is not None:
+        if html.report_folder(json_path, plan["out"]) and self.ctx is not None:
             page = pictures(data, Path(plan["out"]), self.ctx.target)
         exit_code = 1 if data["verdict"] == "fail" else 0
         return {
