@@ -162,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return closed_stdout_is_quiet(lambda: run_verb(verb, argv[1:]))
     except DlciError as exc:
-        from dlci.report.console import print_error
+        from dlci.report.console import print_error  # msgspec: off `dlci --help`, for errors only
 
         print_error(exc)
         return exc.exit_code

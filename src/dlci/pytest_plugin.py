@@ -171,7 +171,7 @@ def dlci_target(request: pytest.FixtureRequest) -> Any:
     ``--dlci-target`` option, $DLCI_TARGET, the ini key, or the configuration's ``target``."""
     # torch: when a test asks for a target, never in a plain pytest run
     from dlci.memorization.engine import seed_everything
-    from dlci.training.target import load_target, resolve_spec
+    from dlci.training.target import load_target, resolve_spec  # torch, as above
 
     marker = request.node.get_closest_marker("memorization")
     try:

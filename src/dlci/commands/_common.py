@@ -7,9 +7,11 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from dlci.errors import EXIT_USAGE, DlciError
+from dlci.fsutil import atomic_write_bytes, read_input
 
 if TYPE_CHECKING:
     from dlci.ladder.tiers import TierRequest
@@ -57,7 +59,7 @@ def from_config(args: argparse.Namespace, keys: dict[str, str]) -> None:
     missing = {dest: key for dest, key in keys.items() if getattr(args, dest, None) is None}
     if not missing:
         return
-    from dlci.config import resolve
+    from dlci.config import resolve  # yaml: read only for an option left to the configuration
 
     config = resolve(plan=plan)
     for dest, key in missing.items():
@@ -113,6 +115,7 @@ def add_detection(p: argparse.ArgumentParser, probes: str = "nvml,nvidia-smi,tor
 
 def detection_options(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments of ``hardware.detect`` from the parsed options."""
+    # the probes: only the verbs that detect (not summary, report, baseline, history)
     from dlci.hardware import parse_probes
 
     return {"timeout": positive_timeout(args.timeout), "probes": parse_probes(args.probes)}
@@ -165,12 +168,12 @@ def add_plan(p: argparse.ArgumentParser) -> None:
 def tier_request(args: argparse.Namespace) -> TierRequest:
     """The verb's TierRequest (dlci.ladder.tiers) from --budget, --hardware, --ladder,
     --plan and the detection options."""
-    from dlci.ladder.plan import HINT
-    from dlci.ladder.tiers import TierRequest
+    # the ladder (msgspec, yaml): only the verbs that select a tier, and not for their --help
+    from dlci.ladder import plan, tiers
 
     if args.plan is not None and not args.plan.strip():
-        raise DlciError("--plan: an empty path", hint=HINT)
-    return TierRequest(
+        raise DlciError("--plan: an empty path", hint=plan.HINT)
+    return tiers.TierRequest(
         budget=args.budget,
         hardware=args.hardware,
         ladder=args.ladder,
@@ -232,8 +235,7 @@ def emit_json(data: Any, dest: str) -> None:
     Standard output closed early (``dlci analyze T --json - | head -c 1``) ends quietly: the
     reader has what it wanted, the verb goes on to its own exit code.
     """
-    from dlci import jsonio
-    from dlci.fsutil import atomic_write_bytes
+    from dlci import jsonio  # msgspec: off every verb's --help (all of them import this module)
 
     blob = jsonio.encode(data)
     if dest == "-":
@@ -286,6 +288,16 @@ def stdout_for_the_report(dest: str | None) -> Iterator[None]:
         os.close(saved)
 
 
+def append_to(path: str, text: str, *, what: str = "") -> None:
+    """Append ``text`` and a newline to ``path`` (a verb's --markdown); a file that cannot be
+    appended to is the user's mistake, said with why (``what``: " the summary")."""
+    try:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(text + "\n")
+    except OSError as exc:
+        raise DlciError(f"{path}: cannot append{what} ({exc.strerror})") from None
+
+
 def positive_timeout(value: float) -> float:
     if not value > 0:
         raise DlciError(
@@ -311,10 +323,7 @@ def load_report(
     wrong as "key.path: expected ..., got ...") a field the verb uses that is missing or of
     the wrong type.
     """
-    from pathlib import Path
-
-    from dlci import jsonio
-    from dlci.fsutil import read_input
+    from dlci import jsonio  # msgspec: off every verb's --help (all of them import this module)
 
     path = Path(location)
     if path.is_dir():
@@ -364,7 +373,7 @@ def no_gpu(args: argparse.Namespace, cpu_only: bool) -> str:
 def write_html(folder: Any, say: Callable[[str], None]) -> Any:
     """The folder's report.html (dlci.report.html), said where it went; a report that cannot
     be written is said too and never changes the verb's exit code. Returns its path or None."""
-    from dlci.report import html
+    from dlci.report import html  # off the verbs that write no report.html (the host's)
 
     try:
         path = html.write_report(folder)

@@ -10,111 +10,109 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 from dlci.action.github.bounds import parse_bound as _bound
 from dlci.commands import _common
+from dlci.commands._common import ArgumentParser
+from dlci.commands.base import Verb
 from dlci.errors import DlciError
+from dlci.report.console import print_warning
+from dlci.report.github import annotation, in_github_actions, write_outputs
+from dlci.report.text import clean
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = _common.parser(
-        "baseline",
-        "Compare this run's reports (the summary step's verified copy) with a baseline run's: "
-        "memorization, GPU utilization and step time (with their 95% intervals), data loading, "
-        "syncs and coverage side by side, in the job summary. Exit 1 only when a bound is "
-        "exceeded with confidence; no baseline is a warning.",
-    )
-    for flag, default, metavar, text in (
-        ("--baseline", "auto", "SPEC", "auto (the newest successful push, schedule or "
-         "workflow_dispatch run of this workflow on the base branch; the action's input "
-         "defaults to none), none, or a workflow run id"),
-        ("--artifacts", "dlci-artifacts", "DIR", "this run's reports (default: dlci-artifacts)"),
-        ("--host-record", os.environ.get("DLCI_HOST_RECORD"), "FILE", "the host's record of "
-         "this run's reports: one it does not vouch for is left out (default: $DLCI_HOST_RECORD)"),
-        ("--base-dir", None, "DIR", "the baseline's reports: no download"),
-        ("--artifact-prefix", "dlci-artifacts", "NAME",
-         "the baseline's artifact is NAME-<hardware class>-<job id>"),
-        ("--max-utilization-drop", "", "PT", "fail when GPU utilization fell by more than PT "
-         "percentage points, with 95%% confidence; empty: not gated"),
-        ("--max-step-time-regression", "", "PCT", "fail when the step time grew by more than "
-         "PCT percent, with 95%% confidence; empty: not gated"),
-    ):  # fmt: skip
-        p.add_argument(flag, default=default, metavar=metavar, help=text)
-    p.add_argument("--comment", type=str.lower, choices=("true", "false"), default="false",
-                   help="post or update the sticky comment on the pull request")  # fmt: skip
-    p.add_argument("--block-likely", type=str.lower, choices=("true", "false"), default="false",
-                   help="fail on a likely regression too (the estimate beyond the bound, the "
-                   "change real; else a warning)")  # fmt: skip
-    p.add_argument("--markdown", metavar="FILE", default=os.environ.get("GITHUB_STEP_SUMMARY")
-                   or None, help="append the comparison to FILE (default: "
-                   "$GITHUB_STEP_SUMMARY, else print it)")  # fmt: skip
-    p.add_argument("--size-profile", metavar="PREFLIGHT", help="before the job: fetch into "
-                   "--base-dir, size PREFLIGHT's profile_steps (docs/comparison.md)")  # fmt: skip
-    _common.add_json(p, "the comparison")
-    return p
+class BaselineVerb(Verb):
+    """Compare this run's reports (the summary step's verified copy) with a baseline run's:
+    memorization, GPU utilization and step time (with their 95% intervals), data loading, syncs and
+    coverage side by side, in the job summary. Exit 1 only when a bound is exceeded with confidence;
+    no baseline is a warning."""
+
+    def add_options(self, p: ArgumentParser) -> None:
+        for flag, default, metavar, text in (
+            ("--baseline", "auto", "SPEC", "auto (the newest successful push, schedule or "
+             "workflow_dispatch run of this workflow on the base branch; the action's input "
+             "defaults to none), none, or a workflow run id"),
+            ("--artifacts", "dlci-artifacts", "DIR", "this run's reports (default: "
+             "dlci-artifacts)"),
+            ("--host-record", os.environ.get("DLCI_HOST_RECORD"), "FILE", "the host's record of "
+             "this run's reports: one it does not vouch for is left out (default: "
+             "$DLCI_HOST_RECORD)"),
+            ("--base-dir", None, "DIR", "the baseline's reports: no download"),
+            ("--artifact-prefix", "dlci-artifacts", "NAME",
+             "the baseline's artifact is NAME-<hardware class>-<job id>"),
+            ("--max-utilization-drop", "", "PT", "fail when GPU utilization fell by more than PT "
+             "percentage points, with 95%% confidence; empty: not gated"),
+            ("--max-step-time-regression", "", "PCT", "fail when the step time grew by more than "
+             "PCT percent, with 95%% confidence; empty: not gated"),
+        ):  # fmt: skip
+            p.add_argument(flag, default=default, metavar=metavar, help=text)
+        p.add_argument("--comment", type=str.lower, choices=("true", "false"), default="false",
+                       help="post or update the sticky comment on the pull request")  # fmt: skip
+        p.add_argument("--block-likely", type=str.lower, choices=("true", "false"), default="false",
+                       help="fail on a likely regression too (the estimate beyond the bound, the "
+                       "change real; else a warning)")  # fmt: skip
+        p.add_argument("--markdown", metavar="FILE", default=os.environ.get("GITHUB_STEP_SUMMARY")
+                       or None, help="append the comparison to FILE (default: "
+                       "$GITHUB_STEP_SUMMARY, else print it)")  # fmt: skip
+        p.add_argument("--size-profile", metavar="PREFLIGHT", help="before the job: fetch "
+                       "into --base-dir, size PREFLIGHT's profile_steps "
+                       "(docs/comparison.md)")  # fmt: skip
+        _common.add_json(p, "the comparison")
+
+    def run(self, args: argparse.Namespace) -> int:
+        if args.baseline == "none" and not args.base_dir:
+            return 0
+        if not (args.baseline == "auto" or args.baseline.isdigit() or args.base_dir):
+            raise DlciError(f"--baseline: auto, none or a run id, got {args.baseline[:40]!r}")
+        for flag, folder in (("--artifacts", args.artifacts), ("--base-dir", args.base_dir)):
+            if folder is not None and not Path(folder).is_dir() and not args.size_profile:
+                raise DlciError(
+                    f"{flag} {folder[:200]}: not a folder", hint="a folder of dl-ci reports"
+                )
+        token = os.environ.get("DLCI_GITHUB_TOKEN") or os.environ.get("GITHUB_TOKEN") or ""
+        bounds = {"gpu_utilization_pct": _bound(args.max_utilization_drop),
+                  "duration_us": _bound(args.max_step_time_regression)}  # fmt: skip
+        if args.size_profile:
+            from dlci.action.github.sizing import prepare  # numpy: only to size a profile
+
+            record = prepare(preflight=Path(args.size_profile), into=Path(args.base_dir or "."),
+                             spec=args.baseline, prefix=args.artifact_prefix, token=token,
+                             bounds=bounds)  # fmt: skip
+            print(f"baseline: profile: {record.get('reason', '')}", file=sys.stderr)
+            return 0
+        # numpy: off `dlci baseline --help` and the action's default, a baseline of none
+        from dlci.action.github.baseline import against_baseline
+
+        outcome = against_baseline(
+            artifacts=Path(args.artifacts),
+            host_record=Path(args.host_record) if args.host_record else None,
+            spec=args.baseline,
+            base_dir=Path(args.base_dir) if args.base_dir else None,
+            prefix=args.artifact_prefix,
+            token=token,
+            max_utilization_drop=bounds["gpu_utilization_pct"],
+            max_step_time=bounds["duration_us"],
+            comment=args.comment == "true",
+            block_likely=args.block_likely == "true",
+        )
+        if args.markdown:
+            _common.append_to(args.markdown, outcome.markdown)
+        elif args.json != "-":
+            print(outcome.markdown)
+        if args.json and outcome.result is not None:
+            _common.emit_json(outcome.result, args.json)
+        write_outputs(outcome.outputs)
+        for note in outcome.notes:
+            print(f"baseline: {clean(note)}", file=sys.stderr)
+        for warning in outcome.warnings:
+            print_warning(warning)
+        for failure in outcome.failures:
+            if in_github_actions():
+                print(annotation("error", failure, title="dl-ci baseline"), flush=True)
+            else:
+                print(f"error: {clean(failure)}", file=sys.stderr)
+        return 1 if outcome.failures else 0
 
 
-def main(argv: Sequence[str]) -> int:
-    args = _parser().parse_args(list(argv))
-    if args.baseline == "none" and not args.base_dir:
-        return 0
-    if not (args.baseline == "auto" or args.baseline.isdigit() or args.base_dir):
-        raise DlciError(f"--baseline: auto, none or a run id, got {args.baseline[:40]!r}")
-    for flag, folder in (("--artifacts", args.artifacts), ("--base-dir", args.base_dir)):
-        if folder is not None and not Path(folder).is_dir() and not args.size_profile:
-            raise DlciError(
-                f"{flag} {folder[:200]}: not a folder", hint="a folder of dl-ci reports"
-            )
-
-    token = os.environ.get("DLCI_GITHUB_TOKEN") or os.environ.get("GITHUB_TOKEN") or ""
-    bounds = {"gpu_utilization_pct": _bound(args.max_utilization_drop),
-              "duration_us": _bound(args.max_step_time_regression)}  # fmt: skip
-    if args.size_profile:
-        from dlci.action.github.sizing import prepare
-
-        record = prepare(preflight=Path(args.size_profile), into=Path(args.base_dir or "."),
-                         spec=args.baseline, prefix=args.artifact_prefix, token=token,
-                         bounds=bounds)  # fmt: skip
-        print(f"baseline: profile: {record.get('reason', '')}", file=sys.stderr)
-        return 0
-
-    from dlci.action.github.baseline import against_baseline
-    from dlci.report.console import print_warning
-    from dlci.report.github import annotation, in_github_actions, write_outputs
-    from dlci.report.text import clean
-
-    outcome = against_baseline(
-        artifacts=Path(args.artifacts),
-        host_record=Path(args.host_record) if args.host_record else None,
-        spec=args.baseline,
-        base_dir=Path(args.base_dir) if args.base_dir else None,
-        prefix=args.artifact_prefix,
-        token=token,
-        max_utilization_drop=bounds["gpu_utilization_pct"],
-        max_step_time=bounds["duration_us"],
-        comment=args.comment == "true",
-        block_likely=args.block_likely == "true",
-    )
-    if args.markdown:
-        try:
-            with open(args.markdown, "a", encoding="utf-8") as handle:
-                handle.write(outcome.markdown + "\n")
-        except OSError as exc:
-            raise DlciError(f"{args.markdown}: cannot append ({exc.strerror})") from None
-    elif args.json != "-":
-        print(outcome.markdown)
-    if args.json and outcome.result is not None:
-        _common.emit_json(outcome.result, args.json)
-    write_outputs(outcome.outputs)
-    for note in outcome.notes:
-        print(f"baseline: {clean(note)}", file=sys.stderr)
-    for warning in outcome.warnings:
-        print_warning(warning)
-    for failure in outcome.failures:
-        if in_github_actions():
-            print(annotation("error", failure, title="dl-ci baseline"), flush=True)
-        else:
-            print(f"error: {clean(failure)}", file=sys.stderr)
-    return 1 if outcome.failures else 0
+main = BaselineVerb("baseline").main

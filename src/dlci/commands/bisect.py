@@ -11,11 +11,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dlci.bisect.gates import Gate
+from dlci.bisect.render import console_lines, markdown
+from dlci.bisect.run import BisectRequest, run_bisect
 from dlci.commands import _common
+from dlci.commands._common import ArgumentParser
+from dlci.commands.base import Verb
+from dlci.report.text import clean
 
 # flag, keyword arguments of add_argument: the bisect's own options
 OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
@@ -53,20 +58,39 @@ OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
 )  # fmt: skip
 
 
-def _parser() -> _common.ArgumentParser:
-    p = _common.parser(
-        "bisect",
-        "Find the first commit between --good and --bad that fails the gate, with every tested "
-        "commit's verdict and figures. The cost bound is printed before it starts. Exit 0 with "
-        "an answer (one commit, or a range where commits could not be run), 1 when the budget "
-        "ran out first.",
-    )
-    for flag, keywords in OPTIONS:
-        p.add_argument(flag, **keywords)
-    _common.add_target(p)
-    _common.add_tier_options(p)
-    _common.add_json(p, "the answer as JSON")
-    return p
+class BisectVerb(Verb):
+    """Find the first commit between --good and --bad that fails the gate, with every tested
+    commit's verdict and figures. The cost bound is printed before it starts. Exit 0 with an answer
+    (one commit, or a range where commits could not be run), 1 when the budget ran out first."""
+
+    def add_options(self, p: ArgumentParser) -> None:
+        for flag, keywords in OPTIONS:
+            p.add_argument(flag, **keywords)
+        _common.add_target(p)
+        _common.add_tier_options(p)
+        _common.add_json(p, "the answer as JSON")
+
+    def run(self, args: argparse.Namespace) -> int:
+        gate = Gate(args.gate, _passthrough(args), args.min_gpu_util, args.max_step_time_ms,
+                    args.check, args.near, args.errors_fail)  # fmt: skip
+        request = BisectRequest(
+            repo=Path(args.repo), good=args.good, bad=args.bad, gate=gate,
+            install=args.install, reruns=args.reruns, seed=args.seed, max_runs=args.max_runs,
+            time_cap_minutes=args.time_cap, run_timeout_minutes=args.run_timeout, keep=args.keep,
+            github_token=args.github_token or os.environ.get("GITHUB_TOKEN") or None,
+            history=args.history,
+        )  # fmt: skip
+        data = run_bisect(
+            request, say=lambda line: print(f"bisect: {clean(line)}", file=sys.stderr)
+        )
+        if args.json:
+            _common.emit_json(data, args.json)
+        if args.markdown:
+            with open(args.markdown, "a", encoding="utf-8") as handle:
+                handle.write(markdown(data))
+        stream = sys.stderr if args.json == "-" else sys.stdout
+        print("\n".join(console_lines(data)), file=stream)
+        return 1 if data["status"] == "unfinished" else 0
 
 
 def _passthrough(args: argparse.Namespace) -> tuple[str, ...]:
@@ -81,28 +105,4 @@ def _passthrough(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(out)
 
 
-def main(argv: Sequence[str]) -> int:
-    args = _parser().parse_args(list(argv))
-    from dlci.bisect.gates import Gate
-    from dlci.bisect.render import console_lines, markdown
-    from dlci.bisect.run import BisectRequest, run_bisect
-    from dlci.report.text import clean
-
-    gate = Gate(args.gate, _passthrough(args), args.min_gpu_util, args.max_step_time_ms,
-                args.check, args.near, args.errors_fail)  # fmt: skip
-    request = BisectRequest(
-        repo=Path(args.repo), good=args.good, bad=args.bad, gate=gate,
-        install=args.install, reruns=args.reruns, seed=args.seed, max_runs=args.max_runs,
-        time_cap_minutes=args.time_cap, run_timeout_minutes=args.run_timeout, keep=args.keep,
-        github_token=args.github_token or os.environ.get("GITHUB_TOKEN") or None,
-        history=args.history,
-    )  # fmt: skip
-    data = run_bisect(request, say=lambda line: print(f"bisect: {clean(line)}", file=sys.stderr))
-    if args.json:
-        _common.emit_json(data, args.json)
-    if args.markdown:
-        with open(args.markdown, "a", encoding="utf-8") as handle:
-            handle.write(markdown(data))
-    stream = sys.stderr if args.json == "-" else sys.stdout
-    print("\n".join(console_lines(data)), file=stream)
-    return 1 if data["status"] == "unfinished" else 0
+main = BisectVerb("bisect").main

@@ -4,90 +4,92 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
 from typing import Any
 
 from dlci.commands import _common
+from dlci.commands._common import ArgumentParser
+from dlci.commands.base import Verb
+from dlci.compare import diff
 from dlci.errors import DlciError
+from dlci.fsutil import atomic_write_text
+from dlci.report import diff_render
+from dlci.report.console import print_warning
+from dlci.report.text import clean
+from dlci.report.utilization import REPORT_NAME
 
 VERB = "compare-profiles"
-ALIAS = "diff"
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = _common.parser(
-        VERB,
-        f"Compare two UTILIZATION reports written by dlci analyze (alias: dlci {ALIAS}; to "
-        "compare two memorization runs, use dlci compare-runs). BASE is the main branch or "
-        "last night, HEAD this change. Every profiled step of both runs is a sample: the "
-        "change is the Hodges-Lehmann shift with its 95% interval. Exit 1 when the whole "
-        "interval is beyond a bound (GPU utilization dropped by more than the bound in "
-        "percentage points, or the step time grew by more than the bound in percent), and with "
-        "--block-likely when the estimate is beyond it and the change is real (likely "
-        "regressed); exit 0 with a warning when the runs cannot tell (too few steps, too much "
-        "spread) or are not comparable (other GPU, hardware class or torch version).",
-    )
-    p.add_argument("--block-likely", action="store_true", help="fail on a likely regression "
-                   "too (the estimate beyond the bound, the change real)")  # fmt: skip
-    p.add_argument("base", metavar="BASE", help="utilization.json of the baseline (or its folder)")
-    p.add_argument("head", metavar="HEAD", help="utilization.json of the change (or its directory)")
-    p.add_argument("--max-regression", type=float, default=5.0, metavar="BOUND", help="both "
-                   "bounds: points of utilization, percent of step time (default: 5)")  # fmt: skip
-    for name, unit in (
-        ("utilization-drop", "percentage points"),
-        ("step-time-regression", "percent"),
-    ):
-        p.add_argument(
-            f"--max-{name}", type=float, metavar="BOUND", help=f"this bound alone ({unit})"
-        )
-    _common.add_json(p, "the comparison")
-    p.add_argument("--markdown", metavar="FILE", help="write the comparison as Markdown to FILE")
-    return p
+class CompareProfilesVerb(Verb):
+    """Compare two UTILIZATION reports written by dlci analyze (alias: dlci diff; to compare
+    two memorization runs, use dlci compare-runs). BASE is the main branch or last night, HEAD
+    this change. Every profiled step of both runs is a sample: the change is the
+    Hodges-Lehmann shift with its 95% interval. Exit 1 when the whole interval is beyond a
+    bound (GPU utilization dropped by more than the bound in percentage points, or the step
+    time grew by more than the bound in percent), and with --block-likely when the estimate
+    is beyond it and the change is real (likely regressed); exit 0 with a warning when the
+    runs cannot tell (too few steps, too much spread) or are not comparable (other GPU,
+    hardware class or torch version)."""
 
-
-def main(argv: Sequence[str]) -> int:
-    args = _parser().parse_args(list(argv))
-    bounds = [args.max_regression, args.max_utilization_drop, args.max_step_time_regression]
-    for value in bounds:
-        if value is not None and not value >= 0:
-            raise DlciError(
-                f"a bound must be 0 or more, got {value:g}", hint="for 5% write --max-regression 5"
+    def add_options(self, p: ArgumentParser) -> None:
+        p.add_argument("--block-likely", action="store_true", help="fail on a likely "
+                       "regression too (the estimate beyond the bound, the change "
+                       "real)")  # fmt: skip
+        p.add_argument("base", metavar="BASE", help="utilization.json of the baseline (or its "
+                       "folder)")  # fmt: skip
+        p.add_argument("head", metavar="HEAD", help="utilization.json of the change (or its "
+                       "directory)")  # fmt: skip
+        p.add_argument("--max-regression", type=float, default=5.0, metavar="BOUND",
+                       help="both bounds: points of utilization, percent of step time "
+                       "(default: 5)")  # fmt: skip
+        for name, unit in (
+            ("utilization-drop", "percentage points"),
+            ("step-time-regression", "percent"),
+        ):
+            p.add_argument(
+                f"--max-{name}", type=float, metavar="BOUND", help=f"this bound alone ({unit})"
             )
-
-    from dlci.compare import diff
-
-    result = diff.compare(
-        load_report(args.base),
-        load_report(args.head),
-        args.max_regression,
-        max_utilization_drop=args.max_utilization_drop,
-        max_step_time_regression=args.max_step_time_regression,
-        block_likely=args.block_likely,
-    )
-    if not result["compared"]:
-        raise DlciError(
-            "nothing to compare: neither GPU utilization nor step time is in both reports",
-            hint="compare reports of traces with ProfilerStep markers (dlci profile writes them)",
+        _common.add_json(p, "the comparison")
+        p.add_argument(
+            "--markdown", metavar="FILE", help="write the comparison as Markdown to FILE"
         )
-    _write(result, args)
-    if result["not_comparable"] or result["verdict"] in (
-        "inconclusive", "not comparable", "likely regressed",
-    ):  # fmt: skip
-        from dlci.report.console import print_warning
 
-        why = "not comparable" if result["not_comparable"] else result["verdict"]
-        print_warning(f"nothing was gated: the runs are {why} (see the notes; --block-likely "
-                      "fails a likely regression)" if why == "likely regressed" else
-                      f"nothing was gated: the runs are {why} (see the notes)")  # fmt: skip
-    return 0 if result["passed"] else 1
+    def run(self, args: argparse.Namespace) -> int:
+        for value in (
+            args.max_regression,
+            args.max_utilization_drop,
+            args.max_step_time_regression,
+        ):
+            if value is not None and not value >= 0:
+                raise DlciError(f"a bound must be 0 or more, got {value:g}",
+                                hint="for 5% write --max-regression 5")  # fmt: skip
+        result = diff.compare(
+            load_report(args.base),
+            load_report(args.head),
+            args.max_regression,
+            max_utilization_drop=args.max_utilization_drop,
+            max_step_time_regression=args.max_step_time_regression,
+            block_likely=args.block_likely,
+        )
+        if not result["compared"]:
+            raise DlciError(
+                "nothing to compare: neither GPU utilization nor step time is in both reports",
+                hint="compare reports of traces with ProfilerStep markers (dlci profile writes "
+                "them)",
+            )
+        _write(result, args)
+        if result["not_comparable"] or result["verdict"] in (
+            "inconclusive", "not comparable", "likely regressed",
+        ):  # fmt: skip
+            why = "not comparable" if result["not_comparable"] else result["verdict"]
+            print_warning(f"nothing was gated: the runs are {why} (see the notes; --block-likely "
+                          "fails a likely regression)" if why == "likely regressed" else
+                          f"nothing was gated: the runs are {why} (see the notes)")  # fmt: skip
+        return 0 if result["passed"] else 1
 
 
 def _write(result: dict[str, Any], args: argparse.Namespace) -> None:
     """The table on the terminal, and each file asked for, named once written."""
-    from dlci.fsutil import atomic_write_text
-    from dlci.report import diff_render
-    from dlci.report.text import clean
-
     names = {"base": args.base, "head": args.head}
     if args.json:
         _common.emit_json(result, args.json)
@@ -104,13 +106,13 @@ def _write(result: dict[str, Any], args: argparse.Namespace) -> None:
 
 def load_report(location: str) -> dict[str, Any]:
     """Read a utilization report, or the one inside a directory."""
-    from dlci.compare.diff import check_report
-    from dlci.report.utilization import REPORT_NAME
-
     return _common.load_report(
         location,
         kind="utilization",
         name=REPORT_NAME,
         writer="dlci analyze --json",
-        check=check_report,
+        check=diff.check_report,
     )
+
+
+main = CompareProfilesVerb(VERB).main

@@ -9,7 +9,9 @@ from pathlib import Path
 from dlci.commands import _common
 from dlci.commands._common import ArgumentParser
 from dlci.commands.base import Verb
+from dlci.config import keys, render, trust
 from dlci.errors import DlciError
+from dlci.report.console import print_error
 
 
 class ConfigVerb(Verb):
@@ -34,10 +36,6 @@ class ConfigVerb(Verb):
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        # off `dlci config --help`: the configuration (msgspec, yaml) loads when the verb runs
-        from dlci.config import keys, render, trust
-        from dlci.report.console import print_error  # msgspec too: off --help
-
         if args.schema:
             sys.stdout.write(keys.render_schema())
             return 0

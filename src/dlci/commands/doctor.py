@@ -2,68 +2,69 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from rich.console import Console
+from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as Bar
+
 from dlci.checks import CHECK_IDS, select
 from dlci.checks.base import CheckResult
+from dlci.checks.doctor import DoctorRequest, run_doctor
 from dlci.commands import _common
+from dlci.commands._common import ArgumentParser
+from dlci.commands.base import Verb
+from dlci.config import resolve
+from dlci.report import doctor as report
 from dlci.report.text import clean
 from dlci.script.command import split_command
 from dlci.script.run import doctor_script
 
 
-def main(argv: Sequence[str]) -> int:
-    p = _common.parser(
-        "doctor",
-        "Run the debugging ladder on the target: cheap checks first, each ruling out a class "
-        "of silent deep-learning bug. Exit 1 when any check fails. After --: your script.",
-    )
-    _common.add_target(p)
-    _common.add_tier_options(p)
-    _common.add_json(p, "the report (default: OUT/doctor.json)")
-    p.add_argument("--markdown", metavar="FILE", help="also write the report as Markdown")
-    p.add_argument("--out", default="dlci-artifacts", metavar="DIR", help="directory for "
-                   "doctor.json, figures/ and report.html (default: dlci-artifacts)")  # fmt: skip
-    p.add_argument("--only", metavar="IDS", help="comma-separated check IDs to run, in ladder "
-                   "order: " + ", ".join(CHECK_IDS))  # fmt: skip
-    p.add_argument("--stop-on-fail", action="store_true", help="skip the rest after a failure")
-    p.add_argument("--seed", type=int, default=0, help="seed for every generator (default: 0)")
-    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: the GPU if any)")
-    _common.add_detection(p)
-    argv, script = split_command(argv)  # script mode: docs/script-mode.md
-    args = p.parse_args(argv)
+class DoctorVerb(Verb):
+    """Run the debugging ladder on the target: cheap checks first, each ruling out a class of
+    silent deep-learning bug. Exit 1 when any check fails. After --: your script."""
 
-    from dlci.checks.doctor import DoctorRequest, run_doctor
-    from dlci.config import resolve
-    from dlci.report import doctor as report
+    def parse(self, argv: Sequence[str]) -> argparse.Namespace:
+        argv, script = split_command(argv)  # script mode: docs/script-mode.md
+        return argparse.Namespace(**vars(super().parse(argv)), script=script)
 
-    # the project's waivers and thresholds: [tool.dlci] (or dlci.toml), or under the action
-    # the job plan's snapshot of them (--plan: from the base commit on a pull request)
-    policy = resolve(cli={"target": args.target, "ladder": args.ladder}, plan=args.plan).policy
-    request = DoctorRequest(
-        target=args.target,
-        tier=_common.tier_request(args),
-        only=args.only,
-        stop_on_fail=args.stop_on_fail,
-        seed=args.seed,
-        device=args.device,
-        out=args.out,
-        json=args.json,
-        markdown=args.markdown,
-        policy=policy,
-    )
-    with _common.stdout_for_the_report(args.json), Progress(len(select(args.only))) as progress:
-        outcome = doctor_script(request, script) if script else run_doctor(request, progress)
-    if outcome.json_path == "-":
-        _common.emit_json(outcome.report, "-")
-    else:
-        report.print_table(outcome.report)
-        print(f"report {clean(outcome.json_path)}")
-        if outcome.html is not None:
-            print(f"html   {clean(outcome.html)}")
-    return outcome.exit_code
+    def add_options(self, p: ArgumentParser) -> None:
+        _common.add_target(p)
+        _common.add_tier_options(p)
+        _common.add_json(p, "the report (default: OUT/doctor.json)")
+        add = p.add_argument
+        add("--markdown", metavar="FILE", help="also write the report as Markdown")
+        add("--out", default="dlci-artifacts", metavar="DIR", help="directory for "
+            "doctor.json, figures/ and report.html (default: dlci-artifacts)")  # fmt: skip
+        add("--only", metavar="IDS", help="comma-separated check IDs to run, in ladder "
+            "order: " + ", ".join(CHECK_IDS))  # fmt: skip
+        add("--stop-on-fail", action="store_true", help="skip the rest after a failure")
+        add("--seed", type=int, default=0, help="seed for every generator (default: 0)")
+        add("--device", default=None, help="cpu, cuda or cuda:N (default: the GPU if any)")
+        _common.add_detection(p)
+
+    def run(self, args: argparse.Namespace) -> int:
+        # the waivers and thresholds: [tool.dlci] or dlci.toml; under the action the plan's
+        config = resolve(cli={"target": args.target, "ladder": args.ladder}, plan=args.plan)
+        request = DoctorRequest(
+            target=args.target, tier=_common.tier_request(args), only=args.only,
+            stop_on_fail=args.stop_on_fail, seed=args.seed, device=args.device, out=args.out,
+            json=args.json, markdown=args.markdown, policy=config.policy,
+        )  # fmt: skip
+        with _common.stdout_for_the_report(args.json), Progress(len(select(args.only))) as p:
+            outcome = doctor_script(request, args.script) if args.script else run_doctor(request, p)
+        if outcome.json_path == "-":
+            _common.emit_json(outcome.report, "-")
+        else:
+            report.print_table(outcome.report)
+            print(f"report {clean(outcome.json_path)}")
+            if outcome.html is not None:
+                print(f"html   {clean(outcome.html)}")
+        return outcome.exit_code
 
 
 class Progress:
@@ -83,10 +84,6 @@ class Progress:
 
     def __enter__(self) -> Progress:
         if self.stream.isatty():
-            from rich.console import Console
-            from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
-            from rich.progress import Progress as Bar
-
             self._bar = Bar(
                 TextColumn("doctor", markup=False),
                 BarColumn(),
@@ -118,3 +115,6 @@ class Progress:
         if kind is not None:  # no table follows: what ran stays on the screen
             for line in self.lines:
                 print(line, file=self.stream, flush=True)
+
+
+main = DoctorVerb("doctor").main

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 from dlci.commands import _common
 from dlci.commands._common import ArgumentParser
 from dlci.commands.base import Verb
+from dlci.ladder.classes import detect_class, hardware_report
+from dlci.report.console import print_warning, table_console
 from dlci.report.github import write_outputs
 from dlci.report.text import clean
 
@@ -27,10 +29,6 @@ class HardwareVerb(Verb):
 
     def run(self, args: argparse.Namespace) -> int:
         options = _common.detection_options(args)
-        # off `dlci hardware --help`: the ladder (msgspec, yaml) loads when the verb runs
-        from dlci.ladder.classes import detect_class, hardware_report
-        from dlci.report.console import print_warning  # msgspec too: off --help
-
         info, match = detect_class(args.ladder, **options)
         for warning in match.warnings:
             print_warning(warning)
@@ -55,8 +53,6 @@ class HardwareVerb(Verb):
 def _print(info: HardwareInfo, match: ClassMatch) -> None:
     """Plain lines, and a table of the GPUs; each probe's answer is printed once."""
     from rich.table import Table  # rich: for the table only, off `dlci hardware --json`
-
-    from dlci.report.console import table_console  # msgspec: off --help, as in run
 
     print(f"hardware class: {match.name} ({clean(match.reason)})")
     if info.gpus:

@@ -25,9 +25,7 @@ class MemorizeVerb(Verb):
 
     def parse(self, argv: Sequence[str]) -> argparse.Namespace:
         argv, script = split_command(worker_argv(argv))  # torchrun: the launcher's command line
-        args = super().parse(argv)
-        args.script, args.argv = script, tuple(argv)
-        return args
+        return argparse.Namespace(**vars(super().parse(argv)), script=script, argv=tuple(argv))
 
     def add_options(self, p: ArgumentParser) -> None:
         _common.add_target(p)

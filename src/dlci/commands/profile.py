@@ -30,10 +30,8 @@ class ProfileVerb(Verb):
     OUT/report.html shows it all. After --: a script (docs/script-mode.md)."""
 
     def parse(self, argv: Sequence[str]) -> argparse.Namespace:
-        argv, script = split_command(argv)
-        args = super().parse(argv)
-        args.script = script
-        return args
+        argv, script = split_command(argv)  # script mode: docs/script-mode.md
+        return argparse.Namespace(**vars(super().parse(argv)), script=script)
 
     def add_options(self, p: ArgumentParser) -> None:
         _common.add_target(p)

@@ -12,9 +12,9 @@ import os
 import sys
 from pathlib import Path
 
+from dlci.commands import _common
 from dlci.commands._common import ArgumentParser
 from dlci.commands.base import Verb
-from dlci.errors import DlciError
 from dlci.report.github import annotation, in_github_actions, write_outputs
 from dlci.report.text import clean
 
@@ -59,13 +59,7 @@ class SummaryVerb(Verb):
             host_record=Path(args.host_record) if args.host_record else None,
         )
         if args.markdown:
-            try:
-                with open(args.markdown, "a", encoding="utf-8") as handle:
-                    handle.write(summary.markdown + "\n")
-            except OSError as exc:
-                raise DlciError(
-                    f"{args.markdown}: cannot append the summary ({exc.strerror})"
-                ) from None
+            _common.append_to(args.markdown, summary.markdown, what=" the summary")
         else:
             print(summary.markdown)
         write_outputs(summary.outputs)

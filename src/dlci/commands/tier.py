@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from dlci import jsonio
 from dlci.commands import _common
 from dlci.commands._common import ArgumentParser
 from dlci.commands.base import Verb
 from dlci.errors import DlciError
+from dlci.ladder.load import load_ladder
+from dlci.report.console import print_error, print_warning, table_console
 from dlci.report.github import write_outputs
 from dlci.report.text import clean
 
@@ -32,10 +35,6 @@ class TierVerb(Verb):
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        # off `dlci tier --help`: msgspec (the ladder's and the report's) loads when it runs
-        from dlci import jsonio
-        from dlci.report.console import print_warning
-
         if args.validate:
             return _validate(args.validate)
         tier = _common.tier_request(args).choose()
@@ -69,10 +68,6 @@ class TierVerb(Verb):
 
 def _validate(files: list[str]) -> int:
     """Load each ladder file; print every error, not just the first file's."""
-    # the ladder (msgspec, yaml) and report.console: off `dlci tier --help`
-    from dlci.ladder.load import load_ladder
-    from dlci.report.console import print_error
-
     failed = 0
     for file in files:
         try:
@@ -91,8 +86,6 @@ def _validate(files: list[str]) -> int:
 def _print(tier: Tier) -> None:
     """The tier as a table, then each reason once, on its own unwrapped line."""
     from rich.table import Table  # rich: for the table only, off `dlci tier --json`
-
-    from dlci.report.console import table_console  # msgspec: off --help, as in run
 
     table = Table(title=f"tier {tier.budget} / {tier.hardware_class}", show_header=False)
     table.add_column("field", style="bold")
