@@ -146,7 +146,6 @@ class ScriptDoctor:
         self._handles: list[Any] = []
         self.watched: set[int] = set()  # the models whose calls are watched
         self.calls: dict[int, tuple[Any, Any]] = {}  # their last call before step 1
-        self.call: tuple[Any, Any] | None = None  # the trained model's, at step 1
         self.model: Any = None
         self.ctx: ScriptContext | None = None
 
@@ -191,7 +190,6 @@ class ScriptDoctor:
         """Step 1 begins: the weights and the optimizer's state it starts from."""
         roots = find_model(optimizer)
         self.model = roots[0] if len(roots) == 1 else _several(roots)
-        self.call = self.calls.get(id(self.model))  # the model's call at step 1
         self.start = (copy.deepcopy(self.model.state_dict()), copy.deepcopy(optimizer.state_dict()))
 
     def _stepped(self, optimizer: Any, _args: Any, _kwargs: Any) -> None:
@@ -240,6 +238,13 @@ class ScriptDoctor:
         assert self.start is not None
         optimizer.load_state_dict(copy.deepcopy(self.start[1]))
         return optimizer
+
+    @property
+    def call(self) -> tuple[Any, Any] | None:
+        """The model's last call before the first backward(): step 1's (read once step 1 is
+        done: a step that runs its forward in a closure inside optimizer.step, as Lightning's
+        does, calls the model after the step began)."""
+        return self.calls.get(id(self.model))
 
     def model_call(self) -> tuple[Any, Any]:
         if self.call is None:

@@ -437,8 +437,13 @@ def _live_objects() -> list[Any]:
 
 
 def _is_torch_object(obj: Any) -> bool:
+    """A module, optimizer or scheduler itself: not a weakref.proxy to one (Lightning's
+    trainer holds its LightningModule by one; a proxy passes isinstance as its referent
+    does, and would stand for the model under another id)."""
     import torch
 
+    if isinstance(obj, weakref.ProxyTypes):
+        return False
     kinds = (torch.nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
     return isinstance(obj, (*kinds, torch.optim.lr_scheduler.ReduceLROnPlateau))
 
