@@ -666,6 +666,45 @@ def test_torchrun_is_refused_before_anything_runs(work: Path) -> None:
     assert not (work / "torchrun" / "memorization.json").exists()
 
 
+EVAL_FAILS = """
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(8, 4)
+
+    def forward(self, x):
+        if not self.training:
+            raise RuntimeError("this model has no eval mode")
+        return self.layer(x)
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 4, (32,))), batch_size=16)
+for epoch in range(50):
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+"""
+
+
+def test_a_doctor_that_cannot_start_on_the_scripts_objects_says_why(work: Path) -> None:
+    """The model's own forward fails in eval mode, where the doctor first calls it (the
+    class count): a located error with its reason, no report of checks that never ran."""
+    script = work / "eval_fails.py"
+    script.write_text(EVAL_FAILS)
+    found = _in_process(work, work / "unused", ["python", str(script)], work, doctor=True)
+    assert found["error"] == (
+        "the doctor could not start on the script's model and batch: RuntimeError: this "
+        "model has no eval mode"
+    )
+    assert found["where"] == str(script) and "docs/target.md" in found["hint"]
+
+
 def test_the_doctor_refuses_a_target_with_a_script(
     work: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -314,6 +314,14 @@ class ScriptDoctor:
         for exc in self.crashes:
             if not isinstance(exc, Exception):
                 raise exc
+        if self.ctx is None or (self.crashes and not self.results):  # no check could run
+            first = self.crashes[0] if self.crashes else None
+            return {
+                "error": "the doctor could not start on the script's model and batch: "
+                f"{type(first).__name__}: {first}",
+                "where": plan["script"],
+                "hint": TARGET_DOC,
+            }
         by_id = {r.id: r for r in self.results}
         results = []
         for check in select(plan["only"]):
