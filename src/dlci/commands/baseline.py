@@ -17,8 +17,6 @@ from dlci.commands import _common
 from dlci.commands._common import ArgumentParser
 from dlci.commands.base import Verb
 from dlci.errors import DlciError
-from dlci.report.console import print_warning
-from dlci.report.github import annotation, in_github_actions, write_outputs
 from dlci.report.text import clean
 
 
@@ -83,6 +81,8 @@ class BaselineVerb(Verb):
             return 0
         # numpy: off `dlci baseline --help` and the action's default, a baseline of none
         from dlci.action.github.baseline import against_baseline
+        from dlci.report.console import print_warning  # msgspec: as above
+        from dlci.report.github import annotation, in_github_actions, write_outputs  # as above
 
         outcome = against_baseline(
             artifacts=Path(args.artifacts),

@@ -15,7 +15,6 @@ from pathlib import Path
 from dlci.commands import _common
 from dlci.commands._common import ArgumentParser
 from dlci.commands.base import Verb
-from dlci.report.github import annotation, in_github_actions, write_outputs
 from dlci.report.text import clean
 
 
@@ -51,6 +50,7 @@ class SummaryVerb(Verb):
     def run(self, args: argparse.Namespace) -> int:
         # off `dlci summary --help`: the reports' readers (msgspec) load when the verb runs
         from dlci.action.host.summary import summarize
+        from dlci.report.github import annotation, in_github_actions, write_outputs  # as above
 
         summary = summarize(
             Path(args.artifacts),
