@@ -3,7 +3,9 @@
     python benchmarks/code_shape.py [--json] [ROOT]
 
 Prints the largest modules, every function over 60 lines (and whether it carries a
-``# long:`` comment saying why), the median function length, and the number of modules.
+``# long:`` comment saying why), the median function length, the number of modules, and the
+package's own imports inside functions (each must say why, on its line or the line above:
+what it keeps off the host side, out of the pytest plugin, or which cycle it breaks).
 A report, not a rule: scripts/test.sh prints it at the end of every run, and a module that
 does one job may be long (tests/test_house.py guards the imports instead).
 """
@@ -50,6 +52,33 @@ def functions(path: Path, root: Path) -> list[Function]:
     return found
 
 
+@dataclass(frozen=True)
+class InnerImport:
+    path: str
+    line: int
+    module: str
+    explained: bool
+
+
+def inner_imports(path: Path, root: Path) -> list[InnerImport]:
+    """The package's own imports inside a function (relative ones too), each with whether a
+    comment on its line or the line above says why it is not at the top."""
+    package = path.relative_to(root).parts[0]
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found: dict[int, InnerImport] = {}
+    for node in ast.walk(ast.parse("\n".join(lines))):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for sub in ast.walk(node):
+            name = (sub.module or "") if isinstance(sub, ast.ImportFrom) else ""
+            if isinstance(sub, ast.ImportFrom) and (sub.level or name.split(".")[0] == package):
+                above = lines[sub.lineno - 2].strip() if sub.lineno > 1 else ""
+                said = "#" in lines[sub.lineno - 1] or above.startswith("#")
+                relative = str(path.relative_to(root))
+                found[sub.lineno] = InnerImport(relative, sub.lineno, name, said)
+    return [found[line] for line in sorted(found)]
+
+
 def shape(root: Path) -> dict[str, Any]:
     """Module sizes and function lengths under ``root``."""
     modules = {
@@ -58,6 +87,7 @@ def shape(root: Path) -> dict[str, Any]:
     }
     funcs = [f for p in sorted(root.rglob("*.py")) for f in functions(p, root)]
     long = sorted((f for f in funcs if f.length > FUNCTION_LIMIT), key=lambda f: -f.length)
+    inner = [i for p in sorted(root.rglob("*.py")) for i in inner_imports(p, root)]
     return {
         "modules": len(modules),
         "largest_modules": sorted(modules.items(), key=lambda kv: -kv[1])[:8],
@@ -65,6 +95,8 @@ def shape(root: Path) -> dict[str, Any]:
         "functions": len(funcs),
         "median_function_lines": statistics.median(f.length for f in funcs) if funcs else 0,
         "functions_over_limit": [asdict(f) for f in long],
+        "inner_imports": len(inner),
+        "inner_imports_unexplained": [asdict(i) for i in inner if not i.explained],
     }
 
 
@@ -87,6 +119,10 @@ def main(argv: list[str]) -> int:
     for f in over:
         note = "" if not f["explained"] else "  (says why)"
         print(f"  {f['length']:4d}  {f['path']}:{f['line']} {f['name']}{note}")
+    bare = data["inner_imports_unexplained"]
+    print(f"imports inside functions: {data['inner_imports']}, {len(bare)} without a reason")
+    for i in bare:
+        print(f"  {i['path']}:{i['line']} {i['module']}")
     return 0
 
 

@@ -80,6 +80,26 @@ def test_the_shape_is_a_report(tmp_path: Path) -> None:
     ]
 
 
+def test_every_import_inside_a_function_says_why(tmp_path: Path) -> None:
+    """The package's imports sit at the top; one inside a function says, on its line or the
+    line above, what it keeps off the host side or out of the pytest plugin (the control: a
+    bare one is found, a relative one too, and one with its reason is not)."""
+    data = shape.shape(SRC)
+    assert data["inner_imports_unexplained"] == []
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "m.py").write_text(
+        "def bare():\n    from pkg import a\n    from . import b\n    import json\n\n\n"
+        "def said():\n    # numpy: off the host side\n    from pkg.c import d\n"
+        "    from pkg import e  # as above\n"
+    )
+    control = shape.shape(tmp_path)
+    assert control["inner_imports"] == 4
+    assert [(i["line"], i["module"]) for i in control["inner_imports_unexplained"]] == [
+        (2, "pkg"),
+        (3, ""),
+    ]
+
+
 def _module_name(path: Path, root: Path) -> str:
     parts = path.with_suffix("").relative_to(root.parent).parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
