@@ -18,6 +18,7 @@ for the duration of a step dl-ci gives the module:
 
 from __future__ import annotations
 
+import importlib
 import numbers
 import traceback
 from collections.abc import Iterator, Mapping
@@ -66,8 +67,6 @@ class Anything:
 
 def stand_in_logger(package: str) -> Any:
     """A Fabric logger that records nothing, with an ``experiment`` that takes any call."""
-    import importlib
-
     loggers = importlib.import_module(f"{package}.loggers")
 
     class DlciLogger(loggers.Logger):  # type: ignore[misc, name-defined]

@@ -11,6 +11,7 @@ LightningModule without a Trainer. docs/target.md says what is reused and what i
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -96,8 +97,6 @@ def from_lightning(
 def _forward_of_pairs(module: Any) -> Any:
     """An eval_step that calls ``forward(inputs, targets)`` for a module whose forward takes
     two positional arguments without defaults; None for any other (one input is the rule)."""
-    import inspect
-
     try:
         parameters = list(inspect.signature(module.forward).parameters.values())
     except (TypeError, ValueError):
