@@ -8,6 +8,7 @@ path of the gate reads a synthetic trace with CUDA memory events (no GPU on CI).
 from __future__ import annotations
 
 import contextlib
+import gc
 import gzip
 import json
 import time
@@ -145,18 +146,20 @@ def _peak_with(meter: meters.PeakMeter, nbytes: int) -> int:
 
 
 def test_the_cpu_peak_sees_a_step_that_allocates_and_frees(tmp_path: Path) -> None:
-    meter = meters.PeakMeter(torch.device("cpu"))
-    assert meter.method == meters.METHOD_HWM  # this kernel lets the peak be reset
-    assert _peak_with(meter, 64 * MIB) >= 60 * MIB  # freed before stop(): only a peak shows it
-    assert _peak_with(meter, 0) < 32 * MIB  # control: the reset forgets the last peak
+    with meters.PeakMeter(torch.device("cpu")) as meter:
+        assert meter.method == meters.METHOD_HWM  # this kernel lets the peak be reset
+        assert _peak_with(meter, 64 * MIB) >= 60 * MIB  # freed before stop(): only a peak shows
+        assert _peak_with(meter, 0) < 32 * MIB  # control: the reset forgets the last peak
+        assert gc.get_freeze_count() > 0  # start() froze what survived: steps rescan no heap
+    assert gc.get_freeze_count() == 0  # and close() gave it back to the collector
 
 
 def test_the_cpu_peak_falls_back_to_sampling(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(meters, "_CLEAR_REFS", Path("/nonexistent/clear_refs"))
-    meter = meters.PeakMeter(torch.device("cpu"))
-    assert meter.method == meters.METHOD_SAMPLED
-    assert _peak_with(meter, 64 * MIB) >= 60 * MIB
-    assert _peak_with(meter, 0) < 32 * MIB  # control: a new sampler starts from the RSS
+    with meters.PeakMeter(torch.device("cpu")) as meter:
+        assert meter.method == meters.METHOD_SAMPLED
+        assert _peak_with(meter, 64 * MIB) >= 60 * MIB
+        assert _peak_with(meter, 0) < 32 * MIB  # control: a new sampler starts from the RSS
 
 
 def test_the_cpu_total_is_the_memory_the_process_may_use(

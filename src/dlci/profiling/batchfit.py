@@ -226,11 +226,12 @@ def estimate(target: Any, *, device: str | None, seed: int) -> dict[str, Any]:
     size = batch_size_of_loader(target.train_loader)
     meter = PeakMeter(trainer.device)
     points = []
-    for n in sorted((size, second_size(size, cuda=cuda))):  # smaller first: a grown heap stays
-        if not cuda and n > size:
-            points.append(_wide_cpu_point(trainer, target.train_loader, size, meter))
-        else:
-            points.append(_point(n, measure(trainer, target.train_loader, n, meter)))
+    with meter:
+        for n in sorted((size, second_size(size, cuda=cuda))):  # smaller first: a grown heap
+            if not cuda and n > size:
+                points.append(_wide_cpu_point(trainer, target.train_loader, size, meter))
+            else:
+                points.append(_point(n, measure(trainer, target.train_loader, n, meter)))
     total, total_source = device_total(trainer.device)
     result = fit(points[0], points[1], total, resolution=0 if cuda else CPU_RESOLUTION)
     sizes = " and ".join(str(p["batch_size"]) for p in points)

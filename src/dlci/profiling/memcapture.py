@@ -48,7 +48,8 @@ def memory_pass(
         if schedule.phase_of(step) == "record":
             per_step.append(_step_figures(len(per_step), *session.peaks))
 
-    trace = session.run(on_step=on_step, meter=meter, no_trace_hint="run with --no-memory")
+    with meter:
+        trace = session.run(on_step=on_step, meter=meter, no_trace_hint="run with --no-memory")
     log = session.log
     total, total_source = device_total(session.device)
     reserved_peaks = [s["peak_reserved_bytes"] for s in per_step if s["peak_reserved_bytes"]]
