@@ -236,45 +236,6 @@ def test_uses_dot_on_the_digits_example(
     print(f"uses: ./ PR-tier job on the digits example: {run.seconds:.1f} s")
 
 
-def test_a_failing_memorization_turns_the_job_red(
-    tmp_path: Path, kit_image: str, act_bin: Path, no_job_containers
-) -> None:
-    """`uses: org/dl-ci@v1`, resolved to this tree with act's --local-repository."""
-    kit = kit_copy(tmp_path / "kit")
-    repo = user_repo(
-        tmp_path,
-        kit,
-        job(
-            f"""
-- uses: actions/checkout@v4
-- id: dlci
-  uses: org/dl-ci@v1
-  with:
-    budget: pr
-    working-directory: project
-    target: digits_example.broken:make_tiny_lr_target
-    image: {kit_image}
-    doctor: "false"
-    profile: "false"
-    doctest: "false"
-    tests: tests/test_digits.py
-    pytest-args: -k "not memoriz and not doctor"
-    upload-artifacts: "false"
-"""
-        ),
-    )
-    run = act(act_bin, tmp_path, repo, kit=kit)
-    assert run.returncode != 0
-    assert run.job_result() == "failure", run.explain()
-    out = run.outputs("dlci")
-    assert out["memorization-passed"] == "false"
-    assert out["verdict"] == "fail"
-    summary = "".join(run.summaries())
-    assert "## ❌ dl-ci: FAILED" in summary
-    assert "- step memorize failed" in summary
-    assert "::error" in run.log and "memorization" in run.log
-
-
 def test_a_fork_pull_request_is_refused(
     tmp_path: Path, kit_image: str, act_bin: Path, no_job_containers
 ) -> None:
