@@ -3,7 +3,8 @@
     python benchmarks/code_shape.py [--json] [ROOT]
 
 Prints the largest modules, every function over 60 lines (and whether it carries a
-``# long:`` comment saying why), the median function length, the number of modules, and the
+``# long:`` comment saying why), the median function length, the number of modules and of
+lines, the untyped edges (``dict[str, Any]``, ``.get("...")`` reads), and the
 package's own imports inside functions (each must say why, on its line or the line above:
 what it keeps off the host side, out of the pytest plugin, or which cycle it breaks).
 A report, not a rule: scripts/test.sh prints it at the end of every run, and a module that
@@ -88,6 +89,7 @@ def shape(root: Path) -> dict[str, Any]:
     funcs = [f for p in sorted(root.rglob("*.py")) for f in functions(p, root)]
     long = sorted((f for f in funcs if f.length > FUNCTION_LIMIT), key=lambda f: -f.length)
     inner = [i for p in sorted(root.rglob("*.py")) for i in inner_imports(p, root)]
+    texts = [p.read_text(encoding="utf-8") for p in sorted(root.rglob("*.py"))]
     return {
         "modules": len(modules),
         "largest_modules": sorted(modules.items(), key=lambda kv: -kv[1])[:8],
@@ -95,6 +97,10 @@ def shape(root: Path) -> dict[str, Any]:
         "functions": len(funcs),
         "median_function_lines": statistics.median(f.length for f in funcs) if funcs else 0,
         "functions_over_limit": [asdict(f) for f in long],
+        "lines": sum(modules.values()),
+        # the untyped edges issue 45 counts: dicts of anything, and fields read by name
+        "dict_str_any": sum(t.count("dict[str, Any]") for t in texts),
+        "get_reads": sum(t.count('.get("') for t in texts),
         "inner_imports": len(inner),
         "inner_imports_unexplained": [asdict(i) for i in inner if not i.explained],
     }
@@ -110,8 +116,9 @@ def main(argv: list[str]) -> int:
         return 0
     print(
         f"modules: {data['modules']}, functions: {data['functions']}, "
-        f"median function: {data['median_function_lines']} lines"
+        f"median function: {data['median_function_lines']} lines, lines: {data['lines']}"
     )
+    print(f'dict[str, Any]: {data["dict_str_any"]}, .get("...") reads: {data["get_reads"]}')
     for name, size in data["largest_modules"]:
         print(f"  {size:5d}  {name}")
     over = data["functions_over_limit"]
