@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -334,3 +336,35 @@ def test_the_run_records_where_the_images_torch_came_from(tmp_path: Path) -> Non
     assert image_torch(str(tmp_path / "missing.json")) is None  # outside dl-ci's image
     os.mkfifo(tmp_path / "fifo")
     assert image_torch(str(tmp_path / "fifo")) is None  # never blocks on what it reads
+
+
+def test_the_plan_reaches_the_tests_where_the_project_turns_plugin_autoloading_off(
+    project: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """``dlci run`` loads the plugin by name (``-p dlci``) with ``--dlci-plan``: a project
+    that sets PYTEST_DISABLE_PLUGIN_AUTOLOAD still gets the plan's tier in ``dlci_tier``, and
+    one that turns the plugin off (``-p no:dlci``) gets no option it cannot parse."""
+    tier = {"budget": "pr", "hardware_class": "cpu", "max_epochs": 7, "max_loss": 0.5,
+            "time_cap_minutes": 1, "profile_steps": 2, "nproc": 1, "batch_size": 16,
+            "ladder": "test", "ladder_version": 1, "ladder_revision": "t", "row": "budgets.pr.cpu",
+            }  # fmt: skip
+    plan = tmp_path / "preflight.json"
+    plan.write_text(
+        json.dumps({"kind": "preflight", "passed": True, "plan_version": 1, "tier": tier})
+    )
+    (project / "tests" / "test_tier.py").write_text(
+        "def test_tier(dlci_tier):\n    assert dlci_tier.max_epochs == 7\n"
+    )
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    out = project / "dlci-artifacts"
+    assert main([*NO_GATES, "--out", str(out), "--plan", str(plan)]) == 0
+    assert step_of_tests(out)["status"] == "passed"
+    (project / "tests" / "test_tier.py").unlink()
+    argv = [*NO_GATES, "--out", str(out), "--plan", str(plan), "--pytest-args", "-p no:dlci"]
+    assert main(argv) == 0
+    # control: the option alone, with autoloading off, is a usage error (pytest's exit 4)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--dlci-plan={plan}", "tests"],
+        capture_output=True, text=True, cwd=project,
+    )  # fmt: skip
+    assert done.returncode == 4, done.stdout + done.stderr

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import os
 import shlex
 import signal
@@ -159,16 +160,34 @@ def pytest_command(options: JobOptions) -> list[str]:
     out = options.out
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
     cmd.append(f"--junitxml={out / 'junit.xml'}")
-    if options.plan:  # the dlci_tier fixture and assert_memorizes() take the host's tier
-        cmd.append(f"--dlci-plan={options.plan}")
+    extra = shlex.split(options.pytest_args) if options.pytest_args else []
+    if options.plan and not blocks_the_plugin(extra):
+        # the dlci_tier fixture and assert_memorizes() take the host's tier. "-p dlci" loads
+        # the plugin by its entry point's name, so the option exists also where the project
+        # turns autoloading off (PYTEST_DISABLE_PLUGIN_AUTOLOAD); where it is loaded already,
+        # pytest skips it.
+        cmd += ["-p", "dlci", f"--dlci-plan={options.plan}"]
     if options.doctest:  # the project's own packages (dlci.action.job.doctests)
         cmd += pytest_arguments(Path("."))
-    extra = shlex.split(options.pytest_args) if options.pytest_args else []
     if options.coverage and not any(a.startswith("--cov") for a in extra):
         cmd += ["--cov=.", f"--cov-report=xml:{out / 'coverage.xml'}", "--cov-report=term"]
     cmd += extra
     cmd += shlex.split(options.tests) if options.tests else []
     return cmd
+
+
+def blocks_the_plugin(args: list[str]) -> bool:
+    """Whether the project's pytest arguments turn dl-ci's plugin off (``-p no:dlci``): then
+    the tests get no plan, as they asked for no plugin.
+
+    >>> blocks_the_plugin(["-p", "no:dlci"]), blocks_the_plugin(["-pno:dlci"])
+    (True, True)
+    >>> blocks_the_plugin(["-p", "no:randomly", "-k", "no:dlci"])
+    False
+    """
+    given = [b for a, b in itertools.pairwise(args) if a == "-p"]
+    given += [a[2:] for a in args if a.startswith("-p") and len(a) > 2]
+    return "no:dlci" in given
 
 
 def classify(name: str, code: int, stopping: bool, running_test: str) -> dict[str, Any]:
