@@ -24,6 +24,7 @@ from dlci.config.source import CONFIG_LIMIT, DLCI_TOML, PYPROJECT, TomlSource, f
 from dlci.config.validate import Values, read_table
 from dlci.errors import DlciError
 from dlci.policy import Policy
+from dlci.schema import errors_of
 from dlci.trust.basecommit import Unverifiable, open_commit
 
 MERGED = "it takes effect once merged"
@@ -78,7 +79,7 @@ def base_table(commit: str, cwd: Path | None) -> tuple[Values, Policy]:
     try:
         return read_table(source, "" if cwd is None or str(cwd) in ("", ".") else str(cwd))
     except DlciError as exc:
-        raise Unverifiable(f"it does not load: {exc.location}: {exc.message}") from None
+        raise Unverifiable(f"it does not load: {first_problem(exc)}") from None
 
 
 def base_source(commit: str, cwd: Path | None) -> TomlSource | None:
@@ -97,12 +98,24 @@ def base_source(commit: str, cwd: Path | None) -> TomlSource | None:
         try:
             source = from_text(name, text, f"base commit {commit[:12]}:{rel}")
         except DlciError as exc:
-            raise Unverifiable(f"it does not load: {exc.location}: {exc.message}") from None
+            raise Unverifiable(f"it does not load: {first_problem(exc)}") from None
         if source is not None:
             found.append(source)
     if len(found) == 2:
         raise Unverifiable(f"both {found[0].display} and {found[1].display} configure dl-ci")
     return found[0] if found else None
+
+
+def first_problem(exc: DlciError) -> str:
+    """The first located problem of a file that does not load, and how many more it has.
+
+    >>> from dlci.schema import Problems
+    >>> first_problem(Problems([DlciError("a: bad", file="f", line=1), DlciError("b: worse")]))
+    'f:1: a: bad (and 1 more problem)'
+    """
+    more = len(errors_of(exc)) - 1
+    tail = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+    return f"{exc.location}: {exc.message}{tail}"
 
 
 def stricter(policy: Policy, base: Policy) -> Policy:
