@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from dlci.action.host.preflight import trusted_configuration
+from dlci.checks import CHECK_IDS
 from dlci.errors import DlciError
 
 WAIVER = """
@@ -150,7 +151,18 @@ DOCTOR_WAIVED = {
 }  # fmt: skip
 
 
-def doctor_step(tmp_path, monkeypatch, waivers: list[dict], report: dict) -> dict:
+def every_check(report: dict) -> dict:
+    """The report with each check of the doctor's ladder it does not list added as passed:
+    the action's doctor reports them all."""
+    listed = {c["id"] for c in report["checks"]}
+    more = [{"id": c, "status": "pass"} for c in CHECK_IDS if c not in listed]
+    return {**report, "checks": [*report["checks"], *more]}
+
+
+def doctor_step(
+    tmp_path, monkeypatch, waivers: list[dict], report: dict, *, complete: bool = True
+) -> dict:
+    report = every_check(report) if complete else report
     job = job_parts(
         tmp_path, monkeypatch, preflight_with(tmp_path, {}, waivers), "--no-memorize",
         "--no-profile",
@@ -185,6 +197,20 @@ def test_a_waiver_the_trusted_policy_does_not_give_fails_the_doctor_step(
     # control: the same report where the trusted policy gives the waiver passes
     step = doctor_step(tmp_path / "d", monkeypatch, [activations()], DOCTOR_WAIVED)
     assert step["status"] == "passed", step
+
+
+def test_a_doctor_report_without_every_check_fails_the_doctor_step(tmp_path, monkeypatch) -> None:
+    """A doctor run on fewer checks (--only, its command line rewritten by the pull request's
+    code) reports a pass on what it ran; the host counts the ladder's checks."""
+    only = {"verdict": "pass", "checks": [{"id": "zero-grad", "status": "skip"}]}
+    step = doctor_step(tmp_path / "a", monkeypatch, [], only, complete=False)
+    assert step["status"] == "failed"
+    assert step["reason"].startswith(
+        f"doctor.json does not report {len(CHECK_IDS) - 1} of the doctor's {len(CHECK_IDS)} "
+        "checks (optimizer-coverage, initial-loss, "
+    )
+    # control: every check reported, the same verdict passes
+    assert doctor_step(tmp_path / "b", monkeypatch, [], only)["status"] == "passed"
 
 
 def test_an_expired_trusted_waiver_still_applied_fails_the_doctor_step(
@@ -385,6 +411,14 @@ def test_a_profile_gated_more_loosely_than_the_trusted_configuration_fails_the_s
     assert profile_step(tmp_path / "b", monkeypatch, trusted, same)["status"] == "passed"
     strict = {"minimum": 60.0, "max_gpu_memory": 50.0}
     assert profile_step(tmp_path / "c", monkeypatch, trusted, strict)["status"] == "passed"
+    # one bound kept and the other dropped: the dropped one was not gated at all
+    dropped = {"minimum": None, "max_gpu_memory": 80.0}
+    step = profile_step(tmp_path / "d", monkeypatch, trusted, dropped)
+    assert step["status"] == "failed"
+    assert "no min-gpu-util, the trusted configuration's is 40" in step["reason"]
+    dropped = {"minimum": 40.0}
+    step = profile_step(tmp_path / "e", monkeypatch, trusted, dropped)
+    assert "no max-gpu-memory, the trusted configuration's is 80" in step["reason"]
 
 
 # ------------------------------------------------- links to host files (issue 42)

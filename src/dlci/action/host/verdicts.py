@@ -15,6 +15,7 @@ from typing import Any
 
 from dlci import jsonio
 from dlci.action.host.summary import EVIDENCE, evidence
+from dlci.checks import CHECK_IDS
 from dlci.errors import DlciError
 from dlci.fsutil import read_input
 from dlci.policy import Policy, threshold_table
@@ -83,8 +84,8 @@ def judge(
 
 
 def held_to_policy(folder: Path, policy: Policy) -> dict[str, Any]:
-    """The doctor step's record changes when doctor.json claims a waiver the trusted policy
-    does not give (``{}``: none).
+    """The doctor step's record changes when doctor.json leaves out checks of the doctor's
+    ladder, or claims a waiver the trusted policy does not give (``{}``: neither).
 
     A check reported as waived that the policy does not waive in that mode, or a fail turned
     warn without a warn-only waiver, or an expired waiver still applied, or thresholds other
@@ -98,6 +99,9 @@ def held_to_policy(folder: Path, policy: Policy) -> dict[str, Any]:
         return {}  # judge has already named a missing or broken report
     if not isinstance(report, dict):
         return {}
+    missing = _missing_checks(report)
+    if missing:
+        return {"status": "failed", "reason": missing}
     found = list(dict.fromkeys(_false_claims(report, policy)))
     found += _threshold_claims(report, policy)
     if not found:
@@ -122,7 +126,9 @@ def held_to_gates(
     The profile gates with the trusted values (``dlci run`` passes them from the host's
     plan); a report gated at a lower ``min-gpu-util`` or a higher ``max-gpu-memory`` (a profile
     that read the pull request's own file, its code having dropped the --plan argument or the
-    gate's options) fails the step. A missing gate is judge's to name.
+    gate's options) fails the step, and so does a gate without a bound the trusted
+    configuration sets (the other bound kept, this one dropped). A missing gate is judge's
+    to name.
     """
     try:
         report = jsonio.decode(read_input(folder / "utilization.json", what="utilization report"))
@@ -133,11 +139,13 @@ def held_to_gates(
         return {}
     found = []
     used = _number(gate.get("minimum"))
-    if min_gpu_util is not None and used is not None and used < min_gpu_util:
-        found.append(f"min-gpu-util {used:g}, the trusted configuration's is {min_gpu_util:g}")
+    if min_gpu_util is not None and (used is None or used < min_gpu_util):
+        at = "no min-gpu-util" if used is None else f"min-gpu-util {used:g}"
+        found.append(f"{at}, the trusted configuration's is {min_gpu_util:g}")
     used = _number(gate.get("max_gpu_memory"))
-    if max_gpu_memory is not None and used is not None and used > max_gpu_memory:
-        found.append(f"max-gpu-memory {used:g}, the trusted configuration's is {max_gpu_memory:g}")
+    if max_gpu_memory is not None and (used is None or used > max_gpu_memory):
+        at = "no max-gpu-memory" if used is None else f"max-gpu-memory {used:g}"
+        found.append(f"{at}, the trusted configuration's is {max_gpu_memory:g}")
     if not found:
         return {}
     return {"status": "failed", "reason": "utilization.json was gated at " + "; ".join(found)}
@@ -147,6 +155,25 @@ def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if abs(value) < 1e300 else None
+
+
+def _missing_checks(report: dict[str, Any]) -> str:
+    """The checks of the doctor's ladder that doctor.json does not report: the action's doctor
+    runs every one (a check that cannot judge is reported as skipped, with why), so a report
+    without some came from a doctor run on fewer (``--only``, the pull request's code having
+    rewritten its command line)."""
+    checks = report.get("checks")
+    listed = checks[:1000] if isinstance(checks, list) else []
+    seen = {str(c.get("id")) for c in listed if isinstance(c, dict)}
+    missing = [check for check in CHECK_IDS if check not in seen]
+    if not missing:
+        return ""
+    return (
+        f"doctor.json does not report {len(missing)} of the doctor's {len(CHECK_IDS)} checks "
+        f"({', '.join(missing)}): the action's doctor runs every one, and one that cannot judge "
+        "is reported as skipped with why; a report without them came from a doctor run on "
+        "fewer (--only)"
+    )
 
 
 def _false_claims(report: dict[str, Any], policy: Policy) -> Iterator[str]:
@@ -191,7 +218,7 @@ def _threshold_claims(report: dict[str, Any], policy: Policy) -> Iterator[str]:
         }
 
     used, trusted = changed(found), changed(policy.thresholds)
-    for name in sorted(set(used) | set(trusted))[: MAX_CLAIMS + 1]:
+    for name in sorted(set(used) | set(trusted)):  # every one compared; the caller cuts
         if used.get(name) != trusted.get(name):
             yield (
                 f"threshold {name} = {str(used.get(name, 'default'))[:20]}, the trusted "
