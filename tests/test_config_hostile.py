@@ -171,3 +171,22 @@ def test_the_base_ladder_of_a_project_in_a_folder_is_the_working_tree_s_path(bas
     # pull request was told it changed the ladder when it had not
     assert pulled.get("ladder") == pushed == str(repo / "ml" / "ci" / "ladder.yaml")
     assert not any("ladder" in note for note in pulled.notes)
+
+
+def test_a_file_of_thousands_of_mistakes_prints_the_first_twenty_and_a_count(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """Every mistake is found, but a file of 2,000 wrong keys prints 20 of them (each located,
+    each an annotation in Actions) and the count of the rest, not 2,000 of each."""
+    from dlci.cli import main
+
+    keys = "".join(f"k{i} = 1\n" for i in range(2000))
+    (tmp_path / "pyproject.toml").write_text("[tool.dlci]\n" + keys)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    assert main(["config"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: pyproject.toml:2: k0: unknown key\n")
+    assert "pyproject.toml:21: k19: unknown key" in err and "k20:" not in err
+    assert "error: and 1980 more problems" in err
+    assert err.count("::error") == 20

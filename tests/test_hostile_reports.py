@@ -295,3 +295,29 @@ def test_control_without_the_type_check_a_report_of_the_wrong_shape_crashes_the_
     assert "doctor.json: checks is text, expected a list" in (tmp_path / "summary.md").read_text()
     monkeypatch.setattr(summary, "type_problems", lambda data: [])
     assert main(["summary", "--artifacts", str(folder)]) == 3  # dl-ci's own crash
+
+
+def test_a_report_of_millions_of_wrong_items_is_read_only_to_the_limit(monkeypatch) -> None:
+    """The type check stops at the first problem past its limit (a report the pull request's
+    code wrote can hold millions), and a key as long as the report is cut in the path."""
+    from dlci import schema
+    from dlci.report import fields
+
+    walked = 0
+    real = schema.mismatches
+
+    def counting(*args: Any) -> Iterator[Any]:
+        nonlocal walked
+        for found in real(*args):
+            walked += 1
+            yield found
+
+    monkeypatch.setattr(schema, "mismatches", counting)
+    report = {"losses": ["x"] * 100_000, "verdict": "pass"}
+    found = fields.problems("memorization", report, limit=5)
+    assert found[-1] == "memorization.json: more fields of wrong types" and len(found) == 6
+    assert walked == 6  # control: without the limit, the walk would yield 100 000
+    assert sum(1 for _ in real(fields.SHAPES["memorization"], report)) == 100_000
+    doctor = {"counts": {"k" * 100_000: "many"}}
+    (line,) = fields.problems("doctor", doctor)
+    assert line == f"doctor.json: counts.{'k' * 37}... is text, expected an integer"

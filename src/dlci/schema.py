@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import itertools
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -170,18 +171,23 @@ def check(
 def unknown_keys(
     raw: Mapping[Any, Any], known: Mapping[str, Any] | Sequence[str], path: KeyPath = ()
 ) -> list[Problem]:
-    """Each key of ``raw`` that is not ``known``, with the nearest known one as its hint."""
-    return [
-        Problem((*path, str(key)), "unknown key", suggest(str(key), known, "known keys"))
-        for key in raw
-        if key not in known
-    ]
+    """Each key of ``raw`` that is not ``known``, with the nearest known one as its hint (for
+    the first :data:`SHOWN`: a file of thousands of wrong keys costs no search for each)."""
+    found: list[Problem] = []
+    for key in raw:
+        if key not in known:
+            near = len(found) < SHOWN
+            hint = suggest(str(key), known, "known keys", near=near)
+            found.append(Problem((*path, str(key)), "unknown key", hint))
+    return found
 
 
 def misspelt(name: str, raw: Mapping[Any, Any]) -> bool:
     """Whether a key of ``raw`` is a misspelling of the missing ``name`` (one mistake, whose
     "unknown key" already says "did you mean")."""
-    return any(closest(str(key), [name]) == name for key in raw if key != name)
+    # the first SHOWN other keys: a misspelling is among them in any file a person wrote
+    others = itertools.islice((key for key in raw if key != name), SHOWN)
+    return any(closest(str(key), [name]) == name for key in others)
 
 
 def value(kind: mi.Type, data: Any) -> Any:
@@ -335,8 +341,8 @@ def _mismatches(kind: mi.Type, data: Any, here: str, words: str | None) -> Itera
         for index, item in enumerate(data):
             yield from _mismatches(found.item_type, item, f"{here}[{index}]", None)
     elif isinstance(found, mi.DictType):
-        for key, value in data.items():
-            yield from _mismatches(found.value_type, value, f"{here}.{key}", None)
+        for key, value in data.items():  # a key as long as the report is cut for the path
+            yield from _mismatches(found.value_type, value, f"{here}.{_cut(str(key))}", None)
 
 
 _JSON: dict[type[mi.Type], tuple[str, Callable[[Any], bool]]] = {
@@ -350,6 +356,15 @@ _JSON: dict[type[mi.Type], tuple[str, Callable[[Any], bool]]] = {
     mi.DictType: ("an object", lambda v: isinstance(v, dict)),
     mi.StructType: ("an object", lambda v: isinstance(v, dict)),
 }
+
+
+def _cut(key: str, width: int = 40) -> str:
+    """A key of a document for a path in a message, at most ``width`` characters.
+
+    >>> _cut("x" * 50)
+    'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...'
+    """
+    return key if len(key) <= width else key[: width - 3] + "..."
 
 
 def _member(kind: mi.Type, data: Any) -> mi.Type | None:
@@ -441,9 +456,12 @@ def closest(word: str, choices: Mapping[str, Any] | Sequence[str]) -> str | None
     return close[0] if close else None
 
 
-def suggest(word: str, choices: Mapping[str, Any] | Sequence[str], what: str) -> str:
-    """A hint naming the nearest choice, then the choices (the first 20 of a long list)."""
-    close = closest(word, choices)
+def suggest(
+    word: str, choices: Mapping[str, Any] | Sequence[str], what: str, *, near: bool = True
+) -> str:
+    """A hint naming the nearest choice (unless not ``near``), then the choices (the first 20
+    of a long list)."""
+    close = closest(word, choices) if near else None
     names = list(choices)
     more = f" and {len(names) - 20} more" if len(names) > 20 else ""
     listing = f"{what}: {', '.join(names[:20])}{more}"

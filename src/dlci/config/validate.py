@@ -40,7 +40,8 @@ def read_table(source: TomlSource, folder: str = "") -> tuple[Values, Policy]:
             except ValueError as exc:
                 errors.append(source.error((name,), str(exc), hint=KEYS[name].hint))
         else:
-            errors.append(source.error((name,), "unknown key", hint=_did_you_mean(name)))
+            near = len(errors) < schema.SHOWN  # the search for the first few keys only
+            errors.append(source.error((name,), "unknown key", hint=_did_you_mean(name, near)))
     schema.raise_all(errors)
     if "ladder" in values:
         path, where = values["ladder"]
@@ -48,13 +49,13 @@ def read_table(source: TomlSource, folder: str = "") -> tuple[Values, Policy]:
     return values, policy
 
 
-def _did_you_mean(name: str) -> str:
+def _did_you_mean(name: str, near: bool = True) -> str:
     choices = [*KEYS, "doctor"]
     if name.replace("_", "-") in choices:
         return (
             f"did you mean '{name.replace('_', '-')}'? keys are kebab-case, as the action's inputs"
         )
-    return schema.suggest(name, choices, "keys") + f" (see {CONFIG_DOC})"
+    return schema.suggest(name, choices, "keys", near=near) + f" (see {CONFIG_DOC})"
 
 
 def read_doctor(source: TomlSource, raw: Any, errors: list[DlciError]) -> Policy:

@@ -17,6 +17,7 @@ as incomplete, and fields no renderer reads are not declared.
 
 from __future__ import annotations
 
+import itertools
 from typing import Annotated, Any
 
 import msgspec
@@ -253,10 +254,14 @@ def problems(kind: str, report: Any, *, limit: int = 5) -> list[str]:
     """Each rendered field of ``report`` (a ``kind`` report) whose type is not dl-ci's."""
     if not isinstance(report, dict):
         return [f"{kind}.json is not an object"]
+    # the walk stops at the first problem past the limit: a report the pull request's code
+    # wrote can hold millions of wrong items, and the host reads it before the summary
     found = [
         f"{kind}.json: {where} is {_describe(value)}, expected {words}"
-        for where, value, words in schema.mismatches(SHAPES[kind], report)
+        for where, value, words in itertools.islice(
+            schema.mismatches(SHAPES[kind], report), limit + 1
+        )
     ]
     if len(found) > limit:
-        found = [*found[:limit], f"{kind}.json: {len(found) - limit} more fields of wrong types"]
+        found = [*found[:limit], f"{kind}.json: more fields of wrong types"]
     return found
