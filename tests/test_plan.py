@@ -67,6 +67,23 @@ def test_a_tier_alone_is_a_plan_without_configuration(tmp_path: Path) -> None:
             "{path}: tier.max_loss: expected a number or null, got bool\n  hint: " + HINT,
         ),
         (
+            '{"plan_version": true, "tier": {}}',
+            "{path}: plan_version True is not supported (this dl-ci reads 1)\n"
+            "  hint: run dlci preflight and the job with the same dl-ci version",
+        ),
+        (
+            json.dumps({"plan_version": 1, "tier": {**TIER, "time_cap_minutes": -1}}),
+            "{path}: tier.time_cap_minutes: must be greater than 0, got -1\n"
+            "  hint: use a positive number of minutes such as 5",
+        ),
+        (
+            json.dumps({"plan_version": 1, "tier": {**TIER, "nproc": 0, "batch_size": 0}}),
+            "{path}: tier.nproc: must be at least 1, got 0\n"
+            "  hint: use 1, or the number of GPUs on the runner\n"
+            "{path}: tier.batch_size: must be at least 1, got 0\n"
+            "  hint: use a small batch such as 16",
+        ),
+        (
             '{"plan_version": 1, "tier": {"budget": "pr"}, "config": null}',
             "{path}: the tier lacks batch_size, hardware_class, ladder, ladder_revision, "
             "ladder_version, max_epochs, max_loss, nproc, profile_steps, row, "
@@ -106,3 +123,17 @@ def test_the_cli_says_a_bad_plan_without_a_traceback(tmp_path: Path, capsys) -> 
     assert main(["tier", "--plan", str(path)]) == 1
     err = capsys.readouterr().err
     assert f"{path}: not valid JSON" in err and "Traceback" not in err
+
+
+def test_a_plan_of_millions_of_words_is_read_to_a_bound(tmp_path: Path) -> None:
+    """A tier's reasons and warnings are kept to their first 50 lines of 400 characters, and a
+    plan file past 4 MiB is refused unread (a hostile one took minutes and gigabytes)."""
+    path = tmp_path / "plan.json"
+    tier = {**TIER, "reasons": ["r" * 1000] * 3000, "warnings": ["w"] * 5000}
+    path.write_text(json.dumps({"plan_version": 1, "tier": tier}))
+    plan = read_plan(str(path))
+    assert len(plan.tier.reasons) == 51 and len(plan.tier.reasons[0]) == 400  # and its source
+    assert len(plan.tier.warnings) == 50
+    path.write_text(json.dumps({"plan_version": 1, "tier": {**TIER, "reasons": ["r"] * 2**20}}))
+    with pytest.raises(DlciError, match="job plan"):
+        read_plan(str(path))

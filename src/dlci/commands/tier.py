@@ -87,18 +87,19 @@ def _print(tier: Tier) -> None:
     """The tier as a table, then each reason once, on its own unwrapped line."""
     from rich.table import Table  # rich: for the table only, off `dlci tier --json`
 
-    table = Table(title=f"tier {tier.budget} / {tier.hardware_class}", show_header=False)
+    title = clean(f"tier {tier.budget} / {tier.hardware_class}")  # a plan may say anything
+    table = Table(title=title, show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value")
     table.add_row("max epochs", str(tier.max_epochs))
-    table.add_row("loss threshold", tier.criterion)
+    table.add_row("loss threshold", clean(tier.criterion))
     table.add_row("time cap", f"{tier.time_cap_minutes:g} min")
     table.add_row("profile steps", str(tier.profile_steps))
     table.add_row("processes", str(tier.nproc))
     table.add_row("batch size", str(tier.batch_size))
     ladder = f"{tier.ladder} (version {tier.ladder_version}, revision {tier.ladder_revision})"
     table.add_row("ladder", clean(ladder))
-    table.add_row("row", tier.row)
+    table.add_row("row", clean(tier.row))
     table_console().print(table)
     for reason in tier.reasons:
         print(f"  {clean(reason)}")

@@ -15,12 +15,15 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
-from dlci import jsonio
+from dlci import jsonio, schema
 from dlci.errors import DlciError
 from dlci.fsutil import read_input
+from dlci.ladder.format import TierFields
 from dlci.ladder.model import Tier
 
 PLAN_VERSION = 1
+PLAN_LIMIT = 4 << 20  # bytes: a plan is a few kilobytes; a hostile one is refused unread
+ROW_FIELDS = tuple(f.name for f in schema.fields(TierFields))
 HINT = "give the preflight.json that dlci preflight wrote, or dlci tier --json output"
 TIER_FIELDS = frozenset(f.name for f in fields(Tier))
 REQUIRED = frozenset(f.name for f in fields(Tier) if f.default is MISSING)
@@ -63,7 +66,7 @@ def read_plan(path: str) -> JobPlan:
 
 def decode_plan(path: str) -> Any:
     """The plan file's JSON (the host keeps it whole for its record); located errors."""
-    raw = read_input(path, what="job plan", hint=HINT)
+    raw = read_input(path, what="job plan", hint=HINT, limit=PLAN_LIMIT)
     try:
         return jsonio.decode(raw)
     except jsonio.DecodeError as exc:
@@ -85,7 +88,7 @@ def parse_plan(data: Any, path: str) -> JobPlan:
             )
         return JobPlan(tier_from_mapping(data, path), None, path)  # dlci tier --json
     version = data["plan_version"]
-    if version != PLAN_VERSION:
+    if type(version) is not int or version != PLAN_VERSION:  # true == 1 in Python, not here
         raise DlciError(
             f"plan_version {version!r:.40} is not supported (this dl-ci reads {PLAN_VERSION})",
             hint="run dlci preflight and the job with the same dl-ci version",
@@ -123,6 +126,15 @@ def tier_from_mapping(data: Mapping[str, Any], path: str) -> Tier:
         if name in data and not _is(data[name], kind):
             got = type(data[name]).__name__
             raise DlciError(f"tier.{name}: expected {kind}, got {got}", hint=HINT, file=path)
+    # the ladder row's own bounds (a time cap above 0, at least one epoch and one process...):
+    # a plan holds what a ladder could say, or a mistake is named here, not in a gate's run
+    row = {k: data[k] for k in ROW_FIELDS if data.get(k) is not None}
+    schema.raise_all(
+        [
+            DlciError(f"tier.{problem.path[-1]}: {problem.message}", hint=problem.hint, file=path)
+            for problem in schema.check(TierFields, row)[1]
+        ]
+    )
     values = {k: v for k, v in data.items() if k in TIER_FIELDS}
     values["reasons"] = (*_words(values.get("reasons")), f"tier from {path}")
     values["warnings"] = _words(values.get("warnings"))
@@ -143,5 +155,9 @@ def _is(value: Any, kind: str) -> bool:
     return number and (kind != "an integer" or isinstance(value, int))
 
 
-def _words(value: Any) -> tuple[str, ...]:
-    return tuple(str(v) for v in value) if isinstance(value, list | tuple) else ()
+def _words(value: Any, most: int = 50) -> tuple[str, ...]:
+    """A tier's reasons or warnings: the first ``most`` lines of at most 400 characters (a
+    ladder gives a handful; a hostile plan, millions)."""
+    if not isinstance(value, list | tuple):
+        return ()
+    return tuple(str(v)[:400] for v in value[:most])
