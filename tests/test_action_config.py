@@ -98,14 +98,16 @@ def test_preflight_writes_the_configuration_into_its_report(tmp_path, monkeypatc
 # The host's own checks, from its preflight.json (dlci.trust.host)
 
 
-def preflight_with(tmp_path: Path, values: dict, waivers: list[dict] = ()) -> Path:
+def preflight_with(
+    tmp_path: Path, values: dict, waivers: list[dict] = (), thresholds: dict | None = None
+) -> Path:
     from dlci.ladder.tiers import choose_tier
 
     tier = choose_tier(budget="pr", hardware="cpu").to_dict()
     config = {
         "schema_version": 1, "kind": "config", "values": values, "sources": {},
         "policy": {"origin": "base commit 0123456789ab:pyproject.toml", "waivers": list(waivers),
-                   "thresholds": {}},
+                   "thresholds": thresholds or {}},
         "notes": ["the pull request adds a waiver for lr-range: it takes effect once merged"],
         "file": "pyproject.toml",
     }  # fmt: skip
@@ -160,11 +162,12 @@ def every_check(report: dict) -> dict:
 
 
 def doctor_step(
-    tmp_path, monkeypatch, waivers: list[dict], report: dict, *, complete: bool = True
-) -> dict:
+    tmp_path, monkeypatch, waivers: list[dict], report: dict, *, complete: bool = True,
+    thresholds: dict | None = None,
+) -> dict:  # fmt: skip
     report = every_check(report) if complete else report
     job = job_parts(
-        tmp_path, monkeypatch, preflight_with(tmp_path, {}, waivers), "--no-memorize",
+        tmp_path, monkeypatch, preflight_with(tmp_path, {}, waivers, thresholds), "--no-memorize",
         "--no-profile",
     )  # fmt: skip
     plan = job.plan()
@@ -254,6 +257,20 @@ def test_a_doctor_that_ran_with_other_thresholds_or_a_bare_waived_skip_fails_the
     }
     skip = activations(mode="skip")
     assert doctor_step(tmp_path / "e", monkeypatch, [skip], waived)["status"] == "passed"
+    # the trusted thresholds claimed as they are, and a seventh loosened: every one compared
+    trusted = {"activations.fail-share": 0.6, "activations.warn-share": 0.45,
+               "batch-independence.tolerance": 0.001, "grad-flow.warn-norm": 2000.0,
+               "initial-loss.fail-high": 4.0, "initial-loss.fail-low": 0.4}  # fmt: skip
+    seventh = {
+        **looser,
+        "policy": {"origin": "x", "thresholds": {**trusted, "shuffle.fail-mix": 0.01}},
+    }
+    step = doctor_step(tmp_path / "f", monkeypatch, [], seventh, thresholds=trusted)
+    assert step["status"] == "failed" and "threshold shuffle.fail-mix = 0.01" in step["reason"]
+    same = {**looser, "policy": {"origin": "x", "thresholds": trusted}}  # control
+    assert (
+        doctor_step(tmp_path / "g", monkeypatch, [], same, thresholds=trusted)["status"] == "passed"
+    )
 
 
 def test_a_working_directory_through_a_link_fails_the_preflight(tmp_path) -> None:
