@@ -368,3 +368,48 @@ def test_the_plan_reaches_the_tests_where_the_project_turns_plugin_autoloading_o
         capture_output=True, text=True, cwd=project,
     )  # fmt: skip
     assert done.returncode == 4, done.stdout + done.stderr
+
+
+TRAIN = """
+import argparse
+
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", type=int, default=500)
+args = parser.parse_args()
+g = torch.Generator().manual_seed(0)
+x, y = torch.randn(32, 8, generator=g), torch.randint(0, 3, (32,), generator=g)
+loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16)
+model = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.ReLU(), torch.nn.Linear(64, 3))
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+for epoch in range(args.epochs):
+    for xb, yb in loader:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(xb), yb).backward()
+        opt.step()
+"""
+
+
+def test_a_training_command_as_the_target_runs_the_gates_in_script_mode(project: Path) -> None:
+    """``target: python train.py --epochs 500`` (the action's input, or the configuration's
+    key): each gate gets the command after ``--``, as ``dlci memorize -- python ...`` runs it;
+    a ``module:function`` stays a Target."""
+    from dlci.action.job.options import JobOptions
+    from dlci.action.job.run import _dlci_steps
+
+    (project / "train.py").write_text(TRAIN)
+    command = "python train.py --epochs 500"
+    out = project / "dlci-artifacts"
+    argv = [*BASE, "--no-doctest", "--no-coverage", "--out", str(out), "--target", command]
+    assert main(argv) == 0
+    assert statuses(out)["memorize"] == "passed"
+    report = json.loads((out / "memorization.json").read_text())
+    assert report["verdict"] == "pass" and report["config"]["target"] == command
+    steps = _dlci_steps(JobOptions(out=out, target=command))
+    for name in ("memorize", "doctor", "profile"):
+        assert steps[name][-5:] == ["--", "python", "train.py", "--epochs", "500"], name
+        assert "--target" not in steps[name]
+    # control: a Target's spec is passed as --target, with nothing after --
+    steps = _dlci_steps(JobOptions(out=out, target="tinyproj.target:make_target"))
+    assert "--" not in steps["memorize"] and "--target" in steps["memorize"]

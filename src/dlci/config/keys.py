@@ -150,7 +150,8 @@ class ConfigTable(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rena
         Annotated[
             str,
             meta(
-                "The function that returns the project's dlci.Target, as package.module:function.",
+                "The function that returns the project's dlci.Target, as package.module:function, "
+                "or the training command for script mode (python train.py ...).",
                 "write target = 'package.module:function'",
                 min_length=1,
                 kind="text",

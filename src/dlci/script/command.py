@@ -37,6 +37,26 @@ class ScriptCommand:
         return shlex.join([*head, *self.args])
 
 
+INTERPRETER = re.compile(r"python[0-9.]*(\.exe)?")
+
+
+def command_words(target: str) -> list[str] | None:
+    """The words of a training command given where a Target is named (the action's and the
+    configuration's ``target``), or None for a ``module:function``: script mode's command
+    starts with a Python interpreter.
+
+    >>> command_words("python train.py --epochs 3"), command_words("pkg.train:make_target")
+    (['python', 'train.py', '--epochs', '3'], None)
+    """
+    try:
+        words = shlex.split(target)
+    except ValueError:  # an unbalanced quote: not a command; the Target loader names it
+        return None
+    if words and INTERPRETER.fullmatch(os.path.basename(words[0])):
+        return words
+    return None
+
+
 def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """dl-ci's own arguments, and the command after the first ``--`` (empty without one).
 
@@ -65,7 +85,7 @@ def parse_command(words: Sequence[str]) -> ScriptCommand:
             hint="run the script as one process (python train.py ...) to test that it learns, "
             f"or {TARGET_DOC}; dlci memorize --nproc N runs a Target under torchrun",
         )
-    if not re.fullmatch(r"python[0-9.]*(\.exe)?", head):
+    if not INTERPRETER.fullmatch(head):
         raise DlciError(
             f"the command after -- starts with {words[0]!r}, not a Python interpreter",
             hint=f"name the interpreter first: {USAGE}",

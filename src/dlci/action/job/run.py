@@ -37,6 +37,7 @@ from dlci.action.job.options import JobOptions, configured
 from dlci.action.job.threads import from_container
 from dlci.ladder.plan import read_plan
 from dlci.report.text import clean
+from dlci.script.command import command_words
 
 REPORT_NAME = "run.json"
 STEPS = ("install", "tests", "memorize", "doctor", "profile")
@@ -105,7 +106,12 @@ def _dlci_steps(options: JobOptions) -> dict[str, list[str] | None]:
     else:
         tier = ["--budget", options.budget, "--hardware", options.hardware]
         tier += ["--ladder", options.ladder] if options.ladder else []
-    tail = [*tier, *(["--target", options.target] if options.target else [])]
+    # a training command where the target goes (python train.py ...): script mode, the
+    # command after -- and last (docs/script-mode.md); else --target MODULE:FUNCTION
+    script = command_words(options.target) if options.target else None
+    target = [] if script is not None or not options.target else ["--target", options.target]
+    after = ["--", *script] if script is not None else []
+    tail = [*tier, *target]
     dlci = [dlci_script()]
     doctor = ["--json", str(options.out / "doctor.json")]
     doctor += ["--markdown", str(options.out / "doctor.md")]
@@ -115,9 +121,11 @@ def _dlci_steps(options: JobOptions) -> dict[str, list[str] | None]:
     if options.max_gpu_memory is not None:
         profile += ["--max-gpu-memory", f"{options.max_gpu_memory:g}"]
     return {
-        "memorize": [*dlci, "memorize", "--out", out, *tail] if options.memorize else None,
-        "doctor": [*dlci, "doctor", "--out", out, *doctor, *tail] if options.doctor else None,
-        "profile": profile if options.profile else None,
+        "memorize": [*dlci, "memorize", "--out", out, *tail, *after] if options.memorize else None,
+        "doctor": [*dlci, "doctor", "--out", out, *doctor, *tail, *after]
+        if options.doctor
+        else None,
+        "profile": [*profile, *after] if options.profile else None,
     }
 
 
