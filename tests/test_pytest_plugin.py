@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+# torch imported before any in-process pytester run: pytester puts sys.modules back after each
+# run, so a torch first imported inside one is dropped, and importing it again in the next run
+# fails in its C extension ("SystemError: bad call flags"); the plugin itself no longer imports
+# torch when it loads, so nothing else here did it first
+import torch  # noqa: F401
+
 pytest_plugins = ["pytester"]
 
 
