@@ -7,6 +7,7 @@ EXIT_FAIL = 1  # a gate failed, or the user made a mistake (DlciError)
 EXIT_USAGE = 2  # argparse's own code for a malformed command line
 EXIT_INTERNAL = 3  # a bug in dl-ci: the traceback goes to a log file
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
+SHOWN = 20  # mistakes printed for one file that has more; the rest are counted
 
 
 class DlciError(Exception):
@@ -43,6 +44,10 @@ class DlciError(Exception):
         if self.file and self.line:
             return f"{self.file}:{self.line}"
         return self.file or ""
+
+    def every(self) -> tuple[DlciError, ...]:
+        """Each mistake this error stands for: itself (a file's several: dlci.schema.Problems)."""
+        return (self,)
 
     def __str__(self) -> str:
         text = f"{self.location}: {self.message}" if self.location else self.message

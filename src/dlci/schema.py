@@ -28,11 +28,10 @@ from typing import Any
 import msgspec
 import msgspec.inspect as mi
 
-from dlci.errors import DlciError
+from dlci.errors import SHOWN, DlciError
 
 KeyPath = tuple[str | int, ...]
 Mismatch = tuple[str, Any, str]  # where, the value found, what was expected
-SHOWN = 20  # problems listed in one error; the rest are counted
 
 
 class Problem(msgspec.Struct, frozen=True):
@@ -58,6 +57,9 @@ class Problems(DlciError):
         super().__init__(first.message, hint=first.hint, file=first.file, line=first.line)
         self.errors = tuple(errors)
 
+    def every(self) -> tuple[DlciError, ...]:
+        return self.errors
+
     def __str__(self) -> str:
         shown = [DlciError.__str__(e) for e in self.errors[:SHOWN]]
         if len(self.errors) > SHOWN:
@@ -67,7 +69,7 @@ class Problems(DlciError):
 
 def errors_of(exc: DlciError) -> tuple[DlciError, ...]:
     """Each mistake an error stands for: itself, or every one of :class:`Problems`."""
-    return exc.errors if isinstance(exc, Problems) else (exc,)
+    return exc.every()
 
 
 def raise_all(errors: Sequence[DlciError]) -> None:

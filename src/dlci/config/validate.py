@@ -15,7 +15,7 @@ from typing import Any
 from dlci import schema
 from dlci.config.keys import CONFIG_DOC, KEYS, WAIVER_KEYS
 from dlci.config.source import TomlSource
-from dlci.errors import DlciError
+from dlci.errors import SHOWN, DlciError
 from dlci.policy import Policy, Waiver, check_table, threshold_table
 
 Values = dict[str, tuple[Any, str]]  # key -> (value, where it was set)
@@ -40,7 +40,7 @@ def read_table(source: TomlSource, folder: str = "") -> tuple[Values, Policy]:
             except ValueError as exc:
                 errors.append(source.error((name,), str(exc), hint=KEYS[name].hint))
         else:
-            near = len(errors) < schema.SHOWN  # the search for the first few keys only
+            near = len(errors) < SHOWN  # the search for the first few keys only
             errors.append(source.error((name,), "unknown key", hint=_did_you_mean(name, near)))
     schema.raise_all(errors)
     if "ladder" in values:

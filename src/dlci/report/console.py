@@ -10,10 +10,9 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, TextIO
 
-from dlci.errors import DlciError
+from dlci.errors import SHOWN, DlciError
 from dlci.report.github import annotation, in_github_actions
 from dlci.report.text import clean
-from dlci.schema import SHOWN, errors_of
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -30,7 +29,7 @@ def error_text(exc: DlciError) -> str:
       hint: fix:
       here
     """
-    every = errors_of(exc)
+    every = exc.every()
     lines = [_one_error(each) for each in every[:SHOWN]]
     if len(every) > SHOWN:  # a file of thousands of mistakes: the first ones and a count
         lines.append(f"error: and {len(every) - SHOWN} more problems")
@@ -49,7 +48,7 @@ def print_error(exc: DlciError) -> None:
     """Write a user mistake to stderr, and as ``::error`` annotations inside GitHub Actions."""
     print(error_text(exc), file=sys.stderr)
     if in_github_actions():
-        for each in errors_of(exc)[:SHOWN]:  # the count of the rest is in the text above
+        for each in exc.every()[:SHOWN]:  # the count of the rest is in the text above
             message = each.message + (f" (hint: {each.hint})" if each.hint else "")
             print(
                 annotation("error", message, title="dl-ci", file=each.file or "", line=each.line),
