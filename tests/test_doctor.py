@@ -344,3 +344,12 @@ def test_doctor_help_does_not_import_torch() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "ok"
     assert "optimizer-coverage, initial-loss" in done.stdout
+
+
+def test_the_host_s_list_of_checks_is_the_doctor_s_ladder() -> None:
+    """policy.CHECK_IDS (what the host's configuration and its bookkeeping of the doctor's
+    gate read, without loading the checks) is the ladder the doctor runs, in its order."""
+    from dlci.checks import LADDER
+    from dlci.policy import CHECK_IDS
+
+    assert tuple(entry[0] for entry in LADDER) == CHECK_IDS

@@ -20,6 +20,31 @@ from msgspec import UNSET, UnsetType
 
 from dlci.schema import meta
 
+# The doctor's checks in the order it runs them (dlci.checks builds its ladder in this order,
+# tests/test_doctor.py holds the two equal): here, where the host's configuration and its
+# bookkeeping of the gates read them without loading the checks.
+CHECK_IDS = (
+    "optimizer-coverage",
+    "initial-loss",
+    "loss-broadcast",
+    "train-eval-mode",
+    "zero-grad",
+    "grad-flow",
+    "shuffle",
+    "input-normalization",
+    "batch-independence",
+    "causality",
+    "activations",
+    "weight-norms",
+    "update-ratio",
+    "memorize",
+    "input-dependence",
+    "lr-range",
+    "label-alignment",
+    "leakage",
+    "reproducibility",
+)
+
 SKIP_WAIVER, WARN_ONLY = "skip", "warn-only"
 WAIVER_MODES = (SKIP_WAIVER, WARN_ONLY)
 

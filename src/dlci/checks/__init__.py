@@ -26,7 +26,7 @@ from dlci.checks.base import (
 )
 from dlci.errors import DlciError
 from dlci.ladder.model import Tier
-from dlci.policy import SKIP_WAIVER, WARN_ONLY, Policy, Waiver
+from dlci.policy import CHECK_IDS, SKIP_WAIVER, WARN_ONLY, Policy, Waiver
 from dlci.schema import suggest
 from dlci.training.guard import (
     TargetExited,
@@ -99,8 +99,6 @@ LADDER: tuple[tuple[str, str, str, str], ...] = (
     ),
     ("reproducibility", "runs that cannot be compared", "repro", "reproducibility"),
 )
-
-CHECK_IDS = tuple(entry[0] for entry in LADDER)
 
 
 def _registry() -> list[Check]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from dlci.errors import DlciError
 from dlci.ladder.model import Tier
+from dlci.memorization.engine import pick_device
 from dlci.policy import Policy
 from dlci.training.batching import (
     as_pair,
@@ -78,10 +79,6 @@ class Context:
         factory: Callable[[], Target] | None = None,
         policy: Policy | None = None,
     ) -> Context:
-        # memorization.engine (and its modules): off the host, whose configuration imports
-        # dlci.checks for CHECK_IDS when a project declares doctor tables
-        from dlci.memorization.engine import pick_device
-
         device = pick_device(device)
         with preserved(target), user_code("train_loader"):
             batch, _ = take_batch(target.train_loader, batch_size)

@@ -11,13 +11,14 @@ from rich.console import Console
 from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as Bar
 
-from dlci.checks import CHECK_IDS, select
+from dlci.checks import select
 from dlci.checks.base import CheckResult
 from dlci.checks.doctor import DoctorRequest, run_doctor
 from dlci.commands import _common
 from dlci.commands._common import ArgumentParser
 from dlci.commands.base import Verb
 from dlci.config import resolve
+from dlci.policy import CHECK_IDS
 from dlci.report import doctor as report
 from dlci.report.text import clean
 from dlci.script.command import split_command
@@ -68,13 +69,10 @@ class DoctorVerb(Verb):
 
 
 class Progress:
-    """Each check as it ends, on standard error, as the table that follows will not be.
-
-    On a terminal: one transient line (how many checks are done, the last one's status),
-    erased before the table, which has every check; a run that stops with an error (no table
-    follows) leaves the checks' lines. Elsewhere (a CI log, a pipe): a line a check, which
-    stays, the trace of how far a killed run got.
-    """
+    """Each check as it ends, on standard error. On a terminal: one transient line (checks
+    done, the last one's status), erased before the table, which has every check; a run that
+    stops with an error (no table follows) leaves the checks' lines. Elsewhere (a CI log, a
+    pipe): a line a check, which stays, the trace of how far a killed run got."""
 
     def __init__(self, total: int, stream: TextIO | None = None) -> None:
         self.total, self.stream = total, stream or sys.stderr

@@ -19,7 +19,7 @@ from msgspec import UNSET, UnsetType
 
 from dlci import schema
 from dlci.errors import DlciError
-from dlci.policy import THRESHOLDS, CheckTable, check_table
+from dlci.policy import CHECK_IDS, THRESHOLDS, CheckTable, check_table
 from dlci.schema import meta
 
 CONFIG_DOC = "docs/configuration.md"
@@ -287,8 +287,6 @@ WAIVER_KEYS: dict[str, str] = {f.name: f.description for f in schema.fields(Chec
 
 def json_schema() -> dict[str, Any]:
     """The JSON schema of the configuration (dlci.toml, or ``[tool.dlci]``), for editors."""
-    # dlci.checks (its registry loads the training guards): off the host verbs' configuration
-    from dlci.checks import CHECK_IDS
 
     table = schema.json_schema(ConfigTable)
     for name, key in KEYS.items():

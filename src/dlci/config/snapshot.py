@@ -12,7 +12,7 @@ from typing import Any
 
 from dlci.config.keys import KEYS
 from dlci.errors import DlciError
-from dlci.policy import WAIVER_MODES, Policy, Waiver, threshold_table
+from dlci.policy import CHECK_IDS, WAIVER_MODES, Policy, Waiver, threshold_table
 
 Parts = tuple[dict[str, Any], dict[str, str], Policy, list[str], str | None]
 
@@ -54,8 +54,6 @@ def check_snapshot(data: Any, where: str) -> Parts:
 
 
 def _policy(data: Any, bad: Any) -> Policy:
-    # dlci.checks (its registry loads the training guards): off the host verbs' configuration
-    from dlci.checks import CHECK_IDS
 
     if data is None:
         return Policy(origin="default")

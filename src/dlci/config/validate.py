@@ -16,7 +16,7 @@ from dlci import schema
 from dlci.config.keys import CONFIG_DOC, KEYS, WAIVER_KEYS
 from dlci.config.source import TomlSource
 from dlci.errors import SHOWN, DlciError
-from dlci.policy import Policy, Waiver, check_table, threshold_table
+from dlci.policy import CHECK_IDS, Policy, Waiver, check_table, threshold_table
 
 Values = dict[str, tuple[Any, str]]  # key -> (value, where it was set)
 Path = tuple[str, ...]
@@ -60,8 +60,6 @@ def _did_you_mean(name: str, near: bool = True) -> str:
 
 def read_doctor(source: TomlSource, raw: Any, errors: list[DlciError]) -> Policy:
     """``[doctor.checks.<check-id>]`` tables: waivers and thresholds (mistakes to ``errors``)."""
-    # dlci.checks (its registry loads the training guards): off the host verbs' configuration
-    from dlci.checks import CHECK_IDS
 
     def add(path: Path, problem: str, hint: str | None = None) -> None:
         errors.append(source.error(path, problem, hint=hint))

@@ -33,14 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from dlci import jsonio
-from dlci.checks import CHECK_IDS, run_checks, select
+from dlci.checks import run_checks, select
 from dlci.checks.base import SKIP, CheckResult, Context
 from dlci.checks.doctor import pictures, policy_entry, waiver_entries
 from dlci.errors import DlciError
 from dlci.fsutil import atomic_write_text
 from dlci.ladder.model import Tier
 from dlci.memorization.engine import seed_everything
-from dlci.policy import Policy
+from dlci.policy import CHECK_IDS, Policy
 from dlci.report import doctor as report
 from dlci.report import html
 from dlci.script.command import TARGET_DOC

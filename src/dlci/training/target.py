@@ -22,6 +22,7 @@ from typing import Any
 from dlci.errors import DlciError
 from dlci.fsutil import read_input
 from dlci.ladder.yamlsource import LADDER_LIMIT
+from dlci.training import lightning_target, transformers_target
 from dlci.training.guard import exited, raised_by_dlci, user_error
 
 CONTRACT_DOC = "docs/target.md"
@@ -154,10 +155,6 @@ class Target:
     ) -> Target:
         """A LightningModule's own ``training_step``, ``configure_optimizers`` and batch hooks,
         run without a Trainer (training/lightning_target.py; docs/target.md)."""
-        # the adapter's modules load for a Lightning target only: dlci.checks, which the
-        # host's configuration imports for CHECK_IDS, imports this module
-        from dlci.training import lightning_target
-
         return cls(
             **lightning_target.from_lightning(
                 module,
@@ -184,7 +181,6 @@ class Target:
     ) -> Target:
         """A Transformers model whose forward returns a loss from ``labels``, or a ``Trainer``
         with its optimizer, collator and data sets (training/transformers_target.py)."""
-        from dlci.training import transformers_target  # as lightning_target above
 
         return cls(
             **transformers_target.from_transformers(

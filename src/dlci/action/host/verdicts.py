@@ -15,10 +15,9 @@ from typing import Any
 
 from dlci import jsonio
 from dlci.action.host.summary import EVIDENCE, evidence
-from dlci.checks import CHECK_IDS
 from dlci.errors import DlciError
 from dlci.fsutil import read_input
-from dlci.policy import Policy, threshold_table
+from dlci.policy import CHECK_IDS, Policy, threshold_table
 
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
 NO_TESTS = (
