@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlci.errors import DlciError
 from dlci.ladder import patterns
 from dlci.ladder.goal import Goal
-from dlci.ladder.yamlsource import KeyPath
+
+if TYPE_CHECKING:  # a type only: yaml stays off the readers of a tier (the job plan's)
+    from dlci.ladder.yamlsource import KeyPath
 
 CPU_CLASS = "cpu"
 
