@@ -11,6 +11,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlci.errors import SHOWN
+
 MEMORY_LIMIT = 2 << 30  # RLIMIT_AS of a child: a memory bomb fails, the machine stays
 CPU_LIMIT = 60  # RLIMIT_CPU seconds of a child: a time bomb is killed by SIGXCPU
 WALL_LIMIT = 120  # seconds: a child blocked (not using CPU) is killed too
@@ -101,9 +103,12 @@ def run_dlci(
 
 
 def assert_clean(answer: Answer, codes: frozenset[int] = frozenset({0, 1, 2})) -> None:
-    """Exit 0, 1 or 2; no traceback; at most one error line; killed by no limit."""
+    """Exit 0, 1 or 2; no traceback; at most SHOWN error lines and the count of the rest (a
+    file's every mistake is reported, the printing is bounded); killed by no limit."""
     assert answer.code in codes, (answer.code, answer.stderr[-2000:])
     assert "Traceback" not in answer.stderr, answer.stderr[-2000:]
     assert "failed unexpectedly" not in answer.stderr, answer.stderr[-2000:]
     errors = [line for line in answer.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) <= 1, answer.stderr[-2000:]
+    assert len(errors) <= SHOWN + 1, answer.stderr[-2000:]
+    if len(errors) > SHOWN:
+        assert errors[-1].startswith("error: and ") and errors[-1].endswith(" more problems")
