@@ -14,6 +14,7 @@ import argparse
 from collections.abc import Sequence
 
 from dlci.commands._common import ArgumentParser
+from dlci.script.command import split_command
 
 
 class Verb:
@@ -43,3 +44,12 @@ class Verb:
     def main(self, argv: Sequence[str]) -> int:
         """Parse ``argv``, then run the verb: its exit code."""
         return self.run(self.parse(argv))
+
+
+class ScriptVerb(Verb):
+    """A verb that also runs the user's training command given after ``--`` (script mode,
+    docs/script-mode.md): the command's words are ``args.script``, empty without one."""
+
+    def parse(self, argv: Sequence[str]) -> argparse.Namespace:
+        argv, script = split_command(argv)
+        return argparse.Namespace(**vars(super().parse(argv)), script=script)

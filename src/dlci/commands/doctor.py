@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
 from typing import Any, TextIO
 
 from rich.console import Console
@@ -16,22 +15,17 @@ from dlci.checks.base import CheckResult
 from dlci.checks.doctor import DoctorRequest, run_doctor
 from dlci.commands import _common
 from dlci.commands._common import ArgumentParser
-from dlci.commands.base import Verb
+from dlci.commands.base import ScriptVerb
 from dlci.config import resolve
 from dlci.policy import CHECK_IDS
 from dlci.report import doctor as report
 from dlci.report.text import clean
-from dlci.script.command import split_command
 from dlci.script.run import doctor_script
 
 
-class DoctorVerb(Verb):
+class DoctorVerb(ScriptVerb):
     """Run the debugging ladder on the target: cheap checks first, each ruling out a class of
     silent deep-learning bug. Exit 1 when any check fails. After --: your script."""
-
-    def parse(self, argv: Sequence[str]) -> argparse.Namespace:
-        argv, script = split_command(argv)  # script mode: docs/script-mode.md
-        return argparse.Namespace(**vars(super().parse(argv)), script=script)
 
     def add_options(self, p: ArgumentParser) -> None:
         _common.add_target(p)

@@ -3,24 +3,22 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from dlci.commands import _common, analyze
 from dlci.commands._common import ArgumentParser
-from dlci.commands.base import Verb
+from dlci.commands.base import ScriptVerb
 from dlci.profiling.analysis import Destinations, analyze_trace
 from dlci.profiling.capture import profile_target
 from dlci.profiling.gate import MemoryFigures, check_gate
 from dlci.profiling.memcapture import measure_memory
 from dlci.profiling.session import Schedule
-from dlci.script.command import split_command
 from dlci.script.run import profile_script
 from dlci.training.target import load_target, resolve_spec
 
 
-class ProfileVerb(Verb):
+class ProfileVerb(ScriptVerb):
     """Train the target for a few real steps under torch.profiler (a wait/warmup/active
     schedule, so every recorded step carries a ProfilerStep#N marker; data, forward, backward
     and optimizer annotated) and write OUT/trace.json.gz, then analyze it (OUT/utilization.json,
@@ -28,10 +26,6 @@ class ProfileVerb(Verb):
     (OUT/trace-memory.json.gz, peak memory per step) and the largest batch that fits
     (docs/memory.md). On a machine without a GPU the trace is CPU-only and the report says so.
     OUT/report.html shows it all. After --: a script (docs/script-mode.md)."""
-
-    def parse(self, argv: Sequence[str]) -> argparse.Namespace:
-        argv, script = split_command(argv)  # script mode: docs/script-mode.md
-        return argparse.Namespace(**vars(super().parse(argv)), script=script)
 
     def add_options(self, p: ArgumentParser) -> None:
         _common.add_target(p)
