@@ -67,11 +67,6 @@ class Problems(DlciError):
         return "\n".join(shown)
 
 
-def errors_of(exc: DlciError) -> tuple[DlciError, ...]:
-    """Each mistake an error stands for: itself, or every one of :class:`Problems`."""
-    return exc.every()
-
-
 def raise_all(errors: Sequence[DlciError]) -> None:
     """Raise nothing, the one error, or all of them as :class:`Problems`."""
     if len(errors) == 1:

@@ -24,7 +24,6 @@ from dlci.config.source import CONFIG_LIMIT, DLCI_TOML, PYPROJECT, TomlSource, f
 from dlci.config.validate import Values, read_table
 from dlci.errors import DlciError
 from dlci.policy import Policy
-from dlci.schema import errors_of
 from dlci.trust.basecommit import Unverifiable, open_commit
 
 MERGED = "it takes effect once merged"
@@ -113,7 +112,7 @@ def first_problem(exc: DlciError) -> str:
     >>> first_problem(Problems([DlciError("a: bad", file="f", line=1), DlciError("b: worse")]))
     'f:1: a: bad (and 1 more problem)'
     """
-    more = len(errors_of(exc)) - 1
+    more = len(exc.every()) - 1
     tail = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
     return f"{exc.location}: {exc.message}{tail}"
 
