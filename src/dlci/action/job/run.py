@@ -109,9 +109,8 @@ def _dlci_steps(options: JobOptions) -> dict[str, list[str] | None]:
     # a training command where the target goes (python train.py ...): script mode, the
     # command after -- and last (docs/script-mode.md); else --target MODULE:FUNCTION
     script = command_words(options.target) if options.target else None
-    target = [] if script is not None or not options.target else ["--target", options.target]
     after = ["--", *script] if script is not None else []
-    tail = [*tier, *target]
+    tail = [*tier, *(["--target", options.target] if options.target and not after else [])]
     dlci = [dlci_script()]
     doctor = ["--json", str(options.out / "doctor.json")]
     doctor += ["--markdown", str(options.out / "doctor.md")]
