@@ -3,9 +3,10 @@
 GitHub's servers cannot be reached from these tests, so this local HTTP server answers in
 their place. Its answers have the shapes of GitHub's documented responses (REST API version
 2022-11-28: "List workflow runs for a workflow", "Get a workflow run", "List workflow run
-artifacts", "Download an artifact" with its 302 to a storage URL, and the issue-comment
-endpoints), with the fields dl-ci reads and their usual neighbours; the runs, artifacts and
-comments are whatever a test registers. They were written from GitHub's documentation and
+artifacts", "Download an artifact" with its 302 to a storage URL, the issue-comment
+endpoints, "List pull requests associated with a commit"), with the fields dl-ci reads and
+their usual neighbours; the runs, artifacts, pull requests and comments are whatever a test
+registers. They were written from GitHub's documentation and
 checked against answers recorded from api.github.com (a public client library's test
 fixtures): a run's ``event``, ``repository`` and ``head_repository`` (a fork's pull request
 names the fork there), lists paged with ``page``/``per_page`` (30 a page unless asked).
@@ -68,6 +69,8 @@ class StandIn:
     # an artifact's zip, or a function that makes it when it is downloaded
     blobs: dict[int, bytes | Callable[[], bytes]] = field(default_factory=dict)
     comments: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    # a commit's pull requests ("List pull requests associated with a commit"), by its sha
+    pulls: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     seen: list[Seen] = field(default_factory=list)
     fail: dict[str, int] = field(default_factory=dict)
     raw: dict[str, bytes] = field(default_factory=dict)  # path prefix -> a body sent as is
@@ -83,11 +86,13 @@ class StandIn:
         event: str = "push",
         run_id: int | None = None,
         head_repository: str | None = None,
+        head_sha: str | None = None,
     ) -> dict[str, Any]:
         """A finished run, listed first (the newest). ``head_repository``: where its code came
-        from (a fork's ``owner/name`` for a fork's pull request; default: this repository)."""
+        from (a fork's ``owner/name`` for a fork's pull request; default: this repository);
+        ``head_sha``: the commit it ran (default: one made from its id)."""
         run_id = run_id or 9_000_000_000 + len(self.runs) + 1
-        sha = f"{run_id:040x}"[-40:]
+        sha = head_sha or f"{run_id:040x}"[-40:]
         base = f"{self.api}/repos/{self.repo}/actions/runs/{run_id}"
         run = {
             "id": run_id,
@@ -273,6 +278,9 @@ class StandIn:
         if match and method == "GET":
             found = self.artifacts.get(int(match.group(1)), [])
             return 200, {"total_count": len(found), "artifacts": _page(found, params)}, jtype
+        match = re.fullmatch(rf"{repo}/commits/([0-9a-f]{{40}})/pulls", path)
+        if match and method == "GET":
+            return 200, _page(self.pulls.get(match.group(1), []), params), jtype
         match = re.fullmatch(rf"{repo}/actions/artifacts/(\d+)/zip", path)
         if match and method == "GET":
             where = f"{self.api}/storage/blob/{match.group(1)}?sig=stand-in-signature"

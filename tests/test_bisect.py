@@ -24,6 +24,7 @@ import pytest
 
 from dlci import cli
 from dlci.bisect.search import Answer, Search, Step
+from github_standin import StandIn
 
 # two tiers of one ladder: "nightly" lets every seed of a healthy commit pass; "merge" stops
 # at 20 epochs, where an unlucky seed (one in four) of a healthy commit is still falling
@@ -220,27 +221,6 @@ def build_repository(root: Path) -> dict[str, list[str]]:
     return {"main": main, "branch": branch, "repo": [str(repo)]}
 
 
-class StandIn:
-    """GitHub's "list pull requests associated with a commit", and nothing else."""
-
-    def __init__(self, token: str, pulls: dict[str, dict[str, Any]]) -> None:
-        from github_standin import StandIn as Base
-
-        state = Base(token=token)
-        route = state._route
-
-        def _route(method, path, query, handler, body):  # type: ignore[no-untyped-def]
-            if path.startswith(f"/repos/{state.repo}/commits/") and path.endswith("/pulls"):
-                if handler.headers.get("Authorization") != f"Bearer {token}":
-                    return 401, {"message": "Bad credentials"}, {}
-                sha = path.split("/")[-2]
-                return 200, [pulls[sha]] if sha in pulls else [], {}
-            return route(method, path, query, handler, body)
-
-        state._route = _route  # type: ignore[method-assign]
-        self.state = state.start()
-
-
 def _bisect(repo: Path, out: Path, *args: str) -> dict[str, Any]:
     """``dlci bisect`` in this process (its gate runs are subprocesses); the JSON, the exit
     code, the console and the wall time."""
@@ -274,13 +254,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     pull = {"number": 7, "title": "settings: read the learning rate by its long name",
             "html_url": "https://github.com/org/project/pull/7", "user": {"login": "ada"},
             "merged_at": "2026-12-01T10:00:00Z"}  # fmt: skip
-    github = StandIn(TOKEN, {main[CULPRIT]: pull})
+    github = StandIn(token=TOKEN, pulls={main[CULPRIT]: [pull]}).start()
     tier = ["--ladder", str(repo / "ladder.yaml"), "--hardware", "cpu", "--device", "cpu"]
     try:
         with pytest.MonkeyPatch.context() as env:
             env.setenv("OMP_NUM_THREADS", "1")
             env.setenv("MKL_NUM_THREADS", "1")
-            env.setenv("GITHUB_API_URL", github.state.api)
+            env.setenv("GITHUB_API_URL", github.api)
             env.setenv("GITHUB_REPOSITORY", "org/project")
             env.setenv("GITHUB_TOKEN", TOKEN)  # the job's: PRs looked up, none for the gates
             found = _bisect(
@@ -297,12 +277,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 "--budget", "nightly", *tier,
             )  # fmt: skip
     finally:
-        github.state.stop()
+        github.stop()
     timing = {k: round(v["wall_s"], 1) for k, v in
               (("found", found), ("flaky", flaky), ("skipped", skipped))}  # fmt: skip
     print(f"bisect wall times: {timing}", file=sys.stderr)
     return {
-        "repo": repo, "main": main, "branch": branch, "github": github.state,
+        "repo": repo, "main": main, "branch": branch, "github": github,
         "found": found, "flaky": flaky, "skipped": skipped,
         "markdown": (root / "found.md").read_text(encoding="utf-8"),
     }  # fmt: skip
@@ -741,14 +721,14 @@ def test_the_markdown_of_a_range_lists_every_suspect(runs: dict[str, Any]) -> No
 def test_a_failed_pull_request_lookup_is_said_not_fatal() -> None:
     from dlci.action.github.api import GitHub
     from dlci.bisect.git import Commit
-    from dlci.bisect.result import _pulls
+    from dlci.bisect.result import pulls
 
     said: list[str] = []
     commit = Commit("a" * 40, "subject (#3)", "A <a@x>", "")
     unreachable = GitHub("http://127.0.0.1:9", "org/project", "t", timeout=2.0)
-    assert _pulls(unreachable, [commit], said.append) == {}
+    assert pulls(unreachable, [commit], said.append) == {}
     assert said and said[0].startswith(f"pull request of {commit.short}: not looked up: GET ")
-    assert _pulls(None, [commit], said.append) == {}  # no token: not asked
+    assert pulls(None, [commit], said.append) == {}  # no token: not asked
 
 
 @pytest.mark.parametrize(

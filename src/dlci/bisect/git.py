@@ -5,7 +5,6 @@ request number as its subject says them.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import shutil
 import subprocess
@@ -124,17 +123,16 @@ def chain(repo: Path, good: str, bad: str) -> list[Commit]:
     return [Commit(sha, subject, author, date), *commits]
 
 
+def shared_clone(repo: Path, path: Path) -> Path:
+    """A clone of ``repo`` at ``path`` that borrows its objects (``--shared``, no checkout):
+    the bisect's worktrees are this clone's, so nothing is written into the caller's
+    repository, whose ``.git`` may be read-only (the action mounts it so in the container).
+    Its configuration (credentials, hooks) stays behind: a clone copies none of it."""
+    git(repo, "clone", "--quiet", "--shared", "--no-checkout", "--no-tags", ".", str(path))
+    return path
+
+
 def add_worktree(repo: Path, sha: str, path: Path) -> Path:
     """A detached, clean checkout of ``sha`` at ``path``: the caller's tree is untouched."""
     git(repo, "worktree", "add", "--detach", "--force", str(path), sha)
     return path
-
-
-def remove_worktree(repo: Path, path: Path) -> None:
-    """The worktree and its bookkeeping gone; never fails the bisect."""
-    try:
-        git(repo, "worktree", "remove", "--force", str(path))
-    except DlciError:
-        shutil.rmtree(path, ignore_errors=True)
-        with contextlib.suppress(DlciError):
-            git(repo, "worktree", "prune")

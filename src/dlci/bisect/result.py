@@ -1,16 +1,110 @@
 """The bisect's answer as one JSON-able dict: the first bad commit (or the range), the last
 good one, every tested commit's verdict and runs, the cost spent, and, with a GitHub token,
-each suspect's pull request and author.
+each suspect's pull request and author. Its shape is declared once (``AnswerShape``): an
+answer read back from a file (the action's container wrote it) is checked against it before
+anything renders it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
+import msgspec
+
+from dlci import jsonio
 from dlci.action.github.api import ApiError
 from dlci.bisect import git
 from dlci.bisect.search import Answer, Search
+from dlci.errors import DlciError
+from dlci.fsutil import read_input
+
+ANSWER_LIMIT = 16 << 20  # bytes: thousands of tested commits fit
+Sha = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{40}$")]
+Short = Annotated[str, msgspec.Meta(max_length=2000)]
+
+
+class PullShape(msgspec.Struct, kw_only=True):
+    number: int | None
+    title: Short = ""
+    url: Short = ""
+    author: Short | None = None
+    merged_at: Short | None = None
+
+
+class CommitShape(msgspec.Struct, kw_only=True):
+    sha: Sha
+    subject: Short
+    author: Short
+    date: Short
+    pull_number: int | None = None
+    pull: PullShape | None = None
+
+
+class RunShape(msgspec.Struct, kw_only=True):
+    purpose: Short
+    seeds: list[int]
+    verdicts: list[Literal["pass", "fail", "skip"]]
+    near: bool = False
+    figures: dict[str, Any]
+    reason: Short = ""
+    exit_code: int | None = None
+    seconds: float
+
+
+class TestedShape(CommitShape, kw_only=True):
+    index: int
+    verdict: Short
+    runs: Annotated[list[RunShape], msgspec.Meta(min_length=1)]
+
+
+class CostShape(msgspec.Struct, kw_only=True):
+    gate_runs: int
+    seed_runs: int
+    wall_s: float
+
+
+class AnswerShape(msgspec.Struct, kw_only=True):
+    """What the renderers (dlci.bisect.render) read of an answer; more keys may follow."""
+
+    kind: Literal["bisect"]
+    status: Literal["found", "range", "not-reproduced", "unfinished"]
+    message: Short
+    gate: Short
+    good: CommitShape
+    bad: CommitShape
+    last_good: CommitShape
+    first_bad: CommitShape | None
+    candidates: list[CommitShape]
+    tested: list[TestedShape]
+    cost: CostShape
+
+
+def read_answer(path: str | Path) -> dict[str, Any]:
+    """The answer in ``path``, checked against AnswerShape: a file that does not hold one is
+    a DlciError naming the file and the first field that is wrong."""
+    data = read_input(path, what="bisect answer", limit=ANSWER_LIMIT)
+    try:
+        answer = jsonio.decode(data)
+        msgspec.convert(answer, AnswerShape, strict=True)
+    except (jsonio.DecodeError, RecursionError) as exc:
+        raise DlciError(f"{path}: not JSON ({str(exc)[:200]})") from None
+    except msgspec.ValidationError as exc:
+        raise DlciError(f"{path}: not a bisect answer: {str(exc)[:300]}") from None
+    return dict(answer)
+
+
+def add_pulls(data: dict[str, Any], github: Any, say: Callable[[str], None]) -> dict[str, Any]:
+    """A checked answer with each suspect's pull request looked up now: for an answer made
+    where no token was (the action's container), by the host that holds one."""
+    entries = [c for c in data["candidates"] if isinstance(c, dict)]
+    commits = [git.Commit(c["sha"], c["subject"], c["author"], c["date"]) for c in entries]
+    found = pulls(github, commits, say)
+    for entry in [*entries, *([data["first_bad"]] if data["first_bad"] else [])]:
+        entry["pull"] = found.get(entry["sha"], entry.get("pull"))
+    return data
+
 
 MAX_LOOKUPS = 10  # pull requests looked up for one answer (a range of skipped commits)
 
@@ -42,7 +136,7 @@ def result(
     spent: dict[str, Any],
     say: Callable[[str], None],
 ) -> dict[str, Any]:
-    pulls = _pulls(github, [commits[i] for i in answer.candidates], say)
+    looked_up = pulls(github, [commits[i] for i in answer.candidates], say)
     tested = [
         {
             "index": index,
@@ -62,19 +156,20 @@ def result(
         "bad": commits[-1].to_dict(),
         "last_good": commits[answer.lo].to_dict(),
         "first_bad": (
-            {**commits[answer.hi].to_dict(), "pull": pulls.get(commits[answer.hi].sha)}
+            {**commits[answer.hi].to_dict(), "pull": looked_up.get(commits[answer.hi].sha)}
             if answer.first_bad is not None
             else None
         ),
         "candidates": [
-            {**commits[i].to_dict(), "pull": pulls.get(commits[i].sha)} for i in answer.candidates
+            {**commits[i].to_dict(), "pull": looked_up.get(commits[i].sha)}
+            for i in answer.candidates
         ],
         "tested": tested,
         "cost": {**{k: v for k, v in cost.items() if k != "text"}, **spent},
     }
 
 
-def _pulls(
+def pulls(
     github: Any, commits: list[git.Commit], say: Callable[[str], None]
 ) -> dict[str, dict[str, Any] | None]:
     """Each commit's pull request and its author, from GitHub's "list pull requests associated
@@ -95,11 +190,11 @@ def _pulls(
 
 def _pull(answer: Any, commit: git.Commit) -> dict[str, Any] | None:
     """The merged pull request that brought ``commit`` (else the first listed)."""
-    pulls = [p for p in (answer if isinstance(answer, list) else []) if isinstance(p, dict)]
-    merged = [p for p in pulls if p.get("merged_at")]
+    listed = [p for p in (answer if isinstance(answer, list) else []) if isinstance(p, dict)]
+    merged = [p for p in listed if p.get("merged_at")]
     number = commit.pull_number
-    named = [p for p in pulls if p.get("number") == number]
-    choices = named or merged or pulls
+    named = [p for p in listed if p.get("number") == number]
+    choices = named or merged or listed
     if not choices:
         return None
     chosen = choices[0]

@@ -120,6 +120,8 @@ class _Runner:
     commits: list[git.Commit]
     workdir: Path
     say: Callable[[str], None]
+    clone: Path  # the shared clone the worktrees are made from
+    prefix: str  # the project's folder inside the repository ('' at its root)
     deadline: float
     max_runs: int
     runs: int = 0
@@ -132,9 +134,8 @@ class _Runner:
         """The commit's clean worktree, installed once; a string: why it cannot be."""
         if index not in self.installed:
             commit = self.commits[index]
-            path = git.add_worktree(
-                self.request.repo, commit.sha, self.workdir / "trees" / commit.short
-            )
+            git.add_worktree(self.clone, commit.sha, self.workdir / "trees" / commit.short)
+            path = self.tree(index)
             try:
                 into = self.workdir / "installs" / commit.short
                 left = max(self.deadline - time.monotonic(), 1.0)
@@ -142,6 +143,10 @@ class _Runner:
             except Unrunnable as exc:
                 self.installed[index] = str(exc)
         return self.installed[index]
+
+    def tree(self, index: int) -> Path:
+        """The commit's project folder in its worktree (the repository's subfolder given)."""
+        return self.workdir / "trees" / self.commits[index].short / self.prefix
 
     def run(self, step: Step) -> tuple[list[str], bool]:
         """One step: the gate on the commit (its first run, or re-runs on new seeds)."""
@@ -193,7 +198,7 @@ class _Runner:
             env = installed.environment(gate_environment(os.environ))
             timeout = min(self.request.run_timeout_minutes * 60, self.deadline - time.monotonic())
             self.runs += 1
-            code = _call(argv, self.workdir / "trees" / commit.short, env, out, timeout)
+            code = _call(argv, self.tree(index), env, out, timeout)
             if code == TIMED_OUT and time.monotonic() >= self.deadline:
                 raise _TimeCap
             if code == EXIT_USAGE:  # the same dlci runs every commit: the bisect's mistake
@@ -253,30 +258,28 @@ def run_bisect(request: BisectRequest, say: Callable[[str], None]) -> dict[str, 
     """The bisect, start to answer (see the module docstring); the result as a dict."""
     request = request.checked()
     repo = Path(git.git(request.repo, "rev-parse", "--show-toplevel").strip())
+    prefix = git.git(request.repo, "rev-parse", "--show-prefix").strip()  # a monorepo's project
     good = request.good
     if good == "last-green":
         good = last_green(request.history)
         say(f"good: {good[:12]}, the newest night in {request.history} whose memorization passed")
     request = BisectRequest(**{**request.__dict__, "repo": repo, "good": good})
     commits = git.chain(repo, request.good, request.bad)
-    git.git(repo, "worktree", "prune")  # a killed bisect's worktrees, whose folders are gone
     cost = plan(request, commits)
     say(f"gate: {request.gate.describe()}")
     say(f"cost: {cost['text']}")
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="dlci-bisect-", dir=request.workdir))
-    runner = _Runner(
-        request, commits, workdir, say, started + request.time_cap_minutes * 60, cost["max_runs"]
-    )
+    clone = git.shared_clone(repo, workdir / "repo")
+    deadline = started + request.time_cap_minutes * 60
+    runner = _Runner(request, commits, workdir, say, clone, prefix, deadline, cost["max_runs"])
     search = Search(
         len(commits) - 1, reruns=request.reruns, confirm_passes=request.gate.confirm_passes
     )
     try:
         answer = _loop(search, runner)
     finally:
-        if not request.keep:
-            for path in sorted((workdir / "trees").glob("*")):
-                git.remove_worktree(repo, path)
+        if not request.keep:  # the clone, its worktrees and every run's folder
             shutil.rmtree(workdir, ignore_errors=True)
 
     setup = {"gate": request.gate.describe(), "install": request.install}
