@@ -1,5 +1,5 @@
 """The host side of the gates' isolation (dlci.action.host.gates) and of the workflow-command stop
-around the container's output (dlci.action.host.container._watch), without Docker: the container
+around the container's output (dlci.action.host.container.watch), without Docker: the container
 is stood in for by a local process. tests/e2e/test_trust_gates.py attacks the real thing."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def markers(out: str) -> tuple[str, list[str]]:
 @pytest.mark.parametrize("exit_code", [0, 3])
 def test_the_output_sits_between_stop_commands_and_its_token(capsys, exit_code: int) -> None:
     cmd = [sys.executable, "-c", f"import sys; {PRINTS}; sys.exit({exit_code})"]
-    code, tail = container._watch(cmd, "unused", 1.0)
+    code, tail = container.watch(cmd, "unused", 1.0)
     assert code == exit_code
     token, lines = markers(capsys.readouterr().out)
     # the resume line starts a line of its own, after a newline of the host's
@@ -39,7 +39,7 @@ def test_the_output_sits_between_stop_commands_and_its_token(capsys, exit_code: 
 
 def test_each_run_has_a_new_token(capsys) -> None:
     for _ in range(2):
-        container._watch([sys.executable, "-c", "pass"], "unused", 1.0)
+        container.watch([sys.executable, "-c", "pass"], "unused", 1.0)
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 6 and lines[0].split("::")[2] != lines[3].split("::")[2]
 
@@ -48,7 +48,7 @@ def test_commands_resume_after_a_timeout(capsys, monkeypatch) -> None:
     monkeypatch.setattr(container, "_kill", lambda name: None)  # no docker here: it ends itself
     cmd = [sys.executable, "-c", f"import time; {PRINTS}; time.sleep(2)"]
     with pytest.raises(DlciError, match="ran past timeout-minutes"):
-        container._watch(cmd, "unused", 0.005)
+        container.watch(cmd, "unused", 0.005)
     token, lines = markers(capsys.readouterr().out)
     assert lines[-1] == f"::{token}::" and "::error::pwned" in lines
 

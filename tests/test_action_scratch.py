@@ -206,7 +206,7 @@ def test_a_container_that_prints_a_giant_line_costs_the_host_no_memory(capsys) -
     cmd = [sys.executable, "-c", f"import os; os.write(1, b'a' * {SIZE})"]
     tracemalloc.start()
     try:
-        code, _ = container._watch(cmd, "unused", 1.0)
+        code, _ = container.watch(cmd, "unused", 1.0)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -233,7 +233,7 @@ def test_control_reading_by_lines_holds_the_whole_line(capsys) -> None:
 
 def test_many_lines_past_the_total_are_counted_not_printed(capsys) -> None:
     script = "import sys\nfor i in range(200000): sys.stdout.write('%0500d\\n' % i)\n"
-    code, _ = container._watch([sys.executable, "-c", script], "unused", 1.0)
+    code, _ = container.watch([sys.executable, "-c", script], "unused", 1.0)
     printed = capsys.readouterr()
     assert code == 0 and len(printed.out) <= output.OUTPUT_LIMIT + 1000
     assert "output dropped" in printed.err

@@ -1,7 +1,7 @@
 """``dlci container``: build or pull the job's image, run ``dlci run`` in it, clean up.
 
-Host-side, never imports torch. Three subcommands, each a Verb over one function of
-dlci.action.host: ``build`` (image.provide), ``run`` (container.run), ``cleanup`` (cleanup.cleanup).
+Host-side, never imports torch. Four subcommands, each a Verb over one function of dlci.action.host:
+``build`` (image.provide), ``run`` (container.run), ``bisect`` (bisect.bisect), ``cleanup``.
 """
 
 from __future__ import annotations
@@ -16,14 +16,15 @@ from dlci.action.host import cleanup, container, image
 from dlci.commands import _common
 from dlci.commands._common import ArgumentParser
 from dlci.commands.base import Verb
+from dlci.commands.container_bisect import Bisect
 from dlci.errors import EXIT_USAGE, DlciError
 from dlci.fsutil import refuse_link
 from dlci.report.console import print_warning
 from dlci.report.github import write_outputs
 
 USAGE = (
-    "usage: dlci container {build,run,cleanup} ...\n\n"
-    "Build or pull the job's image, run `dlci run` in it, clean up (host side).\n"
+    "usage: dlci container {build,run,bisect,cleanup} ...\n\n"
+    "Build or pull the job's image, run `dlci run` in it, bisect a red run, clean up.\n"
     "Run 'dlci container SUBCOMMAND --help' for its options."
 )
 IPC, TRUST = ("private", "host"), ("auto", "trusted", "untrusted")
@@ -34,7 +35,7 @@ def main(argv: Sequence[str]) -> int:
     if argv and argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0
-    subcommands = {"build": Build, "run": Run, "cleanup": Cleanup}
+    subcommands = {"build": Build, "run": Run, "bisect": Bisect, "cleanup": Cleanup}
     if not argv or argv[0] not in subcommands:
         what = f"unknown subcommand {argv[0]!r}" if argv else "a subcommand is required"
         print(USAGE.splitlines()[0], file=sys.stderr)  # as argparse does for every other verb

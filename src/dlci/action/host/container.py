@@ -238,12 +238,7 @@ def run(request: RunRequest) -> int:
     container; the first bad exit code (125: docker could not start one)."""
     check_env_names(request.env)
     network_flags(request.network)  # a bad input fails here, before any container starts
-    pinned = pinned_gpus()
-    gpus = resolve_gpus(request.gpus, request.gpu_found == "true", pinned)
-    visible = ""  # a pinned runner sets NVIDIA_VISIBLE_DEVICES itself ("void": no GPU)
-    if pinned:
-        visible = gpus.removeprefix("device=") if gpus != "none" else "void"
-        say(f"gpus: this runner's own {len(pinned)} GPU(s) ({PIN_VARIABLE}): {gpus}")
+    gpus, visible = job_gpus(request.gpus, request.gpu_found)
     job = request.job or f"local-{os.getpid()}"
     name = f"dlci-{job}"[:120]
     workspace = Path(request.workspace)
@@ -288,6 +283,18 @@ def run(request: RunRequest) -> int:
             return _run_parts(parts, build, name, request.timeout_minutes, check, copies)
     finally:
         parts.close()
+
+
+def job_gpus(asked: str, gpu_found: str) -> tuple[str, str]:
+    """``--gpus`` for the ``gpus`` input on this runner, and the NVIDIA_VISIBLE_DEVICES a
+    pinned runner sets itself ('' unpinned; "void": no GPU)."""
+    pinned = pinned_gpus()
+    gpus = resolve_gpus(asked, gpu_found == "true", pinned)
+    visible = ""
+    if pinned:
+        visible = gpus.removeprefix("device=") if gpus != "none" else "void"
+        say(f"gpus: this runner's own {len(pinned)} GPU(s) ({PIN_VARIABLE}): {gpus}")
+    return gpus, visible
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -410,7 +417,7 @@ def _run_parts(
                     installed.remove_container(here)
                 say(shlex.join(cmd))
                 started = time.monotonic()
-                code, tail = _watch(cmd, here, timeout_minutes, deadline)
+                code, tail = watch(cmd, here, timeout_minutes, deadline)
                 timing["container_s"] = round(time.monotonic() - started, 3)
                 if code == 125:  # docker itself failed to start the container
                     raise _start_failure(tail)
@@ -512,7 +519,7 @@ def _kill(name: str) -> None:
     subprocess.run(["docker", "kill", name], capture_output=True, check=False, timeout=30)
 
 
-def _watch(
+def watch(
     cmd: list[str], name: str, timeout_minutes: float, deadline: float | None = None
 ) -> tuple[int, list[str]]:
     """Run the container, its output (stdout and stderr in order) streamed through between

@@ -2,7 +2,8 @@
 
 Host-side (no torch). Reads preflight.json, run.json, cleanup.json, junit.xml, coverage.xml,
 memorization.json, doctor.json and utilization.json, and reports on whatever is there: a job
-that failed early still gets a summary of what ran.
+that failed early still gets a summary of what ran. A red run's bisect (bisect.json, which
+dlci.action.host.bisect writes beside the host's reports) comes first, the culprit on top.
 
 The container ran the pull request's code, so its files are claims. With the host's record
 of the container run (dlci.action.host.gates, a file outside the workspace), the tier, the
@@ -26,6 +27,8 @@ from typing import Any
 
 from dlci import jsonio
 from dlci.action.host.testfiles import coverage_rate, junit_counts
+from dlci.bisect import render as bisect_render
+from dlci.bisect.result import read_answer
 from dlci.errors import DlciError
 from dlci.fsutil import NOT_ALLOWED, copy_beneath, read_input
 from dlci.report import fields, html
@@ -85,12 +88,13 @@ def summarize(
         # gates' own claims: in the upload's folder, or (no host record, a local run) beside
         # the reports read
         page = html_report(into, data, None if host_record is not None else folder)
+        top = bisect_top(into) if host_record is not None else ""
     values = outputs(data)
     if artifact_prefix:
         values["artifact-name"] = artifact_name(artifact_prefix, data)
     if host_record is not None:
         values["artifacts-dir"] = str(into)
-    markdown = render(data, title=title)
+    markdown = top + render(data, title=title)
     if isinstance(page, Path):
         where = (
             f"the artifact `{md(values['artifact-name'])}`"
@@ -101,6 +105,18 @@ def summarize(
     else:
         markdown += f"\n\nNo HTML report for this job: {md(page, limit=300)}."
     return Summary(markdown, values, error_annotations(data), data["verdict"])
+
+
+def bisect_top(folder: Path) -> str:
+    """The bisect's answer (``bisect.json`` in the host's copies) for the summary's top, or
+    a line on why it cannot be shown; '' when there was no bisect."""
+    path = folder / "bisect.json"
+    if not path.is_file() or path.is_symlink():
+        return ""
+    try:
+        return bisect_render.markdown(read_answer(path)) + "\n"
+    except DlciError as exc:
+        return f"dl-ci bisect: its answer cannot be shown: {md(exc.message, limit=300)}\n\n"
 
 
 def html_report(folder: Path, data: dict[str, Any], beside: Path | None) -> Path | str:
