@@ -24,6 +24,7 @@ import pytest
 
 from dlci import cli
 from dlci.bisect.search import Answer, Search, Step
+from dlci.errors import DlciError
 from github_standin import StandIn
 
 # two tiers of one ladder: "nightly" lets every seed of a healthy commit pass; "merge" stops
@@ -204,18 +205,25 @@ def _commit(repo: Path, subject: str, files: dict[str, str], author: tuple[str, 
     return _git(repo, "rev-parse", "HEAD")
 
 
-def build_repository(root: Path) -> dict[str, list[str]]:
-    """The consumer's history: main (c0..c11) and the branch (d1..d4) from c4."""
+def build_repository(root: Path, prefix: str = "") -> dict[str, list[str]]:
+    """The consumer's history: main (c0..c11) and the branch (d1..d4) from c4; ``prefix``:
+    the project's folder in the repository (a monorepo's), e.g. ``project/``."""
     repo = root / "consumer"
     repo.mkdir()
     _git(repo, "init", "-q", "-b", "main")
     main = [
-        _commit(repo, subject, files, AUTHORS.get(i, ("Bob", "bob@example.org")))
+        _commit(
+            repo,
+            subject,
+            {prefix + name: text for name, text in files.items()},
+            AUTHORS.get(i, ("Bob", "bob@example.org")),
+        )
         for i, (subject, files) in enumerate(MAIN)
     ]
     _git(repo, "checkout", "-q", "-b", "refactor", main[4])
     branch = [main[4]] + [
-        _commit(repo, subject, files, ("Cy", "cy@example.org")) for subject, files in BRANCH
+        _commit(repo, subject, {prefix + n: text for n, text in files.items()}, ("Cy", "cy@x.org"))
+        for subject, files in BRANCH
     ]
     _git(repo, "checkout", "-q", "main")
     return {"main": main, "branch": branch, "repo": [str(repo)]}
@@ -757,3 +765,67 @@ def test_every_key_of_the_answer_is_documented(runs: dict[str, Any]) -> None:
     )
     keys -= {"schema_version", "kind", "workdir", "run_timeout_minutes", "reruns", "sha"}
     assert sorted(k for k in keys if f"`{k}`" not in doc) == []
+
+
+# --- the action's bisect of a red run: its decisions on the host, without a container
+
+
+def _record(tmp_path: Path, failed: str, checks: list[dict[str, Any]] | None = None) -> Path:
+    """A host record whose ``failed`` step failed (and, given, the host's doctor.json)."""
+    reports = tmp_path / "record-reports"
+    reports.mkdir()
+    if checks is not None:
+        (reports / "doctor.json").write_text(json.dumps({"checks": checks}))
+    record = {
+        "run": {"steps": [{"name": "tests", "status": "passed"},
+                          {"name": failed, "status": "failed"}]},
+        "reports_dir": str(reports),
+        "preflight": {"config": {"values": {"min-gpu-util": 40}}},
+    }  # fmt: skip
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps(record))
+    return path
+
+
+def test_the_action_bisects_by_the_gate_that_failed_and_never_on_a_pull_request(
+    tmp_path: Path,
+) -> None:
+    from dlci.action.host import bisect as night
+    from dlci.action.host.summary import read_report
+
+    def gate(failed: str, checks: list[dict[str, Any]] | None = None) -> list[str]:
+        folder = tmp_path / f"{failed}-{len(checks or [])}"
+        folder.mkdir()
+        return night.gate_of(read_report(_record(folder, failed, checks)) or {})[0]
+
+    assert gate("memorize") == ["--gate", "memorize"]
+    hostile = [{"id": "--target=evil:x", "status": "fail"}, {"id": "zero-grad", "status": "fail"}]
+    assert gate("doctor", hostile) == ["--gate", "doctor", "--check", "zero-grad"]
+    assert gate("doctor", [{"id": "made-up", "status": "fail"}]) == []  # not the kit's check
+    assert gate("profile") == ["--gate", "profile", "--min-gpu-util", "40"]
+    assert gate("tests") == []  # a unit test's failure is git bisect run's, not this gate's
+    # a pull request's run is refused before anything is asked or run (the control: the same
+    # request on a schedule gets as far as the token it lacks for last-green)
+    request = night.NightRequest(image="none", record=str(_record(tmp_path, "memorize")))
+    assert night.bisect(request, {"GITHUB_EVENT_NAME": "pull_request"}).status == "skipped"
+    with pytest.raises(DlciError, match="last-green needs the token"):
+        night.bisect(request, {"GITHUB_EVENT_NAME": "schedule"})
+
+
+def test_a_hostile_answer_is_a_line_at_the_summarys_top_not_a_crash(
+    runs: dict[str, Any], tmp_path: Path
+) -> None:
+    from dlci.action.host.summary import bisect_top
+
+    assert bisect_top(tmp_path) == ""  # no bisect: nothing on top
+    (tmp_path / "bisect.json").write_text(json.dumps(runs["found"]["data"]))
+    assert bisect_top(tmp_path).startswith("### dl-ci bisect: first bad commit")
+    for broken in (
+        {**runs["found"]["data"], "status": "`rm -rf`"},
+        {**runs["found"]["data"], "tested": [{"sha": "x" * 40}]},
+        [1, 2],
+    ):
+        (tmp_path / "bisect.json").write_text(json.dumps(broken))
+        top = bisect_top(tmp_path)
+        assert top.startswith("dl-ci bisect: its answer cannot be shown: "), top
+        assert "not a bisect answer" in top

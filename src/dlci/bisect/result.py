@@ -88,10 +88,10 @@ def read_answer(path: str | Path) -> dict[str, Any]:
     try:
         answer = jsonio.decode(data)
         msgspec.convert(answer, AnswerShape, strict=True)
+    except msgspec.ValidationError as exc:  # before DecodeError, its base class
+        raise DlciError(f"{path}: not a bisect answer: {str(exc)[:300]}") from None
     except (jsonio.DecodeError, RecursionError) as exc:
         raise DlciError(f"{path}: not JSON ({str(exc)[:200]})") from None
-    except msgspec.ValidationError as exc:
-        raise DlciError(f"{path}: not a bisect answer: {str(exc)[:300]}") from None
     return dict(answer)
 
 

@@ -116,7 +116,8 @@ def bisect_top(folder: Path) -> str:
     try:
         return bisect_render.markdown(read_answer(path)) + "\n"
     except DlciError as exc:
-        return f"dl-ci bisect: its answer cannot be shown: {md(exc.message, limit=300)}\n\n"
+        why = exc.message.replace(str(path), path.name)  # the host's folder is no reader's
+        return f"dl-ci bisect: its answer cannot be shown: {md(why, limit=300)}\n\n"
 
 
 def html_report(folder: Path, data: dict[str, Any], beside: Path | None) -> Path | str:
