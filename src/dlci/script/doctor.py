@@ -355,7 +355,7 @@ class ScriptDoctor:
         exit_code = 1 if data.verdict == "fail" else 0
         return {
             "doctor": {
-                "report": data,
+                "report": jsonio.decode(jsonio.encode(data, indent=False)),  # JSON, as sent
                 "json_path": json_path,
                 "exit_code": exit_code,
                 "html": str(page) if page else None,
