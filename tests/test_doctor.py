@@ -298,10 +298,10 @@ def test_a_crashed_check_is_in_the_report_and_the_doctor_exits_3(
 
 
 def test_a_report_of_before_the_crashed_status_still_renders() -> None:
-    from dlci.report.doctor import render_markdown
+    from dlci.report.doctor import read, render_markdown
 
     old = {"verdict": "pass", "counts": {"pass": 1, "warn": 0, "fail": 0, "skip": 1}, "checks": []}
-    assert render_markdown(old).startswith(
+    assert render_markdown(read(old)).startswith(
         "### ✅ Debugging checks: 0 failed, 0 warnings, 1 passed, 1 skipped: 1 of 2 checks ran\n"
     )
 

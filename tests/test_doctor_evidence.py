@@ -153,9 +153,9 @@ def test_a_failure_that_follows_from_an_earlier_one_names_its_root() -> None:
         assert result.cause.startswith("may follow from zero-grad, which also failed: ")
         assert result.fix.startswith("fix zero-grad first")
     data = report.build(list(_cascade()), target="zoo:no_zero_grad_sgd", tier={}, seed=0)
-    assert data["roots"] == ["zero-grad"] and data["counts"]["following"] == len(following)
-    assert data["reason"].startswith("zero-grad failed")
-    assert "may follow from an earlier one" in report._tally(data["counts"])
+    assert data.roots == ["zero-grad"] and data.counts["following"] == len(following)
+    assert data.reason and data.reason.startswith("zero-grad failed")
+    assert "may follow from an earlier one" in report._tally(data.counts)
 
 
 def test_control_alone_the_same_check_blames_the_labels() -> None:

@@ -9,13 +9,14 @@ import re
 from pathlib import Path
 
 import zoo
+from dlci import jsonio
 from dlci.checks import CHECK_IDS, run_checks, select
 from dlci.checks.base import CheckResult
 from dlci.checks.doctor import DoctorRequest, run_doctor
 from dlci.cli import main
 from dlci.ladder.tiers import TierRequest, choose_tier
 from dlci.policy import THRESHOLDS, Policy, Waiver
-from dlci.report.doctor import render_markdown
+from dlci.report.doctor import read, render_markdown
 
 TIER = choose_tier(budget="pr", hardware="cpu")
 TESTS = Path(__file__).resolve().parent
@@ -43,7 +44,7 @@ def doctor(tmp_path: Path, target: str, only: str, policy: Policy | None) -> dic
     )
     outcome = run_doctor(request)
     report = json.loads((tmp_path / "doctor.json").read_text())
-    assert report == json.loads(json.dumps(outcome.report))
+    assert report == json.loads(jsonio.encode(outcome.report))
     assert outcome.exit_code == (1 if report["verdict"] == "fail" else 0)
     return dict(report, markdown=markdown.read_text())
 
@@ -270,7 +271,7 @@ def test_the_defaults_are_the_modules_own_constants() -> None:
 
 def test_an_old_report_without_waivers_still_renders() -> None:
     old = {"verdict": "pass", "counts": {"pass": 1, "warn": 0, "fail": 0, "skip": 0}}
-    text = render_markdown(dict(old, checks=[]))
+    text = render_markdown(read(dict(old, checks=[])))
     assert "Waived checks" not in text
 
 

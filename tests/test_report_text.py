@@ -116,13 +116,15 @@ def test_table_keeps_every_row_to_the_header_width() -> None:
 # ------------------------------------------------------------------ every renderer
 
 
-def _doctor_report(name: str) -> dict[str, Any]:
+def _doctor_report(name: str) -> doctor.DoctorReport:
     check = {"status": "fail", "measured": name, "expected": name, "cause": name, "fix": name}
-    return {
-        "verdict": "fail",
-        "counts": {"pass": 0, "warn": 0, "fail": 2, "skip": 0},
-        "checks": [{"id": name, **check}, {"id": "zero-grad", **check, "status": "warn"}],
-    }
+    return doctor.read(
+        {
+            "verdict": "fail",
+            "counts": {"pass": 0, "warn": 0, "fail": 2, "skip": 0},
+            "checks": [{"id": name, **check}, {"id": "zero-grad", **check, "status": "warn"}],
+        }
+    )
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -149,7 +151,7 @@ def test_the_doctor_fits_a_ci_log_of_120_columns(capsys) -> None:
         "counts": {"fail": 1},
         "checks": [{"id": "label-alignment", **check}, {"id": "zero-grad", **check}],
     }
-    doctor.print_table(report)  # capsys's stream is not a terminal
+    doctor.print_table(doctor.read(report))  # capsys's stream is not a terminal
     lines = capsys.readouterr().out.splitlines()
     assert max(map(len, lines)) <= 120 and len(lines) > 20
     assert "".join(line.strip() for line in lines).count("x" * 200) >= 4  # long words kept

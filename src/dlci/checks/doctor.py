@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from dlci import jsonio
 from dlci.checks import run_checks, select
 from dlci.checks.base import CheckResult
@@ -21,6 +23,7 @@ from dlci.memorization.engine import seed_everything
 from dlci.policy import Policy, threshold_table
 from dlci.report import doctor as report
 from dlci.report import figures, html
+from dlci.report.fields import DoctorReport, PolicyEntry, WaiverEntry
 from dlci.report.text import clean
 from dlci.training.batching import as_pair
 from dlci.training.target import load_target, resolve_spec
@@ -53,7 +56,7 @@ class DoctorOutcome:
     """The report, where its JSON went ("-": the caller prints it), the exit code and the
     folder's report.html (None when it was not written)."""
 
-    report: dict[str, Any]
+    report: DoctorReport
     json_path: str
     exit_code: int
     html: Path | None = None
@@ -77,7 +80,7 @@ def run_doctor(
     def unfinished(reason: str) -> None:  # a failing report until the verdict replaces it
         if json_path != "-":
             partial = report.build([], target=spec, tier=tier.to_dict(), seed=request.seed)
-            jsonio.write(json_path, dict(partial, verdict="fail", reason=reason))
+            jsonio.write(json_path, msgspec.structs.replace(partial, verdict="fail", reason=reason))
 
     unfinished(NO_VERDICT)  # stays if the process dies inside the target's code (os._exit)
     seed_everything(request.seed)
@@ -114,10 +117,10 @@ def run_doctor(
         page = pictures(data, Path(request.out), target)
     if crashes:
         raise crashes[0]
-    return DoctorOutcome(data, json_path, 1 if data["verdict"] == "fail" else 0, page)
+    return DoctorOutcome(data, json_path, 1 if data.verdict == "fail" else 0, page)
 
 
-def pictures(data: dict[str, Any], folder: Path, target: Any) -> Path | None:
+def pictures(data: DoctorReport, folder: Path, target: Any) -> Path | None:
     """The doctor's figures (figures/*.png, the training examples among them: the first batch
     of the target's training loader, iterated anew) and the folder's report.html. Never the
     verdict's business: what cannot be drawn is said on standard error, and the report stands
@@ -127,7 +130,9 @@ def pictures(data: dict[str, Any], folder: Path, target: Any) -> Path | None:
         print(f"doctor: {clean(line)}", file=sys.stderr, flush=True)
 
     try:
-        drawn = figures.doctor_figures(data, folder)["figures"]
+        # the figures read each check's id, status and details (the instruments' own data)
+        checks = [msgspec.structs.asdict(check) for check in data.checks]
+        drawn = figures.doctor_figures({"checks": checks}, folder)["figures"]
     except ImportError as exc:  # matplotlib: dl-ci's train extra
         say(f"no figures: {exc} (pip install 'dl-ci[train]')")
         drawn = []
@@ -162,7 +167,7 @@ def _examples(target: Any, folder: Path) -> dict[str, str] | None:
     return None
 
 
-def _write(data: dict[str, Any], json_path: str, markdown: str | None) -> None:
+def _write(data: DoctorReport, json_path: str, markdown: str | None) -> None:
     """The report as JSON (unless it goes to standard output) and, on request, Markdown."""
     if json_path != "-":
         jsonio.write(json_path, data)
@@ -170,9 +175,7 @@ def _write(data: dict[str, Any], json_path: str, markdown: str | None) -> None:
         atomic_write_text(markdown, report.render_markdown(data))
 
 
-def waiver_entries(
-    policy: Policy, results: list[CheckResult], today: dt.date
-) -> list[dict[str, Any]]:
+def waiver_entries(policy: Policy, results: list[CheckResult], today: dt.date) -> list[WaiverEntry]:
     """The report's ``waivers``: every waiver of the policy, whether it has expired, whether
     it applied in this run (a check not selected, or skipped by --stop-on-fail, had none
     applied), and the status its check had or would have had without it."""
@@ -188,17 +191,17 @@ def waiver_entries(
         else:
             before = result.status
         entries.append(
-            {
+            WaiverEntry(
                 **waiver.to_json(),
-                "expired": waiver.expired(today),
-                "applied": applied,
-                "status_without_waiver": before,
-            }
+                expired=waiver.expired(today),
+                applied=applied,
+                status_without_waiver=before,
+            )
         )
     return entries
 
 
-def policy_entry(policy: Policy) -> dict[str, Any]:
+def policy_entry(policy: Policy) -> PolicyEntry:
     """The report's ``policy``: where it came from, and the thresholds that differ from the
     defaults."""
     table = threshold_table()
@@ -207,4 +210,4 @@ def policy_entry(policy: Policy) -> dict[str, Any]:
         for name, value in policy.thresholds.items()
         if name not in table or float(value) != table[name].default
     }
-    return {"origin": policy.origin, "thresholds": changed}
+    return PolicyEntry(origin=policy.origin, thresholds=changed)

@@ -7,7 +7,8 @@ where a dict was expected would crash a renderer the same way (issue 35). The ho
 every field it renders against the type dl-ci writes there (each report's shape below, on
 dlci.schema); a report with a wrong one is a problem named in the summary (the report is not
 shown), never a crash. A missing field is not checked here: the renderers show such a report
-as incomplete, and fields no renderer reads are not declared.
+as incomplete, and fields no renderer reads are not declared. The doctor's report is declared
+whole: its classes are also what its writer builds and its readers read (report/doctor.py).
 
 >>> problems("memorization", {"threshold": "1.0", "tier": {"max_epochs": 3}})
 ['memorization.json: threshold is text, expected a number or null']
@@ -21,6 +22,7 @@ import itertools
 from typing import Annotated, Any
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from dlci import schema
 
@@ -80,35 +82,75 @@ class Memorization(Shape):
 
 
 # --------------------------------------------------------------------------- doctor.json
+# The doctor's report is typed end to end: report/doctor.py builds these classes, writes them
+# as doctor.json and reads a report back into them (doctor.read), so every reader reads
+# attributes. A key that is absent unless it applies (a check's waived, the report's reason)
+# is UNSET, which msgspec leaves out of the JSON; the fields old reports lack have defaults.
 
 
-class CheckShape(Shape):
-    id: Text
-    status: Text
-    measured: Text
-    expected: Text
-    cause: Text
-    fix: Text
-    waived: Object | None
+class Waived(Shape):
+    """What a check's entry says of the waiver applied to it."""
+
+    mode: str = ""
+    reason: str = ""
+    until: str | None = None
+    source: str = ""
+    status_without_waiver: str | None = None  # None: the waiver kept the check from running
 
 
-class WaiverShape(Shape):
-    check: Text
-    mode: Text
-    reason: Text
-    until: Text
-    source: Text
-    expired: Text
-    applied: Text
-    status_without_waiver: Text
+class CheckEntry(Shape):
+    """One check's result, as dlci.checks.base.CheckResult holds it."""
+
+    id: str
+    status: str
+    measured: str
+    expected: str
+    cause: str
+    fix: str
+    details: Object = {}  # the check's instruments, for the figures
+    seconds: float = 0.0
+    waived: Waived | UnsetType | None = UNSET  # only where a waiver applied
+    follows: list[str] = []  # the earlier failures this one may follow from
 
 
-class Doctor(Shape):
-    verdict: Text
-    reason: Text
+class WaiverEntry(Shape):
+    """One waiver of the project's policy, and what it did in this run."""
+
+    check: str = ""
+    mode: str = ""
+    reason: str = ""
+    until: str | None = None
+    source: str = ""
+    expired: bool = False
+    applied: bool = False
+    status_without_waiver: str | None = None  # None: the check did not run
+
+
+class PolicyEntry(Shape):
+    """Where the waivers and thresholds came from; the thresholds that are not the defaults."""
+
+    origin: str = ""
+    thresholds: dict[str, float] = {}
+
+
+class DoctorReport(Shape, kw_only=True):
+    """doctor.json. ``counts`` has one key per status, ``ran`` and ``following`` (older
+    reports lack some: a reader defaults them)."""
+
+    schema_version: int = 1
+    kind: str = "doctor"
+    created_at: str = ""
+    target: str = ""
+    seed: int = 0
+    tier: Object = {}
+    verdict: str
     counts: dict[str, int]
-    checks: list[CheckShape]
-    waivers: list[WaiverShape]
+    checks: list[CheckEntry]
+    roots: list[str] = []
+    waivers: list[WaiverEntry] = []
+    policy: PolicyEntry = msgspec.field(default_factory=PolicyEntry)
+    reason: str | UnsetType = UNSET  # why the verdict fails; only when it does
+    script_mode: bool | UnsetType = UNSET  # only for dlci doctor -- python ...
 
 
 # --------------------------------------------------------------------------- utilization.json
@@ -233,7 +275,7 @@ class Utilization(Shape):
 
 SHAPES: dict[str, type[Shape]] = {
     "memorization": Memorization,
-    "doctor": Doctor,
+    "doctor": DoctorReport,
     "utilization": Utilization,
 }
 

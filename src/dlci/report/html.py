@@ -27,6 +27,8 @@ from typing import Any
 from dlci import jsonio
 from dlci.errors import DlciError
 from dlci.fsutil import atomic_write_text, is_null_device, read_input
+from dlci.report import doctor as doctor_report
+from dlci.report.fields import DoctorReport
 from dlci.report.figures import FOLDER, HEALTHY, TITLES
 from dlci.report.text import clean
 
@@ -131,17 +133,28 @@ def _verdict(kind: str, report: dict[str, Any] | str | None, what: str) -> dict[
     return {"gate": kind, "verdict": verdict, "reason": _text(report.get("reason"), 600)}
 
 
-def _doctor(folder: Path, report: dict[str, Any] | str | None) -> dict[str, Any] | None:
-    if not isinstance(report, dict):
+def _read_doctor(raw: dict[str, Any] | str | None) -> DoctorReport | str | None:
+    """The folder's doctor.json read into its classes; None when it is missing, UNREADABLE as
+    _read_json says, or what is wrong with it (a field of the wrong type, or missing)."""
+    if not isinstance(raw, dict):
+        return raw
+    try:
+        return doctor_report.read(raw)
+    except ValueError as exc:
+        return str(exc)
+
+
+def _doctor(folder: Path, report: DoctorReport | str | None) -> dict[str, Any] | None:
+    if not isinstance(report, DoctorReport):
         return None
-    checks = []
-    for check in _list(report.get("checks")):
-        if not isinstance(check, dict):
-            continue
-        checks.append({key: _text(check.get(key), 600) for key in
-                       ("id", "status", "measured", "expected", "cause", "fix")})  # fmt: skip
+    checks = [
+        {"id": _text(c.id, 600), "status": _text(c.status, 600),
+         "measured": _text(c.measured, 600), "expected": _text(c.expected, 600),
+         "cause": _text(c.cause, 600), "fix": _text(c.fix, 600)}
+        for c in report.checks
+    ]  # fmt: skip
     figures = []
-    by_id = {c.get("id"): c for c in _list(report.get("checks")) if isinstance(c, dict)}
+    by_id = {c.id: c for c in report.checks}
     for kind in FIGURE_ORDER:
         uri = image(folder / FOLDER / f"{kind}.png")
         entry: dict[str, Any] = {
@@ -156,15 +169,14 @@ def _doctor(folder: Path, report: dict[str, Any] | str | None) -> dict[str, Any]
             check = by_id.get(kind)
             if check is None:
                 entry["why"] = "the check did not run"
-            elif check.get("status") == "skip":
-                why = _text(check.get("cause") or check.get("measured"), 300)
+            elif check.status == "skip":
+                why = _text(check.cause or check.measured, 300)
                 entry["why"] = "the check was skipped" + (f": {why}" if why else "")
             else:
                 entry["why"] = "the check recorded nothing to draw"
         figures.append(entry)
-    counts = _dict(report.get("counts"))
     tally = ", ".join(
-        f"{_number(counts.get(k), 'd') or 0} {k}" for k in ("fail", "warn", "pass", "skip")
+        f"{_number(report.counts.get(k), 'd') or 0} {k}" for k in ("fail", "warn", "pass", "skip")
     )
     return {"checks": checks, "figures": figures, "tally": tally}
 
@@ -229,15 +241,19 @@ def _utilization(folder: Path, report: dict[str, Any] | str | None) -> dict[str,
     }
 
 
-def _doctor_verdict(report: dict[str, Any] | str | None) -> dict[str, str]:
+def _doctor_verdict(report: DoctorReport | str | None) -> dict[str, str]:
     """The doctor's verdict, with its tally and the root causes it names."""
-    row = _verdict("doctor", report, "doctor.json")
-    if isinstance(report, dict) and not row["reason"]:
-        counts = _dict(report.get("counts"))
+    if not isinstance(report, DoctorReport):
+        if report is None or report == UNREADABLE:
+            return _verdict("doctor", report, "doctor.json")
+        return {"gate": "doctor", "verdict": UNREADABLE, "reason": _text(report, 600)}
+    verdict = _text(report.verdict, 20) or "unknown"
+    row = {"gate": "doctor", "verdict": verdict, "reason": _text(report.reason or None, 600)}
+    if not row["reason"]:
+        counts = report.counts
         parts = [f"{_number(counts.get(k), 'd')} {k}" for k in ("fail", "warn", "pass", "skip")
                  if _number(counts.get(k), "d")]  # fmt: skip
-        roots = [_text(r.get("id") if isinstance(r, dict) else r, 40)
-                 for r in _list(report.get("roots"))]  # fmt: skip
+        roots = [_text(r, 40) for r in report.roots]
         row["reason"] = ", ".join(parts) + (f"; root causes: {', '.join(roots)}" if roots else "")
     return row
 
@@ -273,7 +289,7 @@ def build_context(folder: str | Path, job: dict[str, Any] | None = None) -> dict
             "verdict": _text(job.get("verdict"), 20) or "unknown",
             "problems": [_text(p, 600) for p in _list(job.get("problems"))[:30]],
         }
-    doctor = _read_json(folder / "doctor.json")
+    doctor = _read_doctor(_read_json(folder / "doctor.json"))
     memorization = _read_json(folder / "memorization.json")
     utilization = _read_json(folder / "utilization.json")
     comparison = _markdown_text(folder / "comparison.md")

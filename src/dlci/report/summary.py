@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from dlci.report.doctor import render_markdown as doctor_md
+from dlci.report.fields import DoctorReport
 from dlci.report.memorization import render_markdown as memorization_md
 from dlci.report.text import bullets, md, md_code, table
 from dlci.report.utilization import memory_fact
@@ -188,9 +189,9 @@ def _report_facts(data: dict[str, Any]) -> list[list[str]]:
         memory = memory_fact(util.get("memory"))
         if memory:
             rows.append(["memory", memory])
-    doctor = data["doctor"]
+    doctor = data["doctor"]  # a DoctorReport, read by the host (action.host.summary)
     if doctor:
-        c = doctor.get("counts") or {}
+        c = doctor.counts
         rows.append(
             [
                 "debugging checks",
@@ -255,7 +256,9 @@ def _report_sections(data: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     for key in ("memorization", "doctor", "utilization"):
         report = data[key]
-        if report:
+        if key in data.get("incomplete", ()):
+            lines.append(f"({key}.json is incomplete)")
+        elif report:
             try:
                 lines.append(_section(key, report))
             except (KeyError, TypeError, ValueError, AttributeError, IndexError):
@@ -263,10 +266,10 @@ def _report_sections(data: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _section(key: str, report: dict[str, Any]) -> str:
+def _section(key: str, report: dict[str, Any] | DoctorReport) -> str:
+    if isinstance(report, DoctorReport):
+        return doctor_md(report)
     if key == "memorization":
         return memorization_md(report)
-    if key == "doctor":
-        return doctor_md(report)
 
     return utilization_md(report, gate=report.get("gate"))

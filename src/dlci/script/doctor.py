@@ -32,6 +32,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from dlci import jsonio
 from dlci.checks import run_checks, select
 from dlci.checks.base import SKIP, CheckResult, Context
@@ -341,7 +343,7 @@ class ScriptDoctor:
             waivers=waiver_entries(policy, results, today),
             policy=policy_entry(policy),
         )
-        data["script_mode"] = True
+        data = msgspec.structs.replace(data, script_mode=True)
         json_path = plan["json"] or str(Path(plan["out"]) / report.REPORT_NAME)
         if json_path != "-":
             jsonio.write(json_path, data)
@@ -350,10 +352,10 @@ class ScriptDoctor:
         page = None
         if html.report_folder(json_path, plan["out"]) and self.ctx is not None:
             page = pictures(data, Path(plan["out"]), self.ctx.target)
-        exit_code = 1 if data["verdict"] == "fail" else 0
+        exit_code = 1 if data.verdict == "fail" else 0
         return {
             "doctor": {
-                "report": data,
+                "report": jsonio.decode(jsonio.encode(data, indent=False)),  # JSON, as sent
                 "json_path": json_path,
                 "exit_code": exit_code,
                 "html": str(page) if page else None,

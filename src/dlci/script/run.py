@@ -23,6 +23,7 @@ from dlci.errors import DlciError
 from dlci.memorization.request import MemorizeOutcome, MemorizeRequest, Say, check_out
 from dlci.policy import Policy
 from dlci.profiling.capture import ProfileResult
+from dlci.report import doctor as doctor_report
 from dlci.script.command import ScriptCommand, parse_command
 
 PLAN_VARIABLE = "DLCI_SCRIPT_PLAN"  # child.py reads it
@@ -138,7 +139,8 @@ def doctor_script(request: DoctorRequest, words: list[str]) -> DoctorOutcome:
     plan = doctor_plan(request, command, request.tier.choose())
     found = run_child(command, plan, timeout=None)["doctor"]
     page = Path(found["html"]) if found["html"] else None
-    return DoctorOutcome(found["report"], found["json_path"], found["exit_code"], page)
+    data = doctor_report.read(found["report"])  # the child's answer, read back as JSON
+    return DoctorOutcome(data, found["json_path"], found["exit_code"], page)
 
 
 def doctor_plan(request: DoctorRequest, command: ScriptCommand, tier: Any) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from dlci.bisect import render as bisect_render
 from dlci.bisect.result import read_answer
 from dlci.errors import DlciError
 from dlci.fsutil import NOT_ALLOWED, copy_beneath, read_input
+from dlci.report import doctor as doctor_report
 from dlci.report import fields, html
 from dlci.report.summary import log_cause, render
 from dlci.report.text import md
@@ -234,13 +235,24 @@ def claim_problems(
 def type_problems(data: dict[str, Any]) -> list[str]:
     """Each gate report's rendered fields checked for dl-ci's types (dlci.report.fields),
     before anything renders or reads them: a report with a wrong one is dropped from ``data``
-    and named, so a pull request's report can neither crash the summary nor reach it."""
+    and named, so a pull request's report can neither crash the summary nor reach it.
+
+    doctor.json is then read into its classes (a DoctorReport in ``data``); one without a
+    field every reader needs is dropped too, and listed under ``incomplete`` (the summary
+    says so where its section would be)."""
     found: list[str] = []
+    data["incomplete"] = []
     for key in GATE_REPORTS:
         wrong = fields.problems(key, data[key]) if data[key] is not None else []
         if wrong:
             found += [*wrong, f"{key}.json is not shown: its fields are not the types dl-ci writes"]
             data[key] = None
+    if data["doctor"] is not None:
+        try:
+            data["doctor"] = doctor_report.read(data["doctor"])
+        except ValueError:  # the types are checked above: a required field is missing
+            data["doctor"] = None
+            data["incomplete"].append("doctor")
     return found
 
 
@@ -387,12 +399,11 @@ def error_annotations(data: dict[str, Any]) -> list[tuple[str, str, str]]:
     mem = data["memorization"]
     if mem and mem.get("verdict") == "fail":
         out.append(("error", mem.get("reason", "the memorization test failed"), "memorization"))
-    doctor = data["doctor"]
+    doctor = data["doctor"]  # a DoctorReport (type_problems read it) or None
     if doctor:
-        checks = doctor.get("checks", [])  # its types checked (type_problems) before this
-        for check in sorted(checks, key=lambda c: bool(c.get("follows"))):  # roots first
-            if check.get("status") == "fail":
-                out.append(("error", f"{check['id']}: {check.get('cause', '')}", "dlci doctor"))
+        for check in sorted(doctor.checks, key=lambda c: bool(c.follows)):  # roots first
+            if check.status == "fail":
+                out.append(("error", f"{check.id}: {check.cause}", "dlci doctor"))
     util = data["utilization"]
     if util and util.get("gate") and not util["gate"].get("passed"):
         out.append(("error", util["gate"]["message"], "GPU utilization"))
