@@ -808,6 +808,9 @@ def test_the_action_bisects_by_the_gate_that_failed_and_never_on_a_pull_request(
     # request on a schedule gets as far as the token it lacks for last-green)
     request = night.NightRequest(image="none", record=str(_record(tmp_path, "memorize")))
     assert night.bisect(request, {"GITHUB_EVENT_NAME": "pull_request"}).status == "skipped"
+    assert night.bisect(request, {"GITHUB_EVENT_NAME": "merge_group"}).status == "skipped"
+    script = night.NightRequest(image="none", record=request.record, target="python train.py")
+    assert night.bisect(script, {"GITHUB_EVENT_NAME": "schedule"}).status == "skipped"
     with pytest.raises(DlciError, match="last-green needs the token"):
         night.bisect(request, {"GITHUB_EVENT_NAME": "schedule"})
 

@@ -37,7 +37,7 @@ from dlci.action.github import artifacts
 from dlci.action.github.api import ApiError, GitHub
 from dlci.action.github.comment import MAX_BODY, find_comment
 from dlci.action.host import container
-from dlci.action.host.cache import TRUSTED_EVENTS, decide_trust
+from dlci.action.host.cache import decide_trust
 from dlci.action.host.gates import HOST_MOUNT, OUT_MOUNT, PLAN_NAME, WORKSPACE, reports_dir
 from dlci.action.host.gitview import hide_credentials, host_temp
 from dlci.action.host.image import say
@@ -46,6 +46,7 @@ from dlci.bisect.render import console_lines, markdown
 from dlci.bisect.result import add_pulls, read_answer
 from dlci.errors import DlciError
 from dlci.policy import CHECK_IDS
+from dlci.script.command import command_words
 from dlci.trust import host as trusted
 
 ANSWER = "bisect.json"
@@ -70,6 +71,7 @@ class NightRequest:
     shm_size: str = ""
     memory: str = ""
     network: str = "auto"
+    target: str = ""  # the action's target input (module:function); '' each commit's own
     job: str = ""
     token: str = ""
 
@@ -97,7 +99,7 @@ def why_not(environ: Mapping[str, str]) -> str:
     ''
     """
     event = environ.get("GITHUB_EVENT_NAME", "")
-    if event in TRUSTED_EVENTS:
+    if event in artifacts.TRUSTED_EVENTS:  # a merge queue's code is not on the branch yet
         return ""
     return (
         f"not on a {event or 'local'} run: bisecting runs the code of every commit since the "
@@ -192,8 +194,9 @@ def inner_command(request: NightRequest, good: str, bad: str, gate: list[str]) -
     repo = WORKSPACE if os.path.normpath(request.workdir or ".") == "." else (
         f"{WORKSPACE}/{os.path.normpath(request.workdir)}"
     )  # fmt: skip
+    target = ["--target", request.target] if request.target else []
     return [
-        "dlci", "bisect", "--repo", repo, "--good", good, "--bad", bad, *gate,
+        "dlci", "bisect", "--repo", repo, "--good", good, "--bad", bad, *gate, *target,
         "--plan", f"{HOST_MOUNT}/{PLAN_NAME}", "--time-cap", f"{request.time_cap_minutes:g}",
         "--json", f"{OUT_MOUNT}/{ANSWER}",
     ]  # fmt: skip
@@ -204,6 +207,8 @@ def bisect(request: NightRequest, environ: Mapping[str, str] = os.environ) -> Ou
     why = why_not(environ)
     record = read_report(Path(request.record)) if request.record else None
     gate, words = gate_of(record or {}) if record else ([], "no host record of the job's run")
+    if request.target and command_words(request.target) is not None:
+        why = "the target is a training command (script mode): dlci bisect runs a Target"
     if why or not gate:
         say(f"bisect: not run: {why or words}")
         return Outcome("skipped")
