@@ -118,7 +118,9 @@ def bisect_top(folder: Path) -> str:
         return bisect_render.markdown(read_answer(path)) + "\n"
     except DlciError as exc:
         why = exc.message.replace(str(path), path.name)  # the host's folder is no reader's
-        return f"dl-ci bisect: its answer cannot be shown: {md(why, limit=300)}\n\n"
+    except Exception as exc:  # as the HTML report: an answer is never worth the summary
+        why = f"{type(exc).__name__}: {exc}"
+    return f"dl-ci bisect: its answer cannot be shown: {md(why, limit=300)}\n\n"
 
 
 def html_report(folder: Path, data: dict[str, Any], beside: Path | None) -> Path | str:
