@@ -56,7 +56,7 @@ def _cudnn_version(torch: Any) -> str | None:
 
 def read(raw: Any) -> Memorization:
     """A decoded memorization.json as the report's classes; ValueError naming each field of a
-    wrong type (fields.problems), or a value no field holds (an integer beyond 64 bits).
+    wrong type (fields.problems), or a value no field holds (a number beyond a float).
 
     A partial report reads, its missing fields at their defaults (:func:`missing` names those
     the Markdown needs).
