@@ -33,6 +33,7 @@ from dlci.errors import DlciError
 from dlci.fsutil import NOT_ALLOWED, copy_beneath, read_input
 from dlci.report import doctor as doctor_report
 from dlci.report import fields, html
+from dlci.report import memorization as memorization_report
 from dlci.report.summary import log_cause, render
 from dlci.report.text import md
 from dlci.trust import host as trusted
@@ -249,6 +250,18 @@ def type_problems(data: dict[str, Any]) -> list[str]:
         if wrong:
             found += [*wrong, f"{key}.json is not shown: its fields are not the types dl-ci writes"]
             data[key] = None
+    # memorization.json is read into its classes (a Memorization in ``data``): a partial one
+    # still gives its facts, and its section says it is incomplete
+    if data["memorization"] is not None:
+        raw = data["memorization"]
+        try:
+            data["memorization"] = memorization_report.read(raw)
+        except ValueError as exc:  # the types are checked above: a value no field holds
+            found += [str(exc), "memorization.json is not shown: it cannot be read"]
+            data["memorization"] = None
+        else:
+            if memorization_report.missing(raw):
+                data["incomplete"].append("memorization")
     if data["doctor"] is not None:
         try:
             data["doctor"] = doctor_report.read(data["doctor"])
@@ -358,17 +371,20 @@ def _junit(path: Path) -> tuple[str, str]:
     return "pass", ""
 
 
+PASSED = {"pass": "true", "fail": "false"}  # output memorization-passed of a verdict
+
+
 def outputs(data: dict[str, Any]) -> dict[str, Any]:
     """The action's step outputs (GITHUB_OUTPUT) from the collected reports."""
     tier = (data["preflight"] or {}).get("tier") or {}
-    mem = data["memorization"] or {}
+    mem = data["memorization"]  # a Memorization (type_problems read it) or None
     util = data["utilization"] or {}
     return {
         "verdict": data["verdict"],
         "hardware-class": tier.get("hardware_class", ""),
         "tier": jsonio.encode(tier, indent=False).decode() if tier else "",
-        "memorization-loss": "" if mem.get("best_loss") is None else mem["best_loss"],
-        "memorization-passed": {"pass": "true", "fail": "false"}.get(mem.get("verdict", ""), ""),
+        "memorization-loss": "" if mem is None or mem.best_loss is None else mem.best_loss,
+        "memorization-passed": "" if mem is None else PASSED.get(mem.verdict, ""),
         "gpu-utilization": ""
         if util.get("gpu_utilization_pct") is None
         else util["gpu_utilization_pct"],
@@ -398,9 +414,9 @@ def error_annotations(data: dict[str, Any]) -> list[tuple[str, str, str]]:
             oom = "out of memory" in case["message"].lower()
             title = "test ran out of memory" if oom else "test failed"
             out.append(("error", f"{case['name']}: {case['message']}", title))
-    mem = data["memorization"]
-    if mem and mem.get("verdict") == "fail":
-        out.append(("error", mem.get("reason", "the memorization test failed"), "memorization"))
+    mem = data["memorization"]  # a Memorization (type_problems read it) or None
+    if mem and mem.verdict == "fail":
+        out.append(("error", mem.reason or "the memorization test failed", "memorization"))
     doctor = data["doctor"]  # a DoctorReport (type_problems read it) or None
     if doctor:
         for check in sorted(doctor.checks, key=lambda c: bool(c.follows)):  # roots first
