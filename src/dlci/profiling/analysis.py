@@ -128,7 +128,7 @@ def write_reports(
     if destinations.json and destinations.json != STDOUT:
         done(jsonio.write(destinations.json, report))
     if destinations.markdown:
-        markdown = utilization.render_markdown(report, gate=report.gate if report.gate else None)
+        markdown = utilization.render_markdown(report, gate=report.gate or None)
         done(atomic_write_text(destinations.markdown, markdown))
     if destinations.plot:
         try:

@@ -35,6 +35,9 @@ BREAKDOWN_LABELS = {
 }
 PHASE_LABELS = {"data_loading": "data loading"}
 PHASE_LABELS |= {name: name for name in ("forward", "backward", "optimizer", "other")}
+# the parts of a report the Markdown draws from, which every report dl-ci wrote has: a report
+# without one of them is incomplete (its facts are still read, with the rest's defaults)
+DRAWN = ("trace", "steps", "devices", "syncs", "recommendations", "warnings")
 
 
 def read(raw: Any) -> Utilization:
