@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dlci.profiling.launches import TINY_KERNEL_US
-from dlci.report.fields import Recommendation, Utilization
+from dlci.report.fields import Recommendation, Syncs, Utilization
 
 DATA_LOADING_WARN_PCT = 5.0
 DATA_LOADING_MIN_US = 1000.0  # a step's data loading below this is never worth workers
@@ -51,7 +51,7 @@ def recommendations(report: Utilization) -> list[Recommendation]:
                 "persistent_workers=True, and move decoding and augmentation off the main process",
             )
         )
-    syncs = report.syncs
+    syncs = report.syncs or Syncs()
     if syncs.blocking_ops_per_step >= 1 and report.devices:
         recs.append(
             Recommendation(

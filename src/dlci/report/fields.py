@@ -280,7 +280,7 @@ class Device(Shape):
 class StepEntry(Shape):
     """One profiled step: its window, GPU utilization, breakdown and phases (microseconds)."""
 
-    step: int
+    step: int = 0
     start_us: float = 0.0
     duration_us: float = 0.0
     host_duration_us: float = 0.0
@@ -393,7 +393,7 @@ class Utilization(Shape):
     per_step: list[StepEntry] = []
     breakdown: Object = {}
     phases: Object = {}
-    syncs: Syncs = msgspec.field(default_factory=Syncs)
+    syncs: Syncs | None = None  # None: a partial report (every report dl-ci writes has it)
     launches: Launches = msgspec.field(default_factory=Launches)
     memory: Memory | None = None  # None: a report from before the memory section
     warnings: list[str] = []

@@ -137,7 +137,7 @@ def render_markdown(report: Utilization, *, gate: Gate | None = None) -> str:
     lines += _share_tables(report)
     for device in report.devices:
         lines += _gap_table(device) + _copy_table(device)
-    lines += _sync_table(report.syncs)
+    lines += _sync_table(report.syncs or Syncs())
     lines += memory_lines(report.memory)
     advice = [f"**{md(rec.finding)}**: {md(rec.advice)}." for rec in report.recommendations]
     warnings = [md(warning) for warning in report.warnings]
@@ -193,7 +193,7 @@ def _metric_rows(report: Utilization) -> list[list[str]]:
                 "temporal breakdown (Holistic Trace Analysis)",
             ],
         ]
-    syncs = report.syncs
+    syncs = report.syncs or Syncs()
     rows.append(
         [
             "blocking syncs",

@@ -19,7 +19,15 @@ from typing import Any
 from dlci.action.github.api import ApiError, GitHub
 from dlci.action.github.artifacts import JOB_ID, fetch
 from dlci.action.github.comment import sticky_comment
-from dlci.action.github.sides import Side, base_side, checked, hardware_class, number, read_json
+from dlci.action.github.sides import (
+    Side,
+    base_side,
+    checked,
+    checked_utilization,
+    hardware_class,
+    number,
+    read_json,
+)
 from dlci.action.github.sizing import SOURCE_FILE
 from dlci.action.host.summary import collect
 from dlci.compare import diff
@@ -32,9 +40,10 @@ def head_side(folder: Path, host_record: Path | None) -> Side:
     """This run's reports as the summary step verified them (the host's record), checked."""
     data = collect(folder, host_record)
     side = Side(coverage=data["coverage"])
-    for key in ("utilization", "memorization"):
-        if data[key] is not None:
-            setattr(side, key, checked(folder / f"{key}.json", key, side))
+    if data["utilization"] is not None:
+        side.utilization = checked_utilization(folder / "utilization.json", side)
+    if data["memorization"] is not None:
+        side.memorization = checked(folder / "memorization.json", "memorization", side)
     side.hardware_class = hardware_class(data["preflight"], side.memorization)
     side.preflight = data["preflight"]
     return side

@@ -19,6 +19,8 @@ from dlci.compare.runs import check_run
 from dlci.errors import DlciError
 from dlci.fsutil import read_input
 from dlci.jsonio import describe
+from dlci.report import utilization as utilization_report
+from dlci.report.fields import Utilization
 
 MAX_LOSSES = 100_000  # points of a memorization curve read from a report
 
@@ -27,7 +29,7 @@ MAX_LOSSES = 100_000  # points of a memorization curve read from a report
 class Side:
     """One run's reports, as far as they are there and well formed."""
 
-    utilization: dict[str, Any] | None = None
+    utilization: Utilization | None = None
     memorization: dict[str, Any] | None = None
     coverage: float | None = None
     hardware_class: str | None = None
@@ -68,6 +70,16 @@ def checked(path: Path, kind: str, side: Side) -> dict[str, Any] | None:
     return data
 
 
+def checked_utilization(path: Path, side: Side) -> Utilization | None:
+    """utilization.json from ``path`` checked (:func:`checked`), then read into its classes."""
+    data = checked(path, "utilization", side)
+    try:
+        return None if data is None else utilization_report.read(data)
+    except ValueError as exc:  # the types are checked: a required field is missing
+        side.left_out.append(str(exc))  # "utilization.json is incomplete: ..."
+        return None
+
+
 def _check_memorization(report: dict[str, Any]) -> str | None:
     """The fields the comparison reads beyond :func:`check_run`'s: threshold, tier, losses."""
     threshold, tier = report.get("threshold"), report.get("tier")
@@ -89,7 +101,7 @@ def _check_memorization(report: dict[str, Any]) -> str | None:
 def base_side(folder: Path) -> Side:
     """The baseline's reports from ``folder`` (outside input: every field checked)."""
     side = Side()
-    side.utilization = checked(folder / "utilization.json", "utilization", side)
+    side.utilization = checked_utilization(folder / "utilization.json", side)
     side.memorization = checked(folder / "memorization.json", "memorization", side)
     side.coverage = coverage_rate(folder / "coverage.xml")
     if side.coverage is not None and not 0 <= side.coverage <= 100:  # also nan
