@@ -16,7 +16,6 @@ from dlci.report import diff_render, utilization
 from dlci.report.console import print_warning
 from dlci.report.fields import Utilization
 from dlci.report.text import clean
-from dlci.report.utilization import REPORT_NAME
 
 VERB = "compare-profiles"
 
@@ -107,17 +106,13 @@ def _write(result: dict[str, Any], args: argparse.Namespace) -> None:
 
 def load_report(location: str) -> Utilization:
     """Read a utilization report, or the one inside a directory, into its classes."""
-    data = _common.load_report(
-        location,
-        kind="utilization",
-        name=REPORT_NAME,
-        writer="dlci analyze --json",
-        check=diff.check_report,
-    )
+    writer, check = "dlci analyze --json", utilization.check_compared
+    data = _common.load_report(location, kind="utilization", name=utilization.REPORT_NAME,
+                               writer=writer, check=check)  # fmt: skip
     try:
         return utilization.read(data)
     except ValueError as exc:  # the types are checked: a required field is missing
-        raise DlciError(str(exc), hint="dlci analyze --json writes one", file=location) from None
+        raise DlciError(str(exc), hint=f"{writer} writes one", file=location) from None
 
 
 main = CompareProfilesVerb(VERB).main

@@ -9,22 +9,21 @@ different GPUs, hardware classes or torch versions are ``not comparable``, and s
 GPU utilization of a CPU-only trace. Data loading share and syncs per step are shown, not
 gated. The console and Markdown renderings are in :mod:`dlci.report.diff_render`.
 
-The reports compared are :class:`~dlci.report.fields.Utilization`: a report read from a file
-(another run's, a baseline's) is checked here first (:func:`check_report`: the ranges of the
-figures compared, and every field's type), then read into its classes
-(:func:`dlci.report.utilization.read`).
+The reports compared are :class:`~dlci.report.fields.Utilization` (:class:`Report` names what
+is read of one: the report's classes are a room above this one): a report read from a file
+(another run's, a baseline's) is checked first (:func:`check_report`: the ranges of the figures
+compared, then every field's type, with the checker the caller gives), then read into its
+classes (:func:`dlci.report.utilization.read`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from dlci.compare import stats
 from dlci.jsonio import describe
-from dlci.report import fields
-from dlci.report.fields import Utilization
 
 SCHEMA_VERSION = 2
 KIND = "utilization-diff"
@@ -38,6 +37,57 @@ GPU = "gpu_utilization_pct"
 CPU_STEPS = "its steps time the shared host CPU, whose load moves a whole run; shown, not gated"
 
 
+class _Step(Protocol):
+    @property
+    def duration_us(self) -> float: ...
+    @property
+    def gpu_utilization_pct(self) -> float | None: ...
+
+
+class _Steps(Protocol):
+    @property
+    def mean_step_us(self) -> float: ...
+
+
+class _Syncs(Protocol):
+    @property
+    def per_step(self) -> float: ...
+
+
+class _Device(Protocol):
+    @property
+    def device(self) -> int: ...
+    @property
+    def name(self) -> str | None: ...
+
+
+class _Trace(Protocol):
+    @property
+    def device_names(self) -> Mapping[str, str]: ...
+    @property
+    def torch_version(self) -> str | None: ...
+
+
+class Report(Protocol):
+    """What the comparison reads of a utilization report (dlci.report.fields.Utilization)."""
+
+    @property
+    def gpu_utilization_pct(self) -> float | None: ...
+    @property
+    def per_step(self) -> Sequence[_Step]: ...
+    @property
+    def steps(self) -> _Steps: ...
+    @property
+    def syncs(self) -> _Syncs | None: ...
+    @property
+    def devices(self) -> Sequence[_Device]: ...
+    @property
+    def primary_device(self) -> int | None: ...
+    @property
+    def trace(self) -> _Trace: ...
+    def shares(self, part: str) -> dict[str, float]: ...
+
+
 @dataclass(frozen=True)
 class Metric:
     """One compared figure: where it is in a report, and how it is judged and shown."""
@@ -45,7 +95,7 @@ class Metric:
     key: str
     title: str
     unit: str  # the JSON's word for the change: "percentage points", "percent"
-    value: Callable[[Utilization], float | None]  # the figure shown for one report
+    value: Callable[[Report], float | None]  # the figure shown for one report
     per_step: str | None  # the per_step key of its samples; None: not gated, shown only
     show: Callable[[float], str]
 
@@ -54,14 +104,14 @@ def _float(value: float | None) -> float | None:
     return None if value is None else float(value)
 
 
-def step_values(report: Utilization, key: str) -> list[float]:
+def step_values(report: Report, key: str) -> list[float]:
     """One per-step figure of every profiled step (``duration_us`` or
     ``gpu_utilization_pct``; nulls left out)."""
     values = (getattr(step, key) for step in report.per_step)
     return [float(value) for value in values if value is not None]
 
 
-def median_step_us(report: Utilization) -> float | None:
+def median_step_us(report: Report) -> float | None:
     """The median step time, else the mean of a report without per-step times (0: none)."""
     values = sorted(step_values(report, "duration_us"))
     if values:
@@ -123,9 +173,12 @@ def _check_number(value: Any, where: str, low: float, high: float) -> str | None
     return None
 
 
-def check_report(report: dict[str, Any]) -> str | None:
-    """What is wrong with a field :func:`compare` reads, or with any field's type, or None;
-    a missing field or null is fine (the figure is left out).
+def check_report(
+    report: dict[str, Any], types: Callable[[dict[str, Any]], list[str]] | None = None
+) -> str | None:
+    """What is wrong with a field :func:`compare` reads, or None; a missing field or null is
+    fine (the figure is left out). ``types``: the report's type check (a list of problems,
+    as dlci.report.fields.problems gives them), run when the figures are sound.
 
     >>> check_report({"steps": {"mean_step_us": "x"}})
     "steps.mean_step_us: expected a number, got 'x'"
@@ -135,8 +188,8 @@ def check_report(report: dict[str, Any]) -> str | None:
     'gpu_utilization_pct: expected a number from 0 to 100, got 250'
     >>> check_report({"per_step": [{"duration_us": -1}]})
     'per_step[0].duration_us: expected a number from 0 to 1e+18, got -1'
-    >>> check_report({"warnings": "x"})
-    'warnings is text, expected a list'
+    >>> check_report({"warnings": "x"}, lambda report: ["utilization.json: warnings is text"])
+    'warnings is text'
     """
     for path, low, high in FIELDS:
         node: Any = report
@@ -151,7 +204,7 @@ def check_report(report: dict[str, Any]) -> str | None:
             if problem:
                 return problem
     problem = _check_steps(report.get("per_step"))
-    wrong = fields.problems("utilization", report, limit=1) if problem is None else []
+    wrong = types(report) if problem is None and types is not None else []
     return wrong[0].removeprefix("utilization.json: ") if wrong else problem
 
 
@@ -173,7 +226,7 @@ def _check_steps(steps: Any) -> str | None:
     return None
 
 
-def environment(report: Utilization, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def environment(report: Report, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a run ran on, as far as its report (and ``extra``: the job's hardware class and
     torch version, when known) says: GPU name, CPU-only, torch, hardware class."""
     gpu = None
@@ -217,8 +270,8 @@ def _plain_row(metric: Metric, b: float, h: float) -> dict[str, Any]:
 
 def _judged_row(
     metric: Metric,
-    base: Utilization,
-    head: Utilization,
+    base: Report,
+    head: Report,
     bound: float | None,
     blocked: list[str],
 ) -> dict[str, Any]:
@@ -250,8 +303,8 @@ def _judged_row(
 
 
 def compare(
-    base: Utilization,
-    head: Utilization,
+    base: Report,
+    head: Report,
     bound: float | None = DEFAULT_BOUND,
     *,
     max_utilization_drop: float | None = None,
@@ -267,7 +320,7 @@ def compare(
     ``bound`` is both bounds (points of utilization, percent of step time) unless one is
     given alone; a bound of None shows the figure with its interval, without a verdict.
 
-    >>> from dlci.report.fields import StepEntry
+    >>> from dlci.report.fields import StepEntry, Utilization
     >>> steps = lambda u, ms: [StepEntry(step=i, duration_us=ms * (1000 + i),
     ...                                  gpu_utilization_pct=u + i / 10) for i in range(10)]
     >>> base = Utilization(gpu_utilization_pct=80.0, per_step=steps(80.0, 1.0))

@@ -7,8 +7,9 @@ where a dict was expected would crash a renderer the same way (issue 35). The ho
 every field it renders against the type dl-ci writes there (each report's shape below, on
 dlci.schema); a report with a wrong one is a problem named in the summary (the report is not
 shown), never a crash. A missing field is not checked here: the renderers show such a report
-as incomplete, and fields no renderer reads are not declared. The doctor's report is declared
-whole: its classes are also what its writer builds and its readers read (report/doctor.py).
+as incomplete, and fields no renderer reads are not declared. The doctor's and the utilization
+report are declared whole: their classes are also what their writers build and their readers
+read (report/doctor.py, profiling/metrics.py, report/utilization.py).
 
 >>> problems("memorization", {"threshold": "1.0", "tier": {"max_epochs": 3}})
 ['memorization.json: threshold is text, expected a number or null']

@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from dlci.compare.diff import check_report
 from dlci.fsutil import atomic_write_bytes
 from dlci.report import fields
 from dlci.report.fields import Device, Gate, Memory, Process, Syncs, Trace, Utilization
@@ -61,6 +62,19 @@ def read(raw: Any) -> Utilization:
         return msgspec.convert(raw, Utilization)
     except msgspec.ValidationError as exc:  # the types are right: a required field is missing
         raise ValueError(f"utilization.json is incomplete: {exc}") from None
+
+
+def check_compared(raw: dict[str, Any]) -> str | None:
+    """What is wrong with a utilization.json another run wrote, for a comparison, or None:
+    the figures compared out of range (compare.diff.check_report), else the first field of a
+    wrong type.
+
+    >>> check_compared({"gpu_utilization_pct": 250, "warnings": "x"})
+    'gpu_utilization_pct: expected a number from 0 to 100, got 250'
+    >>> check_compared({"warnings": "x"})
+    'warnings is text, expected a list'
+    """
+    return check_report(raw, lambda report: fields.problems("utilization", report, limit=1))
 
 
 def _ms(us: float) -> str:

@@ -14,7 +14,6 @@ from typing import Any
 
 from dlci import jsonio
 from dlci.action.host.testfiles import coverage_rate
-from dlci.compare import diff
 from dlci.compare.runs import check_run
 from dlci.errors import DlciError
 from dlci.fsutil import read_input
@@ -62,7 +61,7 @@ def checked(path: Path, kind: str, side: Side) -> dict[str, Any] | None:
     if not isinstance(data, dict) or data.get("kind") != kind:
         side.left_out.append(f"{path.name}: not a {kind} report")
         return None
-    check = diff.check_report if kind == "utilization" else _check_memorization
+    check = utilization_report.check_compared if kind == "utilization" else _check_memorization
     problem = check(data) or (check_run(data) if kind == "memorization" else None)
     if problem:
         side.left_out.append(f"{path.name}: {problem}")

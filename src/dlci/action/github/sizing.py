@@ -33,7 +33,7 @@ from dlci import jsonio
 from dlci.action.github.api import ApiError, GitHub
 from dlci.action.github.artifacts import JOB_ID, fetch
 from dlci.compare import stats
-from dlci.compare.diff import check_report, median_step_us, step_values
+from dlci.compare.diff import median_step_us, step_values
 from dlci.errors import DlciError
 from dlci.fsutil import read_input
 from dlci.report import utilization
@@ -76,7 +76,7 @@ def plan(
     """How many steps the head should profile against ``base`` (its utilization.json)."""
     current = int(tier.get("profile_steps") or 0)
     record: dict[str, Any] = {"from": current, "steps": current, "metrics": {}}
-    problem = check_report(base)
+    problem = utilization.check_compared(base)
     try:
         report = None if problem else utilization.read(base)
     except ValueError as exc:  # the types are checked above: a required field is missing
