@@ -216,7 +216,7 @@ def test_png_labels(name: str) -> None:
 def _diff_result() -> dict[str, Any]:
     base = {"gpu_utilization_pct": 80.0, "steps": {"mean_step_us": 1000.0}}
     head = {"gpu_utilization_pct": 70.0, "steps": {"mean_step_us": 1100.0}}
-    return diff.compare(base, head, 5.0)
+    return diff.compare(utilization.read(base), utilization.read(head), 5.0)
 
 
 @pytest.mark.parametrize("name", NAMES)
