@@ -4,9 +4,9 @@ GitHub's servers cannot be reached from these tests, so this local HTTP server a
 their place. Its answers have the shapes of GitHub's documented responses (REST API version
 2022-11-28: "List workflow runs for a workflow", "Get a workflow run", "List workflow run
 artifacts", "Download an artifact" with its 302 to a storage URL, the issue-comment
-endpoints, "List pull requests associated with a commit"), with the fields dl-ci reads and
-their usual neighbours; the runs, artifacts, pull requests and comments are whatever a test
-registers. They were written from GitHub's documentation and
+endpoints, "List pull requests associated with a commit", "Compare two commits"), with the
+fields dl-ci reads and their usual neighbours; the runs, artifacts, pull requests, comparisons
+and comments are whatever a test registers. They were written from GitHub's documentation and
 checked against answers recorded from api.github.com (a public client library's test
 fixtures): a run's ``event``, ``repository`` and ``head_repository`` (a fork's pull request
 names the fork there), lists paged with ``page``/``per_page`` (30 a page unless asked).
@@ -71,6 +71,8 @@ class StandIn:
     comments: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     # a commit's pull requests ("List pull requests associated with a commit"), by its sha
     pulls: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # "Compare two commits": BASE...HEAD -> its status (ahead, behind, identical, diverged)
+    compare: dict[str, str] = field(default_factory=dict)
     seen: list[Seen] = field(default_factory=list)
     fail: dict[str, int] = field(default_factory=dict)
     raw: dict[str, bytes] = field(default_factory=dict)  # path prefix -> a body sent as is
@@ -278,6 +280,14 @@ class StandIn:
         if match and method == "GET":
             found = self.artifacts.get(int(match.group(1)), [])
             return 200, {"total_count": len(found), "artifacts": _page(found, params)}, jtype
+        match = re.fullmatch(rf"{repo}/compare/([0-9a-f]{{40}}\.\.\.[0-9a-f]{{40}})", path)
+        if match and method == "GET":
+            status = self.compare.get(match.group(1))
+            return (
+                (200, {"status": status}, jtype)
+                if status
+                else (404, {"message": "Not Found"}, jtype)
+            )
         match = re.fullmatch(rf"{repo}/commits/([0-9a-f]{{40}})/pulls", path)
         if match and method == "GET":
             return 200, _page(self.pulls.get(match.group(1), []), params), jtype

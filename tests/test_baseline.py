@@ -506,10 +506,21 @@ def test_the_token_stays_on_the_host_in_the_baseline_step_alone() -> None:
         for step in action["runs"]["steps"]
         if "inputs.github-token" in json.dumps(step.get("env", {}))
     ]
-    assert holders == ["Size the profile from the baseline", "Compare with the baseline"]
-    for step in action["runs"]["steps"]:  # both on the host: `dlci baseline`, no container
-        if step["name"] in holders:
+    assert holders == [
+        "Size the profile from the baseline",
+        "Bisect a red run (opt-in)",
+        "Compare with the baseline",
+    ]
+    for step in action["runs"]["steps"]:  # on the host: `dlci baseline`, no container
+        if step["name"] in holders[::2]:
             assert "dlci baseline" in step["run"] and "container" not in step["run"]
+    # the bisect's container gets the allowlisted variables only: never the token's
+    from dlci.action.host.inputs import ENV_ALLOWLIST
+
+    bisect = next(s for s in action["runs"]["steps"] if s["name"] == holders[1])
+    assert bisect["run"].startswith("dlci container bisect ")
+    token_names = {k for k, v in bisect["env"].items() if "github-token" in v}
+    assert token_names == {"DLCI_GITHUB_TOKEN"} and not token_names & set(ENV_ALLOWLIST)
     assert action["inputs"]["github-token"]["default"] == "${{ github.token }}"
     # control: the check sees an input where it is (the codecov token in its own step)
     uses = [s for s in action["runs"]["steps"] if "inputs.codecov-token" in json.dumps(s)]

@@ -808,6 +808,9 @@ def test_the_action_bisects_by_the_gate_that_failed_and_never_on_a_pull_request(
     # request on a schedule gets as far as the token it lacks for last-green)
     request = night.NightRequest(image="none", record=str(_record(tmp_path, "memorize")))
     assert night.bisect(request, {"GITHUB_EVENT_NAME": "pull_request"}).status == "skipped"
+    assert night.bisect(request, {"GITHUB_EVENT_NAME": "merge_group"}).status == "skipped"
+    script = night.NightRequest(image="none", record=request.record, target="python train.py")
+    assert night.bisect(script, {"GITHUB_EVENT_NAME": "schedule"}).status == "skipped"
     with pytest.raises(DlciError, match="last-green needs the token"):
         night.bisect(request, {"GITHUB_EVENT_NAME": "schedule"})
 
@@ -829,3 +832,40 @@ def test_a_hostile_answer_is_a_line_at_the_summarys_top_not_a_crash(
         top = bisect_top(tmp_path)
         assert top.startswith("dl-ci bisect: its answer cannot be shown: "), top
         assert "not a bisect answer" in top
+
+
+def test_the_hosts_checks_of_an_answer_it_did_not_write(
+    runs: dict[str, Any], tmp_path: Path
+) -> None:
+    """The container's answer is a claim: a commit id with a newline, a found without its
+    commit, a verdict of its own are refused; the comment goes only where GitHub places the
+    culprit between the good and bad commits (the control: a place GitHub confirms)."""
+    from dlci.action.host.bisect import _between
+    from dlci.bisect.result import read_answer
+
+    data = runs["found"]["data"]
+    path = tmp_path / "bisect.json"
+    for broken in (
+        {**data, "good": {**data["good"], "sha": data["good"]["sha"] + "\n"}},
+        {**data, "first_bad": None},
+        {**data, "tested": [{**data["tested"][0], "verdict": "::error::x"}]},
+    ):
+        path.write_text(json.dumps(broken))
+        with pytest.raises(DlciError, match="not a bisect answer"):
+            read_answer(path)
+    path.write_text(json.dumps({**data, "cost": {**data["cost"], "surprise": 1}, "x": [1]}))
+    assert "x" not in read_answer(path)  # rebuilt from the shape: nothing undeclared kept
+
+    class Api:
+        def __init__(self, states: dict[str, str]) -> None:
+            self.states = states
+
+        def get(self, path: str) -> dict[str, str]:
+            return {"status": self.states.get(path.rsplit("/", 1)[-1], "diverged")}
+
+    good, bad, culprit = "a" * 40, "b" * 40, "c" * 40
+    placed = {f"{good}...{culprit}": "ahead", f"{culprit}...{bad}": "ahead"}
+    assert _between(Api(placed), good, culprit, bad) == ""  # type: ignore[arg-type]
+    elsewhere = {**placed, f"{culprit}...{bad}": "behind"}  # after tonight's: not bisected
+    assert "does not place" in _between(Api(elsewhere), good, culprit, bad)  # type: ignore[arg-type]
+    assert _between(None, good, culprit, bad).startswith("no comment: no token")

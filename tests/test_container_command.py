@@ -309,7 +309,7 @@ def test_a_missing_or_unknown_subcommand_is_a_malformed_command_line(capsys) -> 
     assert main(["container", "launch"]) == 2
     assert "unknown subcommand 'launch'" in capsys.readouterr().err
     assert main(["container"]) == 2
-    assert "usage: dlci container {build,run,cleanup}" in capsys.readouterr().err
+    assert "usage: dlci container {build,run,bisect,cleanup}" in capsys.readouterr().err
 
 
 def test_the_run_shows_its_command_and_passes_the_exit_code(

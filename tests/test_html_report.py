@@ -15,7 +15,7 @@ import pytest
 
 from dlci.cli import main
 from dlci.report import figures, html
-from dlci.report.memorization import plot_curve
+from dlci.report.memorization import plot_curve, read
 
 DATA = Path(__file__).parent / "data" / "reports"
 PNG = html.PNG_MAGIC
@@ -33,7 +33,7 @@ def drawn(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("drawn")
     for name in ("doctor", "memorization", "utilization"):
         shutil.copy(DATA / f"{name}.json", out / f"{name}.json")
-    plot_curve(_report("memorization"), out / "memorization-curve.png")
+    plot_curve(read(_report("memorization")), out / "memorization-curve.png")
     return out, figures.doctor_figures(_report("doctor"), out)
 
 

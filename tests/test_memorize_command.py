@@ -88,9 +88,9 @@ def test_a_learning_rate_far_too_small_fails_with_the_best_loss(
         "at step 1 to at best "
     )
     assert "\n  next: run dlci doctor --target digits_example.broken:" in out
-    from dlci.report.memorization import render_markdown
+    from dlci.report.memorization import read, render_markdown
 
-    summary = render_markdown(report)  # the job summary names the same next step
+    summary = render_markdown(read(report))  # the job summary names the same next step
     assert (
         "**Next:** run dlci doctor --target digits_example.broken:make_tiny_lr_target;" in summary
     )
@@ -231,12 +231,12 @@ def test_device_cuda_runs_on_a_gpu_and_is_a_clear_error_without_one(
 
 
 def test_the_markdown_summary_is_made_from_the_report(in_example, tmp_path) -> None:
-    from dlci.report.memorization import render_markdown
+    from dlci.report.memorization import read, render_markdown
     from dlci.report.text import md
 
     assert main(["memorize", "--out", str(tmp_path), "--quiet", "--tracker", "none"]) == 0
     report = json.loads((tmp_path / "memorization.json").read_text())
-    text = render_markdown(report)
+    text = render_markdown(read(report))
     assert text.startswith("### ✅ Memorization test: pass\n\n" + md(report["reason"]) + "\n")
     assert " -&gt; " in text  # the reason's ">" as Markdown text, not the end of a tag
     assert "| target | `digits_example.target:make_target` |" in text
@@ -247,7 +247,7 @@ def test_the_markdown_summary_is_made_from_the_report(in_example, tmp_path) -> N
 
 
 def test_the_markdown_escapes_the_outside_text_of_a_report() -> None:
-    from dlci.report.memorization import render_markdown
+    from dlci.report.memorization import read, render_markdown
 
     report = {
         "verdict": "pass",
@@ -270,7 +270,7 @@ def test_the_markdown_escapes_the_outside_text_of_a_report() -> None:
         },
         "config": {"target": "pkg.mod:make`x", "seed": 0, "changes": ["dropout off: *bold*"]},
     }
-    text = render_markdown(report)
+    text = render_markdown(read(report))
     assert "| tier | pr\\|&lt;img src=x&gt; / a100\\\\n\\#\\# owned (budgets.pr.a100) |" in text
     assert "| target | `pkg.mod:make'x` |" in text
     assert "| changed | dropout off: \\*bold\\* |" in text

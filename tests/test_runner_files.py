@@ -190,7 +190,8 @@ def test_the_pr_example_is_a_guarded_status_check() -> None:
 def test_the_nightly_example_runs_a_matrix_and_compares_with_last_night() -> None:
     data = load(ROOT / "examples" / "workflows" / "nightly.yml")
     assert "schedule" in data["on"]
-    assert data["permissions"] == {"contents": "read", "actions": "read"}
+    # pull-requests: read, the bisect's lookup of a culprit's pull request (never write here)
+    assert data["permissions"] == {"contents": "read", "actions": "read", "pull-requests": "read"}
     job = data["jobs"]["nightly"]
     assert "a100" in job["strategy"]["matrix"]["hardware"]
     assert len(job["strategy"]["matrix"]["hardware"]) >= 2
@@ -198,6 +199,7 @@ def test_the_nightly_example_runs_a_matrix_and_compares_with_last_night() -> Non
     assert job["runs-on"] == ["self-hosted", "gpu", "${{ matrix.hardware }}"]
     dlci = next(s for s in job["steps"] if s.get("uses") == "org/dl-ci@v1")
     assert dlci["with"]["budget"] == "nightly"
+    assert dlci["with"]["bisect"] == "${{ vars.DLCI_BISECT == 'true' }}"  # opt-in
     assert dlci["with"]["artifact-name"] == "nightly"  # + class + job id, by the action
     assert dlci["with"]["baseline"] == "auto"  # last night, through GitHub's API
     history = next(s for s in job["steps"] if s.get("id") == "history")

@@ -370,6 +370,9 @@ def _member(kind: mi.Type, data: Any) -> mi.Type | None:
         return _member(kind.type, data)
     if isinstance(kind, mi.UnionType):
         return next((m for t in kind.types if (m := _member(t, data)) is not None), None)
+    if isinstance(kind, mi.LiteralType):  # the same JSON type and one of the values
+        same = [v for v in kind.values if type(v) is type(data)]
+        return kind if data in same else None
     _, fits = _JSON.get(type(kind), ("", lambda v: False))
     return kind if fits(data) else None
 
@@ -384,6 +387,8 @@ def json_words(kind: mi.Type) -> str:
         return str((kind.extra or {}).get("words") or json_words(kind.type))
     if isinstance(kind, mi.UnionType):
         return " or ".join(dict.fromkeys(json_words(t) for t in kind.types))
+    if isinstance(kind, mi.LiteralType):
+        return _either(kind.values)
     return _JSON.get(type(kind), ("a value", None))[0]
 
 

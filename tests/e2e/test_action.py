@@ -2,7 +2,8 @@
 
 The job is the one users get: preflight on the host (no torch), the image (the kit image the
 setup script built, passed as `image`), `dlci run` in the container on the bundled digits
-example at the PR tier on the CPU, cleanup, the job summary. Uploads to GitHub and Codecov
+example at the PR tier on the CPU (its tests here; the whole job as users get it runs in
+test_workflows.py, from examples/workflows/pr.yml), cleanup, the job summary. Uploads to GitHub and Codecov
 need GitHub's servers; they are switched off here by input and checked statically in
 tests/test_action_yml.py.
 """
@@ -169,10 +170,13 @@ def user_repo(tmp_path: Path, kit: Path, workflow: str) -> Path:
     return make_repo(repo, {})
 
 
-def test_uses_dot_on_the_digits_example(
+def test_uses_dot_keeps_the_runners_secret_and_the_workspace(
     tmp_path: Path, kit_image: str, act_bin: Path, no_job_containers
 ) -> None:
-    """The kit's self-test shape: `uses: ./` in dl-ci's own repository."""
+    """The kit's self-test shape (`uses: ./` in dl-ci's own repository), its tests alone (the
+    gates' containers get the same environment; tests/e2e/test_workflows.py runs the whole
+    job as users get it): the runner's secret is in the job's environment (the control: the
+    host-side step sees it) and a test in the project fails if it reached the container."""
     repo = kit_copy(tmp_path / "repo")
     (repo / "examples" / "digits" / "tests" / "test_secret.py").write_text(SECRET_TEST)
     (repo / ".github" / "workflows").mkdir(parents=True, exist_ok=True)
@@ -188,6 +192,9 @@ def test_uses_dot_on_the_digits_example(
     budget: pr
     working-directory: examples/digits
     image: {kit_image}
+    memorize: "false"
+    doctor: "false"
+    profile: "false"
     upload-artifacts: "false"
 {CHECKS}"""
         )
@@ -197,43 +204,23 @@ def test_uses_dot_on_the_digits_example(
     assert run.returncode == 0, run.explain()
     assert run.job_result() == "success", run.explain()
     out = run.outputs("dlci")
-    assert out["hardware-class"] == "cpu"
-    assert json.loads(out["tier"])["budget"] == "pr"
-    assert out["memorization-passed"] == "true"
-    assert float(out["memorization-loss"]) < 1.0
-    assert out["gpu-utilization"] == ""  # the CPU path
-    assert float(out["coverage"]) > 50
-    assert out["verdict"] == "pass"
+    assert out["hardware-class"] == "cpu" and out["verdict"] == "pass"
+    assert out["memorization-passed"] == ""  # switched off: the test did not run
     check = run.outputs("check")
-    files = set(check["files"].split())
-    assert {
-        "preflight.json",
-        "run.json",
-        "junit.xml",
-        "coverage.xml",
-        "memorization.json",
-        "memorization-curve.png",
-        "doctor.json",
-        "trace.json.gz",
-        "utilization.json",
-        "utilization.md",
-        "utilization.png",
-        "cleanup.json",
-    } <= files
+    assert {"preflight.json", "run.json", "junit.xml", "coverage.xml", "cleanup.json"} <= set(
+        check["files"].split()
+    )
     assert check["sources"].strip() == "<source>.</source>"  # relative paths for Codecov
     assert check["foreign"] == "0"  # nothing owned by another user in the workspace
     assert check["containers"] == "0" and check["job"]
     # the runner's secret was set in the job, and is in no report (nor in the container)
     assert check["secret_set"] == "yes"  # pragma: allowlist secret
     assert check["secret_hits"] == "0"
-    assert SECRET not in "".join(run.summaries())
     summary = "".join(run.summaries())
+    assert SECRET not in summary
     assert "## ✅ dl-ci: passed" in summary
     assert "| tests | 11 passed, 0 failed" in summary  # 10 of the example's + the secret check
-    assert "### ✅ Memorization test: pass" in summary
-    assert "Debugging checks: 0 failed" in summary
-    assert "### Trace profile (CPU-only trace" in summary
-    print(f"uses: ./ PR-tier job on the digits example: {run.seconds:.1f} s")
+    print(f"uses: ./ tests-only job on the digits example: {run.seconds:.1f} s")
 
 
 def test_a_fork_pull_request_is_refused(

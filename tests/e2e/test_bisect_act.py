@@ -77,6 +77,9 @@ def night(
             "html_url": "https://github.com/org/project/pull/7", "user": {"login": "ada"},
             "merged_at": "2026-12-01T10:00:00Z"}  # fmt: skip
     standin.pulls[main[CULPRIT]] = [pull]
+    # GitHub places the culprit between the good and bad commits: the comment may be made
+    standin.compare[f"{main[0]}...{main[CULPRIT]}"] = "ahead"
+    standin.compare[f"{main[CULPRIT]}...{main[-1]}"] = "ahead"
     standin.start()
     payload = tmp_path / "push.json"
     payload.write_text('{"ref": "refs/heads/main", "repository": {"full_name": "org/project"}}')
@@ -107,7 +110,9 @@ def test_the_culprit_is_at_the_top_of_the_summary_within_five_gate_runs(night) -
     summary = "\n".join(run.summaries())
     first = summary.lstrip().splitlines()[0]
     assert first == f"### dl-ci bisect: first bad commit `{main[CULPRIT][:12]}`", summary[:500]
-    assert re.search(r"pull request \\?#\u200b?7 by @\u200b?ada", summary), summary[:500]  # md-escaped
+    assert re.search(r"pull request \\?#\u200b?7 by @\u200b?ada", summary), summary[
+        :500
+    ]  # md-escaped
     runs = int(re.search(r"(\d+) gate run\(s\)", summary).group(1))
     assert 1 <= runs <= 5, summary
     # the job's own summary follows, after the answer

@@ -97,6 +97,8 @@ def user_repo(tmp_path: Path, workflow: str) -> tuple[Path, Path]:
 def test_the_pr_example_passes_on_a_pull_request_of_the_repository(
     tmp_path: Path, kit_image: str, act_bin: Path
 ) -> None:
+    """The whole PR-tier job users get, as pr.yml is written: its outputs, every report, the
+    summary (test_action.py's job checks the secrets and the workspace on a tests-only job)."""
     repo, kit = user_repo(tmp_path, "pr.yml")
     event = tmp_path / "event.json"
     event.write_text(
@@ -118,13 +120,24 @@ def test_the_pr_example_passes_on_a_pull_request_of_the_repository(
     assert out["hardware-class"] == "cpu"
     assert json.loads(out["tier"])["budget"] == "pr"
     assert out["memorization-passed"] == "true"
+    assert float(out["memorization-loss"]) < 1.0
+    assert out["gpu-utilization"] == ""  # the CPU path
     assert out["verdict"] == "pass"
     assert float(out["coverage"]) > 50
     assert "dl-ci on cpu: pass (memorization loss" in run.log
-    assert "## ✅ dl-ci: passed" in "".join(run.summaries())
+    summary = "".join(run.summaries())
+    assert "## ✅ dl-ci: passed" in summary
+    assert "| tests | 10 passed, 0 failed" in summary
+    assert "### ✅ Memorization test: pass" in summary
+    assert "Debugging checks: 0 failed" in summary
+    assert "### Trace profile (CPU-only trace" in summary
     name, files = uploaded(run).split(" ", 1)
     assert name.startswith("dlci-artifacts-cpu-")  # the action's unique name
-    assert {"memorization.json", "utilization.json", "coverage.xml"} <= set(files.split())
+    assert {
+        "preflight.json", "run.json", "junit.xml", "coverage.xml", "memorization.json",
+        "memorization-curve.png", "doctor.json", "trace.json.gz", "utilization.json",
+        "utilization.md", "utilization.png", "report.html",
+    } <= set(files.split())  # fmt: skip
     print(f"examples/workflows/pr.yml under act: {run.seconds:.1f} s")
 
 

@@ -9,6 +9,8 @@ from typing import Any
 
 from dlci.report.text import clean, md, md_code, table
 
+ROWS = 60  # tested commits shown, suspects listed, runs per commit: the rest in bisect.json
+
 
 def figures_text(figures: dict[str, Any]) -> str:
     """A run's figures, briefly.
@@ -38,7 +40,7 @@ def figures_text(figures: dict[str, Any]) -> str:
 def runs_text(runs: list[dict[str, Any]]) -> str:
     """Every run of one commit: purpose, seeds, verdicts."""
     out = []
-    for run in runs:
+    for run in runs[:ROWS]:
         seeds = run["seeds"]
         where = f" seed{'s' if len(seeds) > 1 else ''} {','.join(map(str, seeds))}" if seeds else ""
         near = " near" if run.get("near") else ""
@@ -59,7 +61,7 @@ def _who(entry: dict[str, Any]) -> str:
 def console_lines(data: dict[str, Any]) -> list[str]:
     cost = data["cost"]
     lines = [f"bisect: {clean(data['message'])}"]
-    for entry in data["candidates"] if data["status"] != "not-reproduced" else []:
+    for entry in data["candidates"][:ROWS] if data["status"] != "not-reproduced" else []:
         lines.append(f"  {clean(entry['sha'][:12])} {clean(entry['subject'], limit=100)}")
         lines.append(f"    author {clean(entry['author'])}, {clean(entry['date'])}")
         if _who(entry):
@@ -69,18 +71,26 @@ def console_lines(data: dict[str, Any]) -> list[str]:
         f"{clean(data['last_good']['subject'], limit=100)}"
     )
     lines.append(
-        f"  {cost['gate_runs']} gate run(s) ({cost['seed_runs']} seed run(s)) in "
-        f"{cost['wall_s']:g} s, of at most {cost['max_runs']} and {cost['time_cap_minutes']:g} min"
+        f"  {cost['gate_runs']:d} gate run(s) ({cost['seed_runs']:d} seed run(s)) in "
+        f"{cost['wall_s']:g} s, of at most {cost['max_runs']:d} and "
+        f"{cost['time_cap_minutes']:g} min"
     )
-    for entry in data["tested"]:
+    for entry in data["tested"][:ROWS]:
         figures = figures_text(entry["runs"][-1]["figures"])
         lines.append(
-            f"  {entry['sha'][:12]} {str(entry['verdict']).upper():<4} "
-            f"{clean(runs_text(entry['runs']))}{'; ' + clean(figures) if figures else ''}"
+            f"  {clean(entry['sha'][:12])} {clean(str(entry['verdict']).upper()):<4} "
+            f"{clean(runs_text(entry['runs']), limit=300)}"
+            f"{'; ' + clean(figures, limit=300) if figures else ''}"
         )
         if entry["verdict"] == "skip":
             lines.append(f"      {clean(entry['runs'][-1]['reason'], limit=300)}")
+    lines += _more(data["tested"], "tested commit(s)")
     return lines
+
+
+def _more(listed: list[Any], what: str) -> list[str]:
+    left = len(listed) - ROWS
+    return [f"  ... {left} more {what} in bisect.json"] if left > 0 else []
 
 
 def markdown(data: dict[str, Any]) -> str:
@@ -89,17 +99,17 @@ def markdown(data: dict[str, Any]) -> str:
     if status == "found":
         first = data["first_bad"]
         head = f"### dl-ci bisect: first bad commit {md_code(first['sha'][:12])}"
-        body = [f"**{md(first['subject'], limit=200)}** by {md(first['author'])}"]
+        body = [f"**{md(first['subject'], limit=200)}** by {md(first['author'], limit=200)}"]
         if _who(first):
             body.append(md(_who(first), limit=300))
     else:
         head = f"### dl-ci bisect: {md(status)}"
         body = [md(data["message"], limit=1000)]
         suspects = [
-            f"- {md_code(c['sha'][:12])} {md(c['subject'], limit=200)} by {md(c['author'])}"
-            + (f"; {md(_who(c), limit=300)}" if _who(c) else "")
-            for c in data["candidates"]
-        ]
+            f"- {md_code(c['sha'][:12])} {md(c['subject'], limit=200)} by "
+            f"{md(c['author'], limit=200)}" + (f"; {md(_who(c), limit=300)}" if _who(c) else "")
+            for c in data["candidates"][:ROWS]
+        ] + [md(line.strip()) for line in _more(data["candidates"], "suspect(s)")]
         body += ["\n".join(suspects)] if suspects else []
     cost = data["cost"]
     body.append(
@@ -112,10 +122,11 @@ def markdown(data: dict[str, Any]) -> str:
             md_code(e["sha"][:12]),
             md(e["subject"], limit=80),
             md(str(e["verdict"])),
-            md(runs_text(e["runs"])),
+            md(runs_text(e["runs"]), limit=300),
             md(figures_text(e["runs"][-1]["figures"]) or e["runs"][-1]["reason"], limit=200),
         ]
-        for e in data["tested"]
+        for e in data["tested"][:ROWS]
     ]
     headers = ["commit", "subject", "verdict", "runs", "figures"]
-    return "\n\n".join([head, *body, "\n".join(table(headers, rows))]) + "\n"
+    more = [md(line.strip()) for line in _more(data["tested"], "tested commit(s)")]
+    return "\n\n".join([head, *body, "\n".join(table(headers, rows)), *more]) + "\n"

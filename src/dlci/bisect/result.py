@@ -21,8 +21,10 @@ from dlci.errors import DlciError
 from dlci.fsutil import read_input
 
 ANSWER_LIMIT = 16 << 20  # bytes: thousands of tested commits fit
-Sha = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{40}$")]
+MAX_COMMITS = 2000  # tested commits and candidates an answer may list
+Sha = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{40}\\Z")]  # \Z: no newline after it
 Short = Annotated[str, msgspec.Meta(max_length=2000)]
+Verdict = Literal["pass", "fail", "skip"]
 
 
 class PullShape(msgspec.Struct, kw_only=True):
@@ -43,66 +45,85 @@ class CommitShape(msgspec.Struct, kw_only=True):
 
 
 class RunShape(msgspec.Struct, kw_only=True):
-    purpose: Short
-    seeds: list[int]
-    verdicts: list[Literal["pass", "fail", "skip"]]
+    purpose: Literal["test", "recheck", "confirm"]
+    seeds: Annotated[list[int], msgspec.Meta(max_length=50)]
+    verdicts: Annotated[list[Verdict], msgspec.Meta(max_length=50)]
     near: bool = False
-    figures: dict[str, Any]
+    figures: dict[str, Any] = {}
     reason: Short = ""
     exit_code: int | None = None
-    seconds: float
+    seconds: float = 0.0
 
 
 class TestedShape(CommitShape, kw_only=True):
     index: int
-    verdict: Short
-    runs: Annotated[list[RunShape], msgspec.Meta(min_length=1)]
+    verdict: Verdict | None
+    runs: Annotated[list[RunShape], msgspec.Meta(min_length=1, max_length=50)]
 
 
 class CostShape(msgspec.Struct, kw_only=True):
+    candidates: int = 0
+    bisection_runs: int = 0
+    max_runs: int
+    time_cap_minutes: float
     gate_runs: int
     seed_runs: int
     wall_s: float
+    workdir: Short | None = None
 
 
 class AnswerShape(msgspec.Struct, kw_only=True):
-    """What the renderers (dlci.bisect.render) read of an answer; more keys may follow."""
+    """Everything an answer holds and the renderers (dlci.bisect.render) read."""
 
+    schema_version: Literal[1] = 1
     kind: Literal["bisect"]
     status: Literal["found", "range", "not-reproduced", "unfinished"]
     message: Short
     gate: Short
+    install: Short = "path"
     good: CommitShape
     bad: CommitShape
     last_good: CommitShape
     first_bad: CommitShape | None
-    candidates: list[CommitShape]
-    tested: list[TestedShape]
+    candidates: Annotated[list[CommitShape], msgspec.Meta(max_length=MAX_COMMITS)]
+    tested: Annotated[list[TestedShape], msgspec.Meta(max_length=MAX_COMMITS)]
     cost: CostShape
 
 
 def read_answer(path: str | Path) -> dict[str, Any]:
-    """The answer in ``path``, checked against AnswerShape: a file that does not hold one is
-    a DlciError naming the file and the first field that is wrong."""
-    data = read_input(path, what="bisect answer", limit=ANSWER_LIMIT)
+    """The answer in ``path``, checked against AnswerShape and rebuilt from it: every key the
+    renderers read is there with its declared type (defaults filled), nothing else is kept.
+    A file that does not hold one is a DlciError naming the file and what is wrong."""
     try:
-        answer = jsonio.decode(data)
-        msgspec.convert(answer, AnswerShape, strict=True)
+        data = read_input(path, what="bisect answer", limit=ANSWER_LIMIT)
+    except OSError as exc:  # a folder the container made unreadable
+        raise DlciError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        answer = msgspec.convert(jsonio.decode(data), AnswerShape, strict=True)
     except msgspec.ValidationError as exc:  # before DecodeError, its base class
         raise DlciError(f"{path}: not a bisect answer: {str(exc)[:300]}") from None
     except (jsonio.DecodeError, RecursionError) as exc:
         raise DlciError(f"{path}: not JSON ({str(exc)[:200]})") from None
-    return dict(answer)
+    if (answer.status == "found") != (answer.first_bad is not None):
+        raise DlciError(f"{path}: not a bisect answer: status {answer.status!r} with first_bad")
+    built: dict[str, Any] = msgspec.to_builtins(answer)
+    return built
 
 
 def add_pulls(data: dict[str, Any], github: Any, say: Callable[[str], None]) -> dict[str, Any]:
-    """A checked answer with each suspect's pull request looked up now: for an answer made
-    where no token was (the action's container), by the host that holds one."""
-    entries = [c for c in data["candidates"] if isinstance(c, dict)]
-    commits = [git.Commit(c["sha"], c["subject"], c["author"], c["date"]) for c in entries]
-    found = pulls(github, commits, say)
-    for entry in [*entries, *([data["first_bad"]] if data["first_bad"] else [])]:
-        entry["pull"] = found.get(entry["sha"], entry.get("pull"))
+    """A checked answer (read_answer's) whose pull requests are the ones looked up now, for
+    an answer made where no token was (the action's container): what the answer itself said
+    of pull requests is dropped, the first bad commit is always looked up, and a number is
+    kept only when GitHub gave it."""
+    first = [data["first_bad"]] if data["first_bad"] else []
+    entries = [*first, *data["candidates"]]
+    commits = {
+        e["sha"]: git.Commit(e["sha"], e["subject"], e["author"], e["date"]) for e in entries
+    }
+    found = pulls(github, list(commits.values()), say)
+    for entry in entries:
+        entry["pull"] = found.get(entry["sha"])
+        entry["pull_number"] = None  # the subject's number: the container's words
     return data
 
 

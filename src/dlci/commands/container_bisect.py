@@ -37,6 +37,7 @@ class Bisect(Verb):
             help="comment the answer on the culprit's pull request")  # fmt: skip
         add("--workspace", default=os.environ.get("GITHUB_WORKSPACE", "."), metavar="DIR")
         add("--workdir", default=".", metavar="DIR", help="the project, in the repository")
+        add("--target", default="", help="module:function (default: each commit's own)")
         add("--gpus", default="auto")
         add("--gpu-found", dest="gpu_found", default="")
         add("--shm-size", dest="shm_size", default="")

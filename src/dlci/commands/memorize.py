@@ -101,15 +101,15 @@ def _print_verdict(outcome: MemorizeOutcome) -> None:
     if outcome.json_path == "-":
         _common.emit_json(report, "-")
     stream = sys.stderr if outcome.json_path == "-" else sys.stdout
-    mark = "PASS" if report["verdict"] == "pass" else "FAIL"
-    print(f"memorization {mark}: {clean(report['reason'])}", file=stream)
-    if mark == "FAIL" and report.get("next_step"):
-        print(f"  next: {clean(report['next_step'])}", file=stream)
+    mark = "PASS" if report.verdict == "pass" else "FAIL"
+    print(f"memorization {mark}: {clean(report.reason)}", file=stream)
+    if mark == "FAIL" and report.next_step:
+        print(f"  next: {clean(report.next_step)}", file=stream)
     where = (
         "report on standard output" if outcome.json_path == "-" else f"report {outcome.json_path}"
     )
     where += f", curve {outcome.curve}" if outcome.curve else ""
-    print(f"  {clean(where)}, tracking {clean(report['tracking'])}", file=stream)
+    print(f"  {clean(where)}, tracking {clean(report.tracking)}", file=stream)
 
 
 main = MemorizeVerb("memorize").main

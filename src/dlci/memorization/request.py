@@ -7,11 +7,11 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from dlci import jsonio
 from dlci.errors import DlciError
 from dlci.ladder.tiers import TierRequest
+from dlci.report.fields import Memorization
 
 DISTRIBUTED_FLAG = "DLCI_MEMORIZE_WORKER"  # set in torchrun's workers, so they do not relaunch
 # The workers' arguments travel in the environment: torchrun's own parser would otherwise
@@ -51,7 +51,7 @@ class MemorizeOutcome:
     """The exit code, and on the process that reports (rank 0) the report and where it went."""
 
     exit_code: int
-    report: dict[str, Any] | None = None
+    report: Memorization | None = None
     json_path: str = ""  # "-": the caller prints the report on standard output
     curve: Path | None = None
 

@@ -20,6 +20,7 @@ from dlci.memorization.request import MemorizeOutcome, MemorizeRequest, Say
 from dlci.memorization.single import train_one, write_run_outputs
 from dlci.memorization.tracking import NullTracker, make_tracker
 from dlci.memorization.verdict import MemorizeResult
+from dlci.report.fields import SeedRun, SeedRuns
 
 MAX_SEEDS = 1000
 
@@ -78,23 +79,23 @@ def run_seeds(
         runs.append((seed, result))
         say(f"seed {seed}: {'PASS' if result.passed else 'FAIL'}: {result.reason}")
     seed, combined = combine(runs, quorum)
-    section = {
-        "count": len(runs),
-        "quorum": quorum,
-        "passed": sum(result.passed for _, result in runs),
-        "runs": [
-            {
-                "seed": s,
-                "verdict": r.verdict,
-                "stopped_by": r.stopped_by,
-                "steps": r.steps,
-                "best_loss": r.to_dict()["best_loss"],
-                "reason": r.reason,
-            }
+    section = SeedRuns(
+        count=len(runs),
+        quorum=quorum,
+        passed=sum(result.passed for _, result in runs),
+        runs=[
+            SeedRun(
+                seed=s,
+                verdict=r.verdict,
+                stopped_by=r.stopped_by,
+                steps=r.steps,
+                best_loss=r.to_dict()["best_loss"],
+                reason=r.reason,
+            )
             for s, r in runs
         ],
-    }
+    )
     shown = replace(request, seed=seed)
-    outcome = write_run_outputs(shown, spec, tier, combined, NullTracker(), {"seeds": section})
+    outcome = write_run_outputs(shown, spec, tier, combined, NullTracker(), seeds=section)
     outcome.exit_code = 0 if combined.passed else 1
     return outcome

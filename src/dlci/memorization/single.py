@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from msgspec import UNSET, UnsetType
+
 from dlci import jsonio
 from dlci.ladder.model import Tier
 from dlci.memorization.engine import (
@@ -22,6 +24,7 @@ from dlci.memorization.request import WATCHDOG_VARIABLE, MemorizeOutcome, Memori
 from dlci.memorization.verdict import partial
 from dlci.progress import StepProgress
 from dlci.report import memorization
+from dlci.report.fields import Memorization, SeedRuns
 from dlci.report.github import write_outputs
 from dlci.report.text import clean
 from dlci.training.target import load_target
@@ -34,7 +37,7 @@ class RunReport:
         self.request, self.spec, self.tier = request, spec, tier
         self.path = request.json or str(Path(request.out) / memorization.REPORT_NAME)
 
-    def build(self, result: MemorizeResult, tracking: str = "") -> dict[str, Any]:
+    def build(self, result: MemorizeResult, tracking: str = "") -> Memorization:
         return memorization.build_report(
             result=result,
             tier=self.tier.to_dict(),
@@ -115,10 +118,13 @@ def write_run_outputs(
     tier: Tier,
     result: MemorizeResult,
     tracker: Any,
-    extra: dict[str, Any] | None = None,
+    *,
+    seeds: SeedRuns | UnsetType = UNSET,
+    script_mode: bool | UnsetType = UNSET,
 ) -> MemorizeOutcome:
-    """The report (JSON file unless it goes to standard output; ``extra`` added to it), the
-    tracker's summary, the curve and the GitHub step outputs."""
+    """The report (JSON file unless it goes to standard output; with the ``seeds`` section,
+    or ``script_mode``, where they apply), the tracker's summary, the curve and the GitHub
+    step outputs."""
     report = memorization.build_report(
         result=result,
         tier=tier.to_dict(),
@@ -126,9 +132,11 @@ def write_run_outputs(
         target=spec,
         gpu_name=_gpu_name(result.device),
         tracking=": ".join(filter(None, (request.tracker, getattr(tracker, "location", "")))),
+        seeds=seeds,
+        script_mode=script_mode,
     )
-    report.update(extra or {})
-    tracker.log_config(report["config"])
+    # a tracker takes plain values: the configuration as the report's JSON holds it
+    tracker.log_config(jsonio.decode(jsonio.encode(report.config, indent=False)))
     tracker.log_summary(
         {
             "best_loss": float("nan") if result.best_loss is None else result.best_loss,

@@ -7,9 +7,10 @@ where a dict was expected would crash a renderer the same way (issue 35). The ho
 every field it renders against the type dl-ci writes there (each report's shape below, on
 dlci.schema); a report with a wrong one is a problem named in the summary (the report is not
 shown), never a crash. A missing field is not checked here: the renderers show such a report
-as incomplete, and fields no renderer reads are not declared. The doctor's and the utilization
-report are declared whole: their classes are also what their writers build and their readers
-read (report/doctor.py, profiling/metrics.py, report/utilization.py).
+as incomplete, and fields no renderer reads are not declared. The doctor's, the memorization
+and the utilization report are declared whole: their classes are also what their writers build
+and their readers read (report/doctor.py, report/memorization.py, profiling/metrics.py,
+report/utilization.py).
 
 >>> problems("memorization", {"threshold": "1.0", "tier": {"max_epochs": 3}})
 ['memorization.json: threshold is text, expected a number or null']
@@ -20,7 +21,7 @@ read (report/doctor.py, profiling/metrics.py, report/utilization.py).
 from __future__ import annotations
 
 import itertools
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -37,49 +38,120 @@ class Shape(msgspec.Struct, kw_only=True):
 
 
 # --------------------------------------------------------------------------- memorization.json
+# The memorization report is typed end to end: report/memorization.py builds these classes,
+# writes them as memorization.json and reads a report back into them (memorization.read), so
+# every reader reads attributes. Every field has a default: a report written before a field
+# existed still reads, and so does a partial one (a reader says what it lacks:
+# memorization.missing); seeds and script_mode are UNSET, so absent, unless they apply.
+
+# A loss as the report writes it: a number, null, or text for NaN and the infinities (JSON has
+# no spelling for them); named as before in messages, "a number or null".
+Loss = Annotated[
+    float | Literal["nan", "inf", "-inf"] | None,
+    msgspec.Meta(extra={"words": "a number or null"}),
+]
 
 
-class TierShape(Shape):
-    budget: Text
-    hardware_class: Text
-    row: Text
-    max_epochs: int
-    max_loss: float | None  # null for a relative row (ladder version 2)
-    max_relative_loss: float | None
-    time_cap_minutes: float
+class TierEntry(Shape):
+    """The tier the run was judged at, as dlci.ladder.model.Tier.to_dict writes it."""
+
+    schema_version: int = 1
+    budget: str = ""
+    hardware_class: str = ""
+    max_epochs: int = 0
+    max_loss: float | None = None  # null for a relative row (ladder version 2)
+    time_cap_minutes: float = 0.0
+    profile_steps: int = 0
+    nproc: int = 1
+    batch_size: int = 0
+    ladder: str = ""
+    ladder_version: int = 0
+    ladder_revision: str = ""
+    row: str = ""
+    reasons: list[str] = []
+    warnings: list[str] = []
+    max_relative_loss: float | None = None
+    criterion: str = ""
+
+
+class Hardware(Shape):
+    device: str = ""
+    world_size: int = 1
+    gpu_name: str | None = None
 
 
 class RunConfig(Shape):
-    target: Text
-    seed: Text
-    changes: list[Text]
+    """What defines a run, for tracking and dlci compare-runs (report/memorization.run_config)."""
+
+    target: str = ""
+    seed: int = 0
+    tier: Object = {}  # the tier's keys that define a run, those it has
+    hardware: Hardware = msgspec.field(default_factory=Hardware)
+    versions: dict[str, str | None] = {}
+    hparams: Object = {}  # the target's own, and batch_examples
+    changes: list[str] = []
+
+
+class SeedRun(Shape):
+    seed: int = 0
+    verdict: str = ""
+    stopped_by: str = ""
+    steps: int = 0
+    best_loss: Loss = None
+    reason: str = ""
+
+
+class SeedRuns(Shape):
+    """dlci memorize --seeds K: every seed's run (memorization/seeds.py)."""
+
+    count: int = 0
+    quorum: int = 0
+    passed: int = 0
+    runs: list[SeedRun] = []
 
 
 class Memorization(Shape):
-    verdict: Text
-    reason: Text
-    threshold: float | None
-    relative_threshold: float | None
-    criterion: Text
-    next_step: Text
-    start_loss: float | None
-    relative_loss: float | None
-    loss_floor: float | None
-    blind_loss: float | None
-    floor_source: Text
-    case: Text
-    measured: list[Text]
-    best_loss: float | None
-    best_step: int | None
-    final_loss: float | None
-    steps: int
-    wall_time_s: float
-    setup_time_s: float
-    device: Text
-    world_size: int
-    losses: list[float | None]
-    tier: TierShape
-    config: RunConfig
+    """memorization.json: the run's verdict and figures (memorization/verdict.py's
+    MemorizeResult, less its hparams and changes, which are in ``config``)."""
+
+    schema_version: int = 1
+    kind: str = "memorization"
+    created_at: str = ""
+    verdict: str = ""
+    reason: str = ""
+    threshold: float | None = None  # absolute; null when the row is relative only
+    relative_threshold: float | None = None
+    threshold_form: str = ""
+    config: RunConfig = msgspec.field(default_factory=RunConfig)
+    tier: TierEntry = msgspec.field(default_factory=TierEntry)
+    tracking: str = ""
+    stopped_by: str = ""
+    steps: int = 0
+    best_loss: Loss = None
+    best_step: int | None = None
+    final_loss: Loss = None
+    losses: list[Loss] = []
+    wall_time_s: float = 0.0
+    setup_time_s: float = 0.0
+    device: str = ""
+    world_size: int = 1
+    batch_examples: int = 0
+    start_loss: Loss = None
+    relative_loss: Loss = None
+    criterion: str = ""
+    loss_floor: float | None = None
+    floor_source: str = ""
+    blind_loss: Loss = None
+    measured: list[str] = []
+    draws_replayed: bool = False
+    judged_on: str = ""
+    case: str = ""
+    projected_epochs: int | None = None
+    next_step: str = ""
+    stuck_at: str | None = None
+    stack: list[str] = []
+    seeds: SeedRuns | UnsetType = UNSET  # only for dlci memorize --seeds K
+    script_mode: bool | UnsetType = UNSET  # only for dlci memorize -- python ...
 
 
 # --------------------------------------------------------------------------- doctor.json

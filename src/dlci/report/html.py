@@ -28,7 +28,8 @@ from dlci import jsonio
 from dlci.errors import DlciError
 from dlci.fsutil import atomic_write_text, is_null_device, read_input
 from dlci.report import doctor as doctor_report
-from dlci.report.fields import DoctorReport
+from dlci.report import memorization as memorization_report
+from dlci.report.fields import DoctorReport, Memorization
 from dlci.report.figures import FOLDER, HEALTHY, TITLES
 from dlci.report.text import clean
 
@@ -197,18 +198,38 @@ def _examples_table(path: Path) -> dict[str, Any] | None:
     }
 
 
-def _memorization(folder: Path, report: dict[str, Any] | str | None) -> dict[str, Any] | None:
-    if not isinstance(report, dict):
+def _read_memorization(raw: dict[str, Any] | str | None) -> Memorization | str | None:
+    """The folder's memorization.json read into its classes; None when it is missing,
+    UNREADABLE as _read_json says, or what is wrong with it (a field of the wrong type)."""
+    if not isinstance(raw, dict):
+        return raw
+    try:
+        return memorization_report.read(raw)
+    except ValueError as exc:
+        return str(exc)
+
+
+def _memorization_verdict(report: Memorization | str | None) -> dict[str, str]:
+    if not isinstance(report, Memorization):
+        if report is None or report == UNREADABLE:
+            return _verdict("memorization", report, "memorization.json")
+        return {"gate": "memorization", "verdict": UNREADABLE, "reason": _text(report, 600)}
+    verdict = _text(report.verdict, 20) or "unknown"
+    return {"gate": "memorization", "verdict": verdict, "reason": _text(report.reason, 600)}
+
+
+def _memorization(folder: Path, report: Memorization | str | None) -> dict[str, Any] | None:
+    if not isinstance(report, Memorization):
         return None
     return {
         "curve": image(folder / "memorization-curve.png"),
         "facts": [
-            ("criterion", _text(report.get("criterion"))),
-            ("start loss", _number(report.get("start_loss"))),
-            ("best loss", _number(report.get("best_loss"))),
-            ("steps", _number(report.get("steps"), "d")),
-            ("training time (s)", _number(report.get("wall_time_s"), ".3g")),
-            ("device", _text(report.get("device"), 40)),
+            ("criterion", _text(report.criterion)),
+            ("start loss", _number(report.start_loss)),
+            ("best loss", _number(report.best_loss)),
+            ("steps", _number(report.steps, "d")),
+            ("training time (s)", _number(report.wall_time_s, ".3g")),
+            ("device", _text(report.device, 40)),
         ],
     }
 
@@ -290,7 +311,7 @@ def build_context(folder: str | Path, job: dict[str, Any] | None = None) -> dict
             "problems": [_text(p, 600) for p in _list(job.get("problems"))[:30]],
         }
     doctor = _read_doctor(_read_json(folder / "doctor.json"))
-    memorization = _read_json(folder / "memorization.json")
+    memorization = _read_memorization(_read_json(folder / "memorization.json"))
     utilization = _read_json(folder / "utilization.json")
     comparison = _markdown_text(folder / "comparison.md")
     trend = image(folder / "trend.svg", svg=True)
@@ -300,7 +321,7 @@ def build_context(folder: str | Path, job: dict[str, Any] | None = None) -> dict
         "host": host,
         "created": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "verdicts": [
-            _verdict("memorization", memorization, "memorization.json"),
+            _memorization_verdict(memorization),
             _doctor_verdict(doctor),
             _profile_verdict(utilization),
         ],

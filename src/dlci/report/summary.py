@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from dlci.report.doctor import render_markdown as doctor_md
-from dlci.report.fields import DoctorReport, Utilization
+from dlci.report.fields import DoctorReport, Memorization, Utilization
 from dlci.report.memorization import render_markdown as memorization_md
 from dlci.report.text import bullets, md, md_code, table
 from dlci.report.utilization import memory_fact
@@ -154,13 +154,13 @@ def _criterion(tier: dict[str, Any]) -> str:
     return f"loss < {md(tier.get('max_loss'))}"
 
 
-def _goal(mem: dict[str, Any]) -> str:
+def _goal(mem: Memorization) -> str:
     """What the run had to reach: its criterion (relative goals have no absolute threshold),
     else the absolute threshold; never "threshold None"."""
-    if mem.get("criterion"):
-        return f"goal: {md(mem['criterion'])}"
-    if mem.get("threshold") is not None:
-        return f"threshold {md(mem['threshold'])}"
+    if mem.criterion:
+        return f"goal: {md(mem.criterion)}"
+    if mem.threshold is not None:
+        return f"threshold {md(mem.threshold)}"
     return "no goal recorded"
 
 
@@ -173,11 +173,11 @@ def _number(value: object, spec: str) -> str:
 
 def _report_facts(data: dict[str, Any]) -> list[list[str]]:
     rows: list[list[str]] = []
-    mem = data["memorization"]
+    mem = data["memorization"]  # a Memorization, read by the host (action.host.summary)
     if mem:
-        loss = mem.get("best_loss")
+        loss = mem.best_loss
         best = "None" if loss is None else _number(loss, ".4g")
-        verdict = md(str(mem.get("verdict", "?")).upper())
+        verdict = md((mem.verdict or "?").upper())
         rows.append(["memorization", f"{verdict}: best loss {best} ({_goal(mem)})"])
     util = data["utilization"]  # a Utilization, read by the host (action.host.summary)
     if util:
@@ -266,11 +266,11 @@ def _report_sections(data: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _section(key: str, report: dict[str, Any] | DoctorReport | Utilization) -> str:
+def _section(key: str, report: dict[str, Any] | DoctorReport | Memorization | Utilization) -> str:
     if isinstance(report, DoctorReport):
         return doctor_md(report)
     if isinstance(report, Utilization):
         return utilization_md(report, gate=report.gate or None)
-    if key == "memorization":
+    if isinstance(report, Memorization):
         return memorization_md(report)
     raise TypeError(f"{key}.json was not read into its classes")

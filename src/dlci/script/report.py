@@ -9,6 +9,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from dlci import jsonio
 from dlci.ladder.model import Tier
 from dlci.memorization.request import NO_VERDICT, MemorizeRequest
 from dlci.memorization.single import RunReport, write_run_outputs
@@ -55,13 +56,13 @@ class ScriptReport:
                 if math.isfinite(loss):
                     tracker.log_metric("memorize/loss", loss, step)
             outcome = write_run_outputs(
-                request, self.spec, self.tier, result, tracker, {"script_mode": True}
+                request, self.spec, self.tier, result, tracker, script_mode=True
             )
         finally:
             tracker.close()
         return {
             "exit_code": 0 if result.passed else 1,
-            "report": outcome.report,
+            "report": jsonio.decode(jsonio.encode(outcome.report, indent=False)),  # JSON, as sent
             "json_path": outcome.json_path,
             "curve": str(outcome.curve) if outcome.curve else None,
         }

@@ -24,6 +24,7 @@ from dlci.memorization.request import MemorizeOutcome, MemorizeRequest, Say, che
 from dlci.policy import Policy
 from dlci.profiling.capture import ProfileResult
 from dlci.report import doctor as doctor_report
+from dlci.report import memorization as memorization_report
 from dlci.script.command import ScriptCommand, parse_command
 
 PLAN_VARIABLE = "DLCI_SCRIPT_PLAN"  # child.py reads it
@@ -64,7 +65,8 @@ def memorize_script(request: MemorizeRequest, words: list[str], say: Say) -> Mem
         ) from None
     outcome = found["outcome"]
     curve = Path(outcome["curve"]) if outcome["curve"] else None
-    return MemorizeOutcome(outcome["exit_code"], outcome["report"], outcome["json_path"], curve)
+    report = memorization_report.read(outcome["report"])  # the child's answer, as JSON
+    return MemorizeOutcome(outcome["exit_code"], report, outcome["json_path"], curve)
 
 
 def memorize_plan(request: MemorizeRequest, command: ScriptCommand, tier: Any) -> dict[str, Any]:

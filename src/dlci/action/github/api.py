@@ -115,6 +115,7 @@ class GitHub:
 
     def _open(self, request: urllib.request.Request, where: str, limit: int, sink: Any) -> bytes:
         """Send ``request``; the body (or, with ``sink``, written there), at most ``limit``."""
+        import http.client  # as urllib.request below
         import urllib.request  # as in _request
 
         try:
@@ -122,7 +123,7 @@ class GitHub:
                 return _read(answer, where, limit, sink)
         except urllib.error.HTTPError as exc:
             raise ApiError(f"{where}: HTTP {exc.code} ({_message(exc)})") from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
             reason = getattr(exc, "reason", None) or exc
             raise ApiError(f"{where}: {str(reason)[:200]}") from None
 

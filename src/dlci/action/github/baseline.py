@@ -22,7 +22,7 @@ from dlci.action.github.comment import sticky_comment
 from dlci.action.github.sides import (
     Side,
     base_side,
-    checked,
+    checked_memorization,
     checked_utilization,
     hardware_class,
     number,
@@ -32,6 +32,7 @@ from dlci.action.github.sizing import SOURCE_FILE
 from dlci.action.host.summary import collect
 from dlci.compare import diff
 from dlci.report.comparison import MARKER, render, render_none
+from dlci.report.fields import Memorization
 from dlci.report.github import in_github_actions
 from dlci.trust import host as trusted
 
@@ -43,7 +44,7 @@ def head_side(folder: Path, host_record: Path | None) -> Side:
     if data["utilization"] is not None:
         side.utilization = checked_utilization(folder / "utilization.json", side)
     if data["memorization"] is not None:
-        side.memorization = checked(folder / "memorization.json", "memorization", side)
+        side.memorization = checked_memorization(folder / "memorization.json", side)
     side.hardware_class = hardware_class(data["preflight"], side.memorization)
     side.preflight = data["preflight"]
     return side
@@ -58,43 +59,43 @@ def bound(given: float | None, head: Side, key: str) -> float | None:
 def memorization_rows(base: Side, head: Side) -> list[dict[str, Any]]:
     """Epochs to the threshold and the final loss, side by side (not gated)."""
     rows: list[dict[str, Any]] = []
-    b, h = base.memorization or {}, head.memorization or {}
-    if not (b or h):
+    b, h = base.memorization, head.memorization
+    if b is None and h is None:
         return rows
 
-    def epochs(report: dict[str, Any]) -> int | None:
-        steps = report.get("steps")
-        return steps if report.get("verdict") == "pass" and isinstance(steps, int) else None
+    def epochs(report: Memorization | None) -> int | None:
+        return report.steps if report is not None and report.verdict == "pass" else None
+
+    def final(report: Memorization | None) -> float | None:
+        return number(report.final_loss) if report is not None else None
 
     rows.append(_plain("epochs_to_threshold", epochs(b), epochs(h), "count"))
-    rows.append(
-        _plain("final_loss", number(b.get("final_loss")), number(h.get("final_loss")), "loss")
-    )
-    tb, th = _criterion(b), _criterion(h)
-    if b and h and tb != th:  # another tier: other epochs to reach it
+    rows.append(_plain("final_loss", final(b), final(h), "loss"))
+    tb, th = (_criterion(b), _criterion(h)) if b is not None and h is not None else ("", "")
+    if tb != th:  # another tier: other epochs to reach it
         for row in rows:
             row["verdict"] = "not comparable"
             row["reason"] = f"memorised means {tb} (base) and {th} (head): another tier"
     return rows
 
 
-def _criterion(report: dict[str, Any]) -> str:
+def _criterion(report: Memorization) -> str:
     """What a report's run had to reach: thresholds and the ladder revision, as text.
 
-    >>> _criterion({"threshold": 1.0, "tier": {"ladder_revision": "2026.11"}})
+    >>> from dlci.report.memorization import read
+    >>> _criterion(read({"threshold": 1.0, "tier": {"ladder_revision": "2026.11"}}))
     'loss < 1, ladder 2026.11'
-    >>> _criterion({"threshold": None, "relative_threshold": 0.3})
+    >>> _criterion(read({"threshold": None, "relative_threshold": 0.3}))
     'a share of the start of 0.3'
     """
     parts = []
-    absolute, relative = number(report.get("threshold")), number(report.get("relative_threshold"))
+    absolute, relative = number(report.threshold), number(report.relative_threshold)
     if absolute is not None:
         parts.append(f"loss < {absolute:g}")
     if relative is not None:
         parts.append(f"a share of the start of {relative:g}")
-    tier = report.get("tier")
-    revision = tier.get("ladder_revision") if isinstance(tier, dict) else None
-    if isinstance(revision, str):
+    revision = report.tier.ladder_revision
+    if revision:
         parts.append(f"ladder {revision[:40]}")
     return ", ".join(parts) or "no threshold recorded"
 
@@ -165,8 +166,9 @@ def compare_sides(
     }
 
 
-def _losses(report: dict[str, Any] | None) -> list[float]:
-    values = (report or {}).get("losses") or []
+def _losses(report: Memorization | None) -> list[float]:
+    """The curve's finite losses (NaN, written as text, and null left out)."""
+    values = report.losses if report is not None else []
     return [v for v in map(number, values) if v is not None]
 
 

@@ -24,6 +24,7 @@ from dlci.compare.diff import median_step_us
 from dlci.errors import DlciError
 from dlci.fsutil import atomic_write_text, read_input
 from dlci.report import history as render
+from dlci.report.fields import Memorization
 from dlci.report.history import ENTRY_FIELDS, TIER_FIELDS, checked, empty
 
 HISTORY_NAME = "history.json"
@@ -47,9 +48,9 @@ def entry(folder: Path, environ: dict[str, str] | os._Environ[str]) -> dict[str,
     side = base_side(folder)
     if side.utilization is None and side.memorization is None:
         return None
-    util, mem = side.utilization, side.memorization or {}
-    steps = mem.get("steps") if mem.get("verdict") == "pass" else None
-    loss = mem.get("final_loss")
+    util, mem = side.utilization, side.memorization
+    steps = mem.steps if mem is not None and mem.verdict == "pass" else None
+    loss = mem.final_loss if mem is not None else None
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
     return {
         "date": environ.get("DLCI_HISTORY_DATE") or stamp,
@@ -59,25 +60,25 @@ def entry(folder: Path, environ: dict[str, str] | os._Environ[str]) -> dict[str,
         "torch": side.environment()["torch"],
         "gpu_utilization_pct": util.gpu_utilization_pct if util else None,
         "step_time_us": median_step_us(util) if util else None,
-        "epochs_to_threshold": steps if isinstance(steps, int) else None,
+        "epochs_to_threshold": steps,
         "final_loss": loss if isinstance(loss, int | float) else None,
         "coverage_pct": side.coverage,
         **_tier_fields(mem),
     }
 
 
-def _tier_fields(mem: dict[str, Any]) -> dict[str, Any]:
-    """The tier tonight's memorization was judged at (typed: a report is read, not trusted)."""
-    raw = mem.get("tier")
-    tier: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    values = {
-        "budget": tier.get("budget"),
-        "ladder_revision": tier.get("ladder_revision"),
-        "threshold_form": mem.get("threshold_form") or ("absolute" if mem else None),
-        "threshold": mem.get("threshold"),
-        "relative_threshold": mem.get("relative_threshold"),
-        "max_epochs": tier.get("max_epochs"),
-    }
+def _tier_fields(mem: Memorization | None) -> dict[str, Any]:
+    """The tier tonight's memorization was judged at (a field the report lacks: None)."""
+    values: dict[str, Any] = dict.fromkeys(TIER_FIELDS)
+    if mem is not None:
+        values.update(
+            budget=mem.tier.budget or None,
+            ladder_revision=mem.tier.ladder_revision or None,
+            threshold_form=mem.threshold_form or "absolute",
+            threshold=mem.threshold,
+            relative_threshold=mem.relative_threshold,
+            max_epochs=mem.tier.max_epochs or None,
+        )
     out: dict[str, Any] = {}
     for key in TIER_FIELDS:
         value = values[key]

@@ -18,8 +18,9 @@ from dlci.compare.runs import check_run
 from dlci.errors import DlciError
 from dlci.fsutil import read_input
 from dlci.jsonio import describe
+from dlci.report import memorization as memorization_report
 from dlci.report import utilization as utilization_report
-from dlci.report.fields import Utilization
+from dlci.report.fields import Memorization, Utilization
 
 MAX_LOSSES = 100_000  # points of a memorization curve read from a report
 
@@ -29,7 +30,7 @@ class Side:
     """One run's reports, as far as they are there and well formed."""
 
     utilization: Utilization | None = None
-    memorization: dict[str, Any] | None = None
+    memorization: Memorization | None = None
     coverage: float | None = None
     hardware_class: str | None = None
     left_out: list[str] = field(default_factory=list)
@@ -37,12 +38,8 @@ class Side:
 
     def environment(self) -> dict[str, Any]:
         """The hardware class and torch version this run reported (None: unknown)."""
-        versions = ((self.memorization or {}).get("config") or {}).get("versions") or {}
-        torch = versions.get("torch") if isinstance(versions, dict) else None
-        return {
-            "hardware_class": self.hardware_class,
-            "torch": torch if isinstance(torch, str) else None,
-        }
+        versions = self.memorization.config.versions if self.memorization else {}
+        return {"hardware_class": self.hardware_class, "torch": versions.get("torch")}
 
 
 def read_json(path: Path) -> Any:
@@ -79,6 +76,19 @@ def checked_utilization(path: Path, side: Side) -> Utilization | None:
         return None
 
 
+def checked_memorization(path: Path, side: Side) -> Memorization | None:
+    """A memorization report from ``path`` checked as :func:`checked` does, then read into its
+    classes (a field of a type dl-ci does not write leaves it out, named)."""
+    data = checked(path, "memorization", side)
+    if data is None:
+        return None
+    try:
+        return memorization_report.read(data)
+    except ValueError as exc:
+        side.left_out.append(str(exc)[:400])
+        return None
+
+
 def _check_memorization(report: dict[str, Any]) -> str | None:
     """The fields the comparison reads beyond :func:`check_run`'s: threshold, tier, losses."""
     threshold, tier = report.get("threshold"), report.get("tier")
@@ -101,7 +111,7 @@ def base_side(folder: Path) -> Side:
     """The baseline's reports from ``folder`` (outside input: every field checked)."""
     side = Side()
     side.utilization = checked_utilization(folder / "utilization.json", side)
-    side.memorization = checked(folder / "memorization.json", "memorization", side)
+    side.memorization = checked_memorization(folder / "memorization.json", side)
     side.coverage = coverage_rate(folder / "coverage.xml")
     if side.coverage is not None and not 0 <= side.coverage <= 100:  # also nan
         side.left_out.append(f"coverage.xml: line-rate {side.coverage / 100:.3g} is not 0 to 1")
@@ -116,11 +126,11 @@ def base_side(folder: Path) -> Side:
     return side
 
 
-def hardware_class(preflight: Any, memorization: dict[str, Any] | None) -> str | None:
+def hardware_class(preflight: Any, memorization: Memorization | None) -> str | None:
     tier = preflight.get("tier") if isinstance(preflight, dict) else None
     value = tier.get("hardware_class") if isinstance(tier, dict) else None
-    if value is None and memorization and isinstance(memorization.get("tier"), dict):
-        value = memorization["tier"].get("hardware_class")
+    if value is None and memorization is not None:
+        value = memorization.tier.hardware_class or None  # "": the report names none
     return str(value)[:80] if isinstance(value, str) else None
 
 

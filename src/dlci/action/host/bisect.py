@@ -11,20 +11,27 @@ Host-side, never imports torch. What the host decides, and what the container do
   profile's GPU gate at the trusted ``min-gpu-util``;
 - the good commit: ``last-green``, the commit of the newest successful run of this workflow
   on this branch (GitHub's API, with the token's ``actions: read``), or a revision given;
-- the container: the job's image and limits (dlci.action.host.container.run_command), the
-  job plan read-only at /dlci/host (tonight's tier judges every commit), the checkout's
-  ``.git`` read-only under an empty workspace (the bisect clones it, ``--shared``, and
-  checks each commit out in that clone), its answer into /dlci/out, and no token;
-- after it: the answer read back and checked (dlci.bisect.result.read_answer), each
-  suspect's pull request looked up here with the token, ``bisect.json`` beside the host's
-  reports (``dlci summary`` puts the culprit at the top; the upload keeps it) and, opt-in, a
-  comment on the culprit's pull request.
+- the container: the job's image and GPUs (dlci.action.host.container.run_command) with a
+  pull request's limits, whatever the event (the untrusted cache volume, pids and memory,
+  and no network unless the ``network`` input asks): it runs the code of commits that may
+  never have run on this runner, a reverted one too; the job plan read-only at /dlci/host
+  (tonight's tier judges every commit), the checkout's ``.git`` read-only under an empty
+  workspace (the bisect clones it, ``--shared``, and checks each commit out in that clone),
+  its answer into /dlci/out, and no token;
+- after it: the answer is a claim. It is read back under caps and rebuilt from its declared
+  shape (dlci.bisect.result.read_answer), must name the good and bad commits asked for, and
+  what it says of pull requests is dropped: each suspect's pull request is looked up here
+  with the token. ``bisect.json`` goes beside the host's reports (``dlci summary`` puts the
+  culprit at the top; the upload keeps it); the console lines are printed with workflow
+  commands stopped; the opt-in comment goes only to the pull request GitHub names for the
+  culprit, and only when GitHub confirms the culprit lies between the good and bad commits.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import secrets
 import shutil
 import time
 from collections.abc import Mapping
@@ -37,7 +44,7 @@ from dlci.action.github import artifacts
 from dlci.action.github.api import ApiError, GitHub
 from dlci.action.github.comment import MAX_BODY, find_comment
 from dlci.action.host import container
-from dlci.action.host.cache import TRUSTED_EVENTS, decide_trust
+from dlci.action.host.cache import UNTRUSTED
 from dlci.action.host.gates import HOST_MOUNT, OUT_MOUNT, PLAN_NAME, WORKSPACE, reports_dir
 from dlci.action.host.gitview import hide_credentials, host_temp
 from dlci.action.host.image import say
@@ -46,6 +53,7 @@ from dlci.bisect.render import console_lines, markdown
 from dlci.bisect.result import add_pulls, read_answer
 from dlci.errors import DlciError
 from dlci.policy import CHECK_IDS
+from dlci.script.command import command_words
 from dlci.trust import host as trusted
 
 ANSWER = "bisect.json"
@@ -70,6 +78,7 @@ class NightRequest:
     shm_size: str = ""
     memory: str = ""
     network: str = "auto"
+    target: str = ""  # the action's target input (module:function); '' each commit's own
     job: str = ""
     token: str = ""
 
@@ -97,7 +106,7 @@ def why_not(environ: Mapping[str, str]) -> str:
     ''
     """
     event = environ.get("GITHUB_EVENT_NAME", "")
-    if event in TRUSTED_EVENTS:
+    if event in artifacts.TRUSTED_EVENTS:  # a merge queue's code is not on the branch yet
         return ""
     return (
         f"not on a {event or 'local'} run: bisecting runs the code of every commit since the "
@@ -192,8 +201,9 @@ def inner_command(request: NightRequest, good: str, bad: str, gate: list[str]) -
     repo = WORKSPACE if os.path.normpath(request.workdir or ".") == "." else (
         f"{WORKSPACE}/{os.path.normpath(request.workdir)}"
     )  # fmt: skip
+    target = ["--target", request.target] if request.target else []
     return [
-        "dlci", "bisect", "--repo", repo, "--good", good, "--bad", bad, *gate,
+        "dlci", "bisect", "--repo", repo, "--good", good, "--bad", bad, *gate, *target,
         "--plan", f"{HOST_MOUNT}/{PLAN_NAME}", "--time-cap", f"{request.time_cap_minutes:g}",
         "--json", f"{OUT_MOUNT}/{ANSWER}",
     ]  # fmt: skip
@@ -204,6 +214,8 @@ def bisect(request: NightRequest, environ: Mapping[str, str] = os.environ) -> Ou
     why = why_not(environ)
     record = read_report(Path(request.record)) if request.record else None
     gate, words = gate_of(record or {}) if record else ([], "no host record of the job's run")
+    if request.target and command_words(request.target) is not None:
+        why = "the target is a training command (script mode): dlci bisect runs a Target"
     if why or not gate:
         say(f"bisect: not run: {why or words}")
         return Outcome("skipped")
@@ -218,19 +230,50 @@ def bisect(request: NightRequest, environ: Mapping[str, str] = os.environ) -> Ou
     bad = bad if SHA.fullmatch(bad) else "HEAD"
     say(f"bisect: {words}: the first commit after {good[:12]} up to {bad[:12]} that fails it")
     data = _run(request, record or {}, inner_command(request, good, bad, gate), environ)
+    asked = {"good": good, "bad": bad}
+    for side, rev in asked.items():
+        if SHA.fullmatch(rev) and data[side]["sha"] != rev:
+            raise DlciError(f"the bisect's answer names {side} {data[side]['sha'][:12]}, "
+                            f"not the {rev[:12]} it was asked for: not shown")  # fmt: skip
     if api is not None:
         add_pulls(data, api, lambda line: say(f"bisect: {line}"))
     folder = reports_dir(request.record)
     folder.mkdir(parents=True, exist_ok=True)
     jsonio.write(folder / ANSWER, data)
-    print("\n".join(console_lines(data)), flush=True)
+    _print(console_lines(data))
     first = data["first_bad"] or {}
-    pull = (first.get("pull") or {}).get("number") or first.get("pull_number")
+    pull = (first.get("pull") or {}).get("number")
     if request.comment:
-        say(f"bisect: {_comment(api, pull, data, environ)}")
+        doubt = _between(api, data["good"]["sha"], first.get("sha", ""), data["bad"]["sha"])
+        say(f"bisect: {doubt or _comment(api, pull, data, environ)}")
     status = str(data["status"])
     return Outcome(status, str(first.get("sha", "")), str(pull or ""),
                    1 if status == "unfinished" else 0)  # fmt: skip
+
+
+def _print(lines: list[str]) -> None:
+    """The answer's lines (escaped by the renderer) between ``::stop-commands::`` and its
+    token: none of them is ever read as a workflow command."""
+    token = secrets.token_hex(16)
+    print(f"::stop-commands::{token}", flush=True)
+    print("\n".join(lines), flush=True)
+    print(f"::{token}::", flush=True)
+
+
+def _between(api: GitHub | None, good: str, sha: str, bad: str) -> str:
+    """'' when GitHub says ``sha`` comes after ``good`` and not after ``bad`` (the culprit the
+    answer names is one of the commits bisected), else why no comment is made."""
+    if api is None or not sha:
+        return "no comment: no token, or no single culprit"
+    try:
+        after_good = api.get(f"/repos/{{repo}}/compare/{good}...{sha}")
+        before_bad = api.get(f"/repos/{{repo}}/compare/{sha}...{bad}")
+    except ApiError as exc:
+        return f"no comment: the culprit's place could not be checked: {exc}"
+    states = [a.get("status") if isinstance(a, dict) else None for a in (after_good, before_bad)]
+    if states[0] == "ahead" and states[1] in ("ahead", "identical"):
+        return ""
+    return f"no comment: GitHub does not place {sha[:12]} between the good and bad commits"
 
 
 def _api(token: str) -> GitHub | None:
@@ -251,23 +294,26 @@ def _run(
     if not isinstance(plan, dict):
         raise DlciError("the host's record has no job plan: the tests step did not run")
     workspace = Path(request.workspace).resolve()
+    workdir = os.path.normpath(request.workdir or ".")
+    if workdir.startswith("..") or os.path.isabs(workdir):
+        raise DlciError(f"working directory {request.workdir!r} is outside the workspace")
     env = dict(environ)
-    trust = decide_trust("", env)
     with host_temp(env) as tmp:
         base = Path(tmp)
         for name in ("host", "out", "ws"):
             (base / name).mkdir(mode=0o755)
         jsonio.write(base / "host" / PLAN_NAME, plan)
         empty = base / "ws"  # the work tree is the clone's: only .git is mounted
-        (empty / os.path.normpath(request.workdir or ".")).mkdir(parents=True, exist_ok=True)
+        (empty / workdir).mkdir(parents=True, exist_ok=True)
         job = request.job or f"local-{os.getpid()}"
         name = f"dlci-{job}"[:110] + "-bisect"
         gpus, visible = container.job_gpus(request.gpus, request.gpu_found)
         cmd = container.run_command(
             image=request.image, name=name, job=job, workspace=empty, workdir=request.workdir,
-            gpus=gpus, shm_size=request.shm_size, env_names=(), memory=request.memory,
-            environ=env, inner=inner, uid=os.getuid(), gid=os.getgid(),
-            network=request.network, trust=trust, created=int(time.time()), git_from=workspace,
+            gpus=gpus, shm_size=request.shm_size, env_names=(),
+            memory=request.memory or container.default_memory(UNTRUSTED), environ=env,
+            inner=inner, uid=os.getuid(), gid=os.getgid(), network=request.network,
+            trust=UNTRUSTED, created=int(time.time()), git_from=workspace,
             hidden_files=hide_credentials(workspace, base), runner=container.runner_name(env),
             visible_devices=visible,
         )  # fmt: skip
@@ -275,8 +321,15 @@ def _run(
         say(f"bisect: {' '.join(cmd)}")
         code, _ = container.watch(cmd, name, request.time_cap_minutes + START_MINUTES)
         answer = base / "out" / ANSWER
-        if not answer.is_file() or answer.is_symlink():
-            raise DlciError(f"the bisect's container wrote no answer (exit code {code})")
+        try:
+            written = answer.is_file() and not answer.is_symlink()
+        except OSError:  # a folder the container made unreadable
+            written = False
+        if not written:
+            raise DlciError(
+                f"the bisect's container wrote no answer (exit code {code})",
+                hint="its log above says why (a shallow checkout: fetch-depth: 0)",
+            )
         data = read_answer(answer)
         shutil.rmtree(base / "out", ignore_errors=True)
     return data

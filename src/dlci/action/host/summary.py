@@ -33,6 +33,7 @@ from dlci.errors import DlciError
 from dlci.fsutil import NOT_ALLOWED, copy_beneath, read_input
 from dlci.report import doctor as doctor_report
 from dlci.report import fields, html
+from dlci.report import memorization as memorization_report
 from dlci.report import utilization as utilization_report
 from dlci.report.summary import log_cause, render
 from dlci.report.text import md
@@ -119,7 +120,9 @@ def bisect_top(folder: Path) -> str:
         return bisect_render.markdown(read_answer(path)) + "\n"
     except DlciError as exc:
         why = exc.message.replace(str(path), path.name)  # the host's folder is no reader's
-        return f"dl-ci bisect: its answer cannot be shown: {md(why, limit=300)}\n\n"
+    except Exception as exc:  # as the HTML report: an answer is never worth the summary
+        why = f"{type(exc).__name__}: {exc}"
+    return f"dl-ci bisect: its answer cannot be shown: {md(why, limit=300)}\n\n"
 
 
 def html_report(folder: Path, data: dict[str, Any], beside: Path | None) -> Path | str:
@@ -250,6 +253,18 @@ def type_problems(data: dict[str, Any]) -> list[str]:
         if wrong:
             found += [*wrong, f"{key}.json is not shown: its fields are not the types dl-ci writes"]
             data[key] = None
+    # memorization.json is read into its classes (a Memorization in ``data``): a partial one
+    # still gives its facts, and its section says it is incomplete
+    if data["memorization"] is not None:
+        raw = data["memorization"]
+        try:
+            data["memorization"] = memorization_report.read(raw)
+        except ValueError as exc:  # the types are checked above: a value no field holds
+            found += [str(exc), "memorization.json is not shown: it cannot be read"]
+            data["memorization"] = None
+        else:
+            if memorization_report.missing(raw):
+                data["incomplete"].append("memorization")
     if data["doctor"] is not None:
         try:
             data["doctor"] = doctor_report.read(data["doctor"])
@@ -367,17 +382,20 @@ def _junit(path: Path) -> tuple[str, str]:
     return "pass", ""
 
 
+PASSED = {"pass": "true", "fail": "false"}  # output memorization-passed of a verdict
+
+
 def outputs(data: dict[str, Any]) -> dict[str, Any]:
     """The action's step outputs (GITHUB_OUTPUT) from the collected reports."""
     tier = (data["preflight"] or {}).get("tier") or {}
-    mem = data["memorization"] or {}
+    mem = data["memorization"]  # a Memorization (type_problems read it) or None
     util = data["utilization"]  # a Utilization (type_problems read it) or None
     return {
         "verdict": data["verdict"],
         "hardware-class": tier.get("hardware_class", ""),
         "tier": jsonio.encode(tier, indent=False).decode() if tier else "",
-        "memorization-loss": "" if mem.get("best_loss") is None else mem["best_loss"],
-        "memorization-passed": {"pass": "true", "fail": "false"}.get(mem.get("verdict", ""), ""),
+        "memorization-loss": "" if mem is None or mem.best_loss is None else mem.best_loss,
+        "memorization-passed": "" if mem is None else PASSED.get(mem.verdict, ""),
         "gpu-utilization": ""
         if util is None or util.gpu_utilization_pct is None
         else util.gpu_utilization_pct,
@@ -407,9 +425,9 @@ def error_annotations(data: dict[str, Any]) -> list[tuple[str, str, str]]:
             oom = "out of memory" in case["message"].lower()
             title = "test ran out of memory" if oom else "test failed"
             out.append(("error", f"{case['name']}: {case['message']}", title))
-    mem = data["memorization"]
-    if mem and mem.get("verdict") == "fail":
-        out.append(("error", mem.get("reason", "the memorization test failed"), "memorization"))
+    mem = data["memorization"]  # a Memorization (type_problems read it) or None
+    if mem and mem.verdict == "fail":
+        out.append(("error", mem.reason or "the memorization test failed", "memorization"))
     doctor = data["doctor"]  # a DoctorReport (type_problems read it) or None
     if doctor:
         for check in sorted(doctor.checks, key=lambda c: bool(c.follows)):  # roots first
