@@ -14,7 +14,6 @@ from typing import Any
 
 import msgspec
 
-from dlci.compare.diff import check_report
 from dlci.fsutil import atomic_write_bytes
 from dlci.report import fields
 from dlci.report.fields import Device, Gate, Memory, Process, Syncs, Trace, Utilization
@@ -74,6 +73,10 @@ def check_compared(raw: dict[str, Any]) -> str | None:
     >>> check_compared({"warnings": "x"})
     'warnings is text, expected a list'
     """
+    # numpy (compare.stats): off the start-up of dlci analyze and dlci profile, whose --help
+    # and usage errors import this module (through profiling/analysis.py)
+    from dlci.compare.diff import check_report
+
     return check_report(raw, lambda report: fields.problems("utilization", report, limit=1))
 
 
