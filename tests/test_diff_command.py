@@ -11,6 +11,7 @@ import pytest
 from dlci import jsonio
 from dlci.cli import main
 from dlci.compare import diff
+from dlci.report.utilization import read
 
 # a Markdown table row or rule: what must never reach the terminal
 MARKDOWN_ROW = re.compile(r"^\s*\|.*\|\s*$|\|\s*:?-{3}", re.MULTILINE)
@@ -172,13 +173,14 @@ def test_the_cli_help_lists_the_new_names_with_their_aliases(capsys) -> None:
 def test_compare_keeps_the_regression_rules() -> None:
     base = {"gpu_utilization_pct": 80.0, "per_step": _steps(80.0, 1.0)}
     slower = {"gpu_utilization_pct": 80.0, "per_step": _steps(80.0, 1.06)}
+    base, slower = read(base), read(slower)
     result = diff.compare(base, slower, 5.0)
     assert [r["metric"] for r in result["regressions"]] == ["step_time_us"]
     assert result["compared"] == 2
     # control: a drop of about the bound, in points (not percent of 80), does not fail
-    lower = {"gpu_utilization_pct": 75.0, "per_step": _steps(75.0, 1.0)}
+    lower = read({"gpu_utilization_pct": 75.0, "per_step": _steps(75.0, 1.0)})
     assert diff.compare(base, lower, 5.0)["passed"] is True
-    no_steps = {"gpu_utilization_pct": None, "steps": {"mean_step_us": 0.0}}
+    no_steps = read({"gpu_utilization_pct": None, "steps": {"mean_step_us": 0.0}})
     assert diff.compare(base, no_steps, 5.0)["compared"] == 0
 
 

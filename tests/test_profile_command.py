@@ -95,18 +95,21 @@ def test_one_slow_step_is_not_a_slow_loader() -> None:
     ms in the next two) put the whole trace at 4.97% or 5.2% from run to run, and the advice
     came and went; the median step decides. Control: every step slow gets the advice."""
     from dlci.profiling.advice import recommendations
+    from dlci.report.utilization import read
 
     def report(*data_us: float) -> dict:
-        steps = [{"host_duration_us": 100_000.0, "phases": {"data_loading_us": d}} for d in data_us]
+        steps = [{"step": 1, "host_duration_us": 100_000.0, "phases": {"data_loading_us": d}}
+                 for d in data_us]  # fmt: skip
         total = 100.0 * sum(data_us) / (100_000.0 * len(data_us))
         return {"per_step": steps, "phases": {"pct": {"data_loading": total}}}
 
-    assert [r["id"] for r in recommendations(report(13_700.0, 1_200.0, 1_300.0))] == []
+    assert [r.id for r in recommendations(read(report(13_700.0, 1_200.0, 1_300.0)))] == []
     # an in-memory data set on a toy step: 20% of it, but 0.3 ms, less than a worker costs
-    assert recommendations(report(300.0, 280.0, 320.0) | {"per_step": [
-        {"host_duration_us": 1_400.0, "phases": {"data_loading_us": d}} for d in (300, 280, 320)
-    ]}) == []  # fmt: skip
-    assert [r["id"] for r in recommendations(report(13_700.0, 9_000.0, 8_000.0))] == [
+    assert recommendations(read(report(300.0, 280.0, 320.0) | {"per_step": [
+        {"step": 1, "host_duration_us": 1_400.0, "phases": {"data_loading_us": d}}
+        for d in (300, 280, 320)
+    ]})) == []  # fmt: skip
+    assert [r.id for r in recommendations(read(report(13_700.0, 9_000.0, 8_000.0)))] == [
         "data-loading"
     ]
 

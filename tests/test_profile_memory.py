@@ -15,17 +15,27 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import torch
 
 import dlci
 from dlci.cli import main
 from dlci.errors import DlciError
-from dlci.profiling import batchfit, memcapture
+from dlci.profiling import batchfit, gate, memcapture
 from dlci.profiling import meter as meters
-from dlci.profiling.gate import combined_gate, memory_gate
+from dlci.profiling.gate import memory_gate
 from dlci.profiling.session import Trainer
+from dlci.report.fields import Utilization
+from dlci.report.utilization import read
 from tracegen import training_trace
+
+
+def combined_gate(report: Utilization, *given: Any, **named: Any) -> dict[str, Any] | None:
+    """The combined gate as the report's JSON holds it."""
+    found = gate.combined_gate(report, *given, **named)
+    return None if found is None else msgspec.to_builtins(found)  # type: ignore[no-any-return]
+
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits"
 MIB = 2**20
@@ -112,13 +122,13 @@ def test_fit_says_so_when_the_peak_rises_at_every_step() -> None:
 
 
 def test_the_advice_needs_low_utilization_and_room() -> None:
-    def report(util: float | None, largest: int | None) -> dict[str, Any]:
+    def report(util: float | None, largest: int | None) -> Utilization:
         estimate = {"batch_size": 64, "largest_batch": largest, "confidence": "medium"}
-        return {"gpu_utilization_pct": util, "memory": {"batch_estimate": estimate}}
+        return read({"gpu_utilization_pct": util, "memory": {"batch_estimate": estimate}})
 
     advice = batchfit.advice(report(20.0, 1000))
-    assert advice is not None and advice["id"] == "batch-size"
-    assert "about 1,000 examples (16x the current 64" in advice["finding"]
+    assert advice is not None and advice.id == "batch-size"
+    assert "about 1,000 examples (16x the current 64" in advice.finding
     assert batchfit.advice(report(80.0, 1000)) is None  # control: the GPU is busy
     assert batchfit.advice(report(20.0, 100)) is None  # control: little headroom
     assert batchfit.advice(report(None, 1000)) is None  # control: no GPU
@@ -385,13 +395,13 @@ def test_the_estimate_holds_for_a_larger_batch_on_the_cpu(digits: Any) -> None:
 # ----------------------------------------------------------------------------- the gate
 
 
-def _gpu_report(pct: float | None) -> dict[str, Any]:
+def _gpu_report(pct: float | None) -> Utilization:
     capture = None
     if pct is not None:
         total = 80 * 2**30
         capture = {"device": "cuda:0", "peak_allocated_bytes": int(total * pct / 200),
                    "peak_reserved_bytes": int(total * pct / 100), "device_total_bytes": total}  # fmt: skip
-    return {"memory": {"device": "cuda:0" if pct else "cpu", "capture": capture}}
+    return read({"memory": {"device": "cuda:0" if pct else "cpu", "capture": capture}})
 
 
 def test_the_memory_gate_reads_peak_reserved_against_the_device() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import msgspec
 import pytest
 
 from dlci.compare import diff
@@ -173,7 +174,8 @@ def utilization_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, An
     from tracegen import training_trace
 
     path = training_trace(steps=2, kernels=2, item_sync=True)
-    return analyze(read_trace(path.write(tmp_path_factory.mktemp("trace") / "t.json")))
+    report = analyze(read_trace(path.write(tmp_path_factory.mktemp("trace") / "t.json")))
+    return msgspec.to_builtins(report)  # type: ignore[no-any-return]
 
 
 def _hostile_utilization(report: dict[str, Any], name: str) -> dict[str, Any]:
@@ -196,10 +198,11 @@ def _hostile_utilization(report: dict[str, Any], name: str) -> dict[str, Any]:
 def test_utilization_markdown(name: str, utilization_report: dict[str, Any]) -> None:
     report = _hostile_utilization(utilization_report, name)
     assert report["devices"][0]["idle_gaps"] and report["syncs"]["by_call"]  # rows to check
-    text = utilization.render_markdown(report)
+    text = utilization.render_markdown(utilization.read(report))
     assert_safe_markdown(text)
     rows = [line for line in text.splitlines() if line.startswith("|")]
-    assert len(rows) == len(utilization.render_markdown(utilization_report).split("\n|")) - 1
+    unchanged = utilization.render_markdown(utilization.read(utilization_report))
+    assert len(rows) == len(unchanged.split("\n|")) - 1
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -213,7 +216,7 @@ def test_png_labels(name: str) -> None:
 def _diff_result() -> dict[str, Any]:
     base = {"gpu_utilization_pct": 80.0, "steps": {"mean_step_us": 1000.0}}
     head = {"gpu_utilization_pct": 70.0, "steps": {"mean_step_us": 1100.0}}
-    return diff.compare(base, head, 5.0)
+    return diff.compare(utilization.read(base), utilization.read(head), 5.0)
 
 
 @pytest.mark.parametrize("name", NAMES)

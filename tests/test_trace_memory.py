@@ -14,17 +14,24 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dlci.cli import main
-from dlci.profiling import memcols, reader
+from dlci.profiling import memcols, metrics, reader
 from dlci.profiling.memory import NO_OPERATOR, enclosing_ops, memory_section
-from dlci.profiling.metrics import analyze
 from dlci.profiling.reader import read_trace
-from dlci.report.utilization import render_markdown
+from dlci.report.fields import Gate
+from dlci.report.utilization import read, render_markdown
 from tracegen import BACKWARD_TID, HOST_PID, MAIN_TID, T0, Trace, training_trace
+
+
+def analyze(cols: Any, **given: Any) -> dict[str, Any]:
+    """The report as utilization.json holds it (metrics.analyze builds its classes)."""
+    return msgspec.to_builtins(metrics.analyze(cols, **given))  # type: ignore[no-any-return]
+
 
 DATA = Path(__file__).parent / "data" / "memory"
 EXPECTED = json.loads((DATA / "expected.json").read_text())
@@ -42,7 +49,7 @@ def _record_module() -> Any:
 
 
 def _section(path: Path) -> dict[str, Any]:
-    return memory_section(read_trace(path))
+    return msgspec.to_builtins(memory_section(read_trace(path)))  # type: ignore[no-any-return]
 
 
 # ------------------------------------------------------------------ real CPU traces
@@ -100,7 +107,7 @@ def test_a_trace_recorded_now_with_the_installed_torch(tmp_path: Path) -> None:
     record = _record_module()
     said = record.record("now", "optimizer", out=tmp_path)
     cols = read_trace(tmp_path / "now.json.gz")
-    memory = memory_section(cols)
+    memory = msgspec.to_builtins(memory_section(cols))
     assert memory["peak_phase"] == "optimizer"
     assert memory["top_allocations"][0]["operator"] == "aten::add"
     assert memory["top_allocations"][0]["bytes"] == 2 * said["planted_nbytes"]
@@ -131,14 +138,14 @@ def test_the_real_gpu_traces_have_no_memory_events() -> None:
 
 def test_the_markdown_section(tmp_path: Path) -> None:
     report = analyze(read_trace(DATA / "cpu_plant_forward.json.gz"))
-    text = render_markdown(report)
+    text = render_markdown(read(report))
     section = text[text.index("#### Memory") :]
     assert "| peak phase | forward |" in section
     assert "| `aten::mul` | 16.0 MiB (16,777,216 bytes) | 2 |" in section
     assert "| step | peak allocated | peak reserved | peak phase |" in section
     # a report written before the section existed renders as before
     del report["memory"]
-    assert "#### Memory" not in render_markdown(report)
+    assert "#### Memory" not in render_markdown(read(report))
 
 
 # ------------------------------------------------------------------ synthetic CUDA traces
@@ -236,7 +243,7 @@ def test_the_report_carries_the_section(tmp_path: Path) -> None:
     report = analyze(read_trace(gpu_trace().write(tmp_path / "gpu.json")))
     assert report["memory"]["device"] == "cuda:0"
     assert report["memory"]["capture"] is None and report["memory"]["batch_estimate"] is None
-    assert "| peak, % of device |" in render_markdown(report)
+    assert "| peak, % of device |" in render_markdown(read(report))
 
 
 # ------------------------------------------------------------------ hostile input
@@ -277,7 +284,7 @@ def test_odd_memory_events_are_skipped_and_counted(tmp_path: Path, typed: bool) 
     path.write_bytes(b"".join(trace.iter_json()).replace(b"123456789.5", b"1e400"))
     cols = read_trace(path)
     assert cols.memory.skipped == len(odd)
-    memory = memory_section(cols)
+    memory = msgspec.to_builtins(memory_section(cols))
     assert (
         memory["peak_allocated_bytes"]
         == _section(gpu_trace().write(tmp_path / "ok.json"))["peak_allocated_bytes"]
@@ -366,7 +373,7 @@ def test_the_markdown_shows_the_combined_gate_and_the_profiles_own_figures(tmp_p
         "message": "x",
         "checks": [{"name": "max-gpu-memory", "passed": False, "message": "GPU peak 95%"}],
     }
-    text = render_markdown(report, gate=gate)
+    text = render_markdown(read(report), gate=msgspec.convert(gate, Gate))
     assert "**Gate FAILED**" in text and "- max-gpu-memory: FAILED: GPU peak 95%" in text
     assert "largest batch that fits: about 512" in text and "peak reserved 4.0 GiB" in text
     assert "**Advice**: raise the batch size" in text
@@ -473,7 +480,7 @@ def test_many_threads_and_devices_in_one_pass(
     names = [cols.names[i] if i >= 0 else None for i in found[:4].tolist()]
     assert names == ["aten::outer", "aten::inner", "aten::outer", None]
     assert (np.asarray(expected) >= 0).sum() == 3 * threads
-    note = memory_section(cols)["note"]
+    note = memory_section(cols).note
     assert "cuda:1, cuda:2, cuda:3, cuda:4, cuda:5 and 34 more" in note
 
 
@@ -482,7 +489,7 @@ def test_the_console_line_says_what_a_cpu_figure_counts() -> None:
     process's memory (dlci profile's own line beside it gives the resident memory)."""
     from dlci.profiling.analysis import summary_lines
 
-    cpu = [line for line in summary_lines(analyze(read_trace(DATA / "cpu_plant_forward.json.gz")))
+    cpu = [line for line in summary_lines(metrics.analyze(read_trace(DATA / "cpu_plant_forward.json.gz")))
            if line.startswith("memory on cpu")]  # fmt: skip
     assert len(cpu) == 1 and "not the whole process" in cpu[0]
 
@@ -491,7 +498,7 @@ def test_the_console_line_of_a_gpu_trace_has_no_cpu_caveat(tmp_path: Path) -> No
     from dlci.profiling.analysis import summary_lines
 
     report = analyze(read_trace(gpu_trace().write(tmp_path / "gpu.json")))
-    line = next(x for x in summary_lines(report) if x.startswith("memory on cuda:0"))
+    line = next(x for x in summary_lines(read(report)) if x.startswith("memory on cuda:0"))
     assert "not the whole process" not in line and "% of the device" in line
 
 

@@ -27,13 +27,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from dlci.cli import main
+from dlci.profiling import metrics
 from dlci.profiling.gate import evaluate_gate
-from dlci.profiling.metrics import analyze
 from dlci.profiling.reader import read_trace
+from dlci.report.utilization import read
 from tracegen import Trace
+
+
+def analyze(cols: Any, **given: Any) -> dict[str, Any]:
+    """The report as utilization.json holds it (metrics.analyze builds its classes)."""
+    return msgspec.to_builtins(metrics.analyze(cols, **given))  # type: ignore[no-any-return]
+
 
 REAL = Path(__file__).parent / "data" / "real"
 RPD = REAL / "rpd_mi_matmul_rpd2tracing.json.gz"
@@ -175,7 +183,7 @@ def test_gpu_activity_not_recorded_cannot_pass_even_on_a_cpu_runner(
     assert run.report["gate"]["judged"] is False
     assert "could not judge" in run.report["gate"]["message"]
     # dlci profile on a machine it takes for a CPU runner: still no pass (not "not applicable")
-    on_cpu = evaluate_gate(run.report, 10.0, no_gpu="the hardware class is cpu")
+    on_cpu = evaluate_gate(read(run.report), 10.0, no_gpu="the hardware class is cpu")
     assert on_cpu is not None and on_cpu["passed"] is False and "applicable" not in on_cpu
 
 
@@ -185,7 +193,7 @@ def test_control_a_cpu_only_trace_stays_cpu_only(runs: dict[str, Run]) -> None:
     assert run.report["trace"]["read"]["host_launches"] == 0
     assert "### Trace profile (CPU-only trace: no GPU work recorded)" in run.markdown
     assert run.code == 1 and run.report["gate"]["judged"] is False  # analyze: no GPU work
-    on_cpu = evaluate_gate(run.report, 10.0, no_gpu="the hardware class is cpu")
+    on_cpu = evaluate_gate(read(run.report), 10.0, no_gpu="the hardware class is cpu")
     assert on_cpu is not None and on_cpu["passed"] is True and on_cpu["applicable"] is False
     # 12 of its 15 ops lie outside its one step; the console and the Markdown say so
     assert run.report["trace"]["read"]["outside_steps"] == 12
@@ -210,7 +218,7 @@ def test_control_the_same_launches_with_their_kernels_are_a_gpu_trace(tmp_path: 
     assert report["trace"]["state"] == "gpu"
     assert report["devices"][0]["kernels"]["count"] == 77
     assert not any("not recorded" in w for w in report["warnings"])
-    gate = evaluate_gate(report, 0.0)
+    gate = evaluate_gate(read(report), 0.0)
     assert gate is not None and gate["judged"] is True and gate["passed"] is True
 
 

@@ -30,6 +30,8 @@ from dlci import jsonio
 from dlci.compare.diff import median_step_us
 from dlci.errors import DlciError
 from dlci.fsutil import read_input
+from dlci.report import utilization
+from dlci.report.fields import GateCheck, Utilization
 
 GATES = ("memorize", "profile", "doctor")
 REPORTS = {"memorize": "memorization.json", "profile": "utilization.json", "doctor": "doctor.json"}
@@ -160,8 +162,12 @@ class Gate:
         loss, goal = figures["best_loss"], figures["threshold"]
         return bool(_num(loss) and _num(goal) and goal > 0 and loss <= goal * (1 + self.near))
 
-    def _profile(self, report: dict[str, Any], exit_code: int) -> Judged:
-        util = report.get("gpu_utilization_pct")
+    def _profile(self, raw: dict[str, Any], exit_code: int) -> Judged:
+        try:
+            report = utilization.read(raw)
+        except ValueError as exc:  # a field of a wrong type, or a required one missing
+            return self._unjudged(1, f"{exc} (exit {exit_code})")
+        util = report.gpu_utilization_pct
         step_us = median_step_us(report)
         figures = {"gpu_utilization_pct": util, "step_time_ms": step_us and step_us / 1e3}
         value: Any
@@ -175,10 +181,10 @@ class Gate:
         value = float(value)
         if self.min_gpu_util is not None:  # the verdict is the profile gate's, read
             check = _utilization_check(report)
-            if check is None or check.get("judged") is not True:
-                why = check.get("message") if check else "no min-gpu-util gate in the report"
+            if check is None or not check.judged:
+                why = check.message if check else "no min-gpu-util gate in the report"
                 return self._unjudged(1, f"the profile's gate gave no verdict: {why}")
-            passed = check.get("passed") is True
+            passed = check.passed
         else:
             passed = value <= bound
         near = bound > 0 and abs(value - bound) <= self.near * bound
@@ -205,12 +211,8 @@ def _num(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _utilization_check(report: dict[str, Any]) -> dict[str, Any] | None:
-    """The min-gpu-util check of the profile's gate (report["gate"]["checks"]), as
+def _utilization_check(report: Utilization) -> GateCheck | None:
+    """The min-gpu-util check of the profile's gate (its gate's checks), as
     dlci.profiling.gate decided it; None when the report has none."""
-    gate = report.get("gate")
-    checks = gate.get("checks") if isinstance(gate, dict) else None
-    for check in checks if isinstance(checks, list) else ():
-        if isinstance(check, dict) and check.get("name") == "min-gpu-util":
-            return check
-    return None
+    checks = (report.gate.checks or []) if report.gate else []
+    return next((check for check in checks if check.name == "min-gpu-util"), None)

@@ -77,10 +77,10 @@ def show(result: Analysis, say: Callable[[str], None]) -> int:
     """Print the report's summary and the gate's verdict; return the exit code."""
     for line in summary_lines(result.report):
         say(line)
-    if result.gate is not None and result.gate.get("applicable") is False:
-        print_warning(f"{result.gate['message']} ({result.gate['hint']})")
+    if result.gate is not None and result.gate.applicable is False:
+        print_warning(f"{result.gate.message} ({result.gate.hint})")
     if result.gate is not None and not result.passed:
-        print_error(DlciError(result.gate["message"], hint=result.gate.get("hint")))
+        print_error(DlciError(result.gate.message, hint=result.gate.hint))
         return 1
     return 0
 

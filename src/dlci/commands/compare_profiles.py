@@ -12,10 +12,10 @@ from dlci.commands.base import Verb
 from dlci.compare import diff
 from dlci.errors import DlciError
 from dlci.fsutil import atomic_write_text
-from dlci.report import diff_render
+from dlci.report import diff_render, utilization
 from dlci.report.console import print_warning
+from dlci.report.fields import Utilization
 from dlci.report.text import clean
-from dlci.report.utilization import REPORT_NAME
 
 VERB = "compare-profiles"
 
@@ -104,15 +104,15 @@ def _write(result: dict[str, Any], args: argparse.Namespace) -> None:
         print(f"wrote {clean(args.markdown)}", file=log)
 
 
-def load_report(location: str) -> dict[str, Any]:
-    """Read a utilization report, or the one inside a directory."""
-    return _common.load_report(
-        location,
-        kind="utilization",
-        name=REPORT_NAME,
-        writer="dlci analyze --json",
-        check=diff.check_report,
-    )
+def load_report(location: str) -> Utilization:
+    """Read a utilization report, or the one inside a directory, into its classes."""
+    writer, check = "dlci analyze --json", utilization.check_compared
+    data = _common.load_report(location, kind="utilization", name=utilization.REPORT_NAME,
+                               writer=writer, check=check)  # fmt: skip
+    try:
+        return utilization.read(data)
+    except ValueError as exc:  # the types are checked: a required field is missing
+        raise DlciError(str(exc), hint=f"{writer} writes one", file=location) from None
 
 
 main = CompareProfilesVerb(VERB).main

@@ -8,13 +8,19 @@ too few steps, too much spread or unequally scattered runs say ``inconclusive``.
 different GPUs, hardware classes or torch versions are ``not comparable``, and so is the
 GPU utilization of a CPU-only trace. Data loading share and syncs per step are shown, not
 gated. The console and Markdown renderings are in :mod:`dlci.report.diff_render`.
+
+The reports compared are :class:`~dlci.report.fields.Utilization` (:class:`Report` names what
+is read of one: the report's classes are a room above this one): a report read from a file
+(another run's, a baseline's) is checked first (:func:`check_report`: the ranges of the figures
+compared, then every field's type, with the checker the caller gives), then read into its
+classes (:func:`dlci.report.utilization.read`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from dlci.compare import stats
 from dlci.jsonio import describe
@@ -31,6 +37,57 @@ GPU = "gpu_utilization_pct"
 CPU_STEPS = "its steps time the shared host CPU, whose load moves a whole run; shown, not gated"
 
 
+class _Step(Protocol):
+    @property
+    def duration_us(self) -> float: ...
+    @property
+    def gpu_utilization_pct(self) -> float | None: ...
+
+
+class _Steps(Protocol):
+    @property
+    def mean_step_us(self) -> float: ...
+
+
+class _Syncs(Protocol):
+    @property
+    def per_step(self) -> float: ...
+
+
+class _Device(Protocol):
+    @property
+    def device(self) -> int: ...
+    @property
+    def name(self) -> str | None: ...
+
+
+class _Trace(Protocol):
+    @property
+    def device_names(self) -> Mapping[str, str]: ...
+    @property
+    def torch_version(self) -> str | None: ...
+
+
+class Report(Protocol):
+    """What the comparison reads of a utilization report (dlci.report.fields.Utilization)."""
+
+    @property
+    def gpu_utilization_pct(self) -> float | None: ...
+    @property
+    def per_step(self) -> Sequence[_Step]: ...
+    @property
+    def steps(self) -> _Steps: ...
+    @property
+    def syncs(self) -> _Syncs | None: ...
+    @property
+    def devices(self) -> Sequence[_Device]: ...
+    @property
+    def primary_device(self) -> int | None: ...
+    @property
+    def trace(self) -> _Trace: ...
+    def shares(self, part: str) -> dict[str, float]: ...
+
+
 @dataclass(frozen=True)
 class Metric:
     """One compared figure: where it is in a report, and how it is judged and shown."""
@@ -38,33 +95,29 @@ class Metric:
     key: str
     title: str
     unit: str  # the JSON's word for the change: "percentage points", "percent"
-    value: Callable[[dict[str, Any]], float | None]  # the figure shown for one report
+    value: Callable[[Report], float | None]  # the figure shown for one report
     per_step: str | None  # the per_step key of its samples; None: not gated, shown only
     show: Callable[[float], str]
 
 
-def _get(report: dict[str, Any], *path: str) -> float | None:
-    node: Any = report
-    for key in path:
-        node = node.get(key) if isinstance(node, dict) else None
-    return None if node is None else float(node)
+def _float(value: float | None) -> float | None:
+    return None if value is None else float(value)
 
 
-def step_values(report: dict[str, Any], key: str) -> list[float]:
-    """One per-step figure of every profiled step (nulls left out)."""
-    steps = report.get("per_step")
-    if not isinstance(steps, list):
-        return []
-    return [float(s[key]) for s in steps if isinstance(s, dict) and s.get(key) is not None]
+def step_values(report: Report, key: str) -> list[float]:
+    """One per-step figure of every profiled step (``duration_us`` or
+    ``gpu_utilization_pct``; nulls left out)."""
+    values = (getattr(step, key) for step in report.per_step)
+    return [float(value) for value in values if value is not None]
 
 
-def median_step_us(report: dict[str, Any]) -> float | None:
+def median_step_us(report: Report) -> float | None:
     """The median step time, else the mean of a report without per-step times (0: none)."""
     values = sorted(step_values(report, "duration_us"))
     if values:
         mid = len(values) // 2
         return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
-    return _get(report, "steps", "mean_step_us") or None
+    return float(report.steps.mean_step_us) or None
 
 
 METRICS = (
@@ -72,7 +125,7 @@ METRICS = (
         "gpu_utilization_pct",
         "GPU utilization",
         "percentage points",
-        lambda r: _get(r, "gpu_utilization_pct"),
+        lambda r: _float(r.gpu_utilization_pct),
         "gpu_utilization_pct",
         lambda v: f"{v:.1f} %",
     ),
@@ -88,7 +141,7 @@ METRICS = (
         "data_loading_pct",
         "data loading share",
         "percentage points",
-        lambda r: _get(r, "phases", "pct", "data_loading"),
+        lambda r: _float(r.shares("phases").get("data_loading")),
         None,
         lambda v: f"{v:.1f} %",
     ),
@@ -96,7 +149,7 @@ METRICS = (
         "syncs_per_step",
         "blocking syncs per step",
         "per step",
-        lambda r: _get(r, "syncs", "per_step"),
+        lambda r: None if r.syncs is None else float(r.syncs.per_step),
         None,
         lambda v: f"{v:g}",
     ),
@@ -120,9 +173,12 @@ def _check_number(value: Any, where: str, low: float, high: float) -> str | None
     return None
 
 
-def check_report(report: dict[str, Any]) -> str | None:
-    """What is wrong with a field :func:`compare` reads, or None; a missing field or null
-    is fine (the figure is left out).
+def check_report(
+    report: dict[str, Any], types: Callable[[dict[str, Any]], list[str]] | None = None
+) -> str | None:
+    """What is wrong with a field :func:`compare` reads, or None; a missing field or null is
+    fine (the figure is left out). ``types``: the report's type check (a list of problems,
+    as dlci.report.fields.problems gives them), run when the figures are sound.
 
     >>> check_report({"steps": {"mean_step_us": "x"}})
     "steps.mean_step_us: expected a number, got 'x'"
@@ -132,6 +188,8 @@ def check_report(report: dict[str, Any]) -> str | None:
     'gpu_utilization_pct: expected a number from 0 to 100, got 250'
     >>> check_report({"per_step": [{"duration_us": -1}]})
     'per_step[0].duration_us: expected a number from 0 to 1e+18, got -1'
+    >>> check_report({"warnings": "x"}, lambda report: ["utilization.json: warnings is text"])
+    'warnings is text'
     """
     for path, low, high in FIELDS:
         node: Any = report
@@ -145,7 +203,9 @@ def check_report(report: dict[str, Any]) -> str | None:
             problem = _check_number(node, ".".join(path), low, high)
             if problem:
                 return problem
-    return _check_steps(report.get("per_step"))
+    problem = _check_steps(report.get("per_step"))
+    wrong = types(report) if problem is None and types is not None else []
+    return wrong[0].removeprefix("utilization.json: ") if wrong else problem
 
 
 def _check_steps(steps: Any) -> str | None:
@@ -166,21 +226,20 @@ def _check_steps(steps: Any) -> str | None:
     return None
 
 
-def environment(report: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def environment(report: Report, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a run ran on, as far as its report (and ``extra``: the job's hardware class and
     torch version, when known) says: GPU name, CPU-only, torch, hardware class."""
-    trace = report.get("trace") if isinstance(report.get("trace"), dict) else {}
     gpu = None
-    for device in report.get("devices") or []:
-        if isinstance(device, dict) and device.get("device") == report.get("primary_device"):
-            gpu = device.get("name")
-    names = trace.get("device_names") if isinstance(trace, dict) else None
-    if gpu is None and isinstance(names, dict) and names:
+    for device in report.devices:
+        if device.device == report.primary_device:
+            gpu = device.name
+    names = report.trace.device_names
+    if gpu is None and names:
         gpu = next(iter(names.values()))
-    env = {
-        "gpu": gpu if isinstance(gpu, str) else None,
-        "cpu_only": report.get("gpu_utilization_pct") is None,
-        "torch": trace.get("torch_version") if isinstance(trace, dict) else None,
+    env: dict[str, Any] = {
+        "gpu": gpu,
+        "cpu_only": report.gpu_utilization_pct is None,
+        "torch": report.trace.torch_version,
         "hardware_class": None,
     }
     for key, value in (extra or {}).items():
@@ -211,13 +270,13 @@ def _plain_row(metric: Metric, b: float, h: float) -> dict[str, Any]:
 
 def _judged_row(
     metric: Metric,
-    base: dict[str, Any],
-    head: dict[str, Any],
+    base: Report,
+    head: Report,
     bound: float | None,
     blocked: list[str],
 ) -> dict[str, Any]:
     """A gated figure: its verdict from the per-step samples of both runs."""
-    cpu = [n for n, r in (("base", base), ("head", head)) if r.get(GPU) is None]
+    cpu = [n for n, r in (("base", base), ("head", head)) if r.gpu_utilization_pct is None]
     which = "both" if len(cpu) == 2 else cpu[0] if cpu else ""
     if metric.key == GPU and cpu:
         return {
@@ -244,8 +303,8 @@ def _judged_row(
 
 
 def compare(
-    base: dict[str, Any],
-    head: dict[str, Any],
+    base: Report,
+    head: Report,
     bound: float | None = DEFAULT_BOUND,
     *,
     max_utilization_drop: float | None = None,
@@ -261,11 +320,11 @@ def compare(
     ``bound`` is both bounds (points of utilization, percent of step time) unless one is
     given alone; a bound of None shows the figure with its interval, without a verdict.
 
-    >>> steps = lambda u, ms: [
-    ...     {"duration_us": ms * (1000 + i), "gpu_utilization_pct": u + i / 10} for i in range(10)
-    ... ]
-    >>> base = {"gpu_utilization_pct": 80.0, "per_step": steps(80.0, 1.0)}
-    >>> head = {"gpu_utilization_pct": 60.0, "per_step": steps(60.0, 1.02)}
+    >>> from dlci.report.fields import StepEntry, Utilization
+    >>> steps = lambda u, ms: [StepEntry(step=i, duration_us=ms * (1000 + i),
+    ...                                  gpu_utilization_pct=u + i / 10) for i in range(10)]
+    >>> base = Utilization(gpu_utilization_pct=80.0, per_step=steps(80.0, 1.0))
+    >>> head = Utilization(gpu_utilization_pct=60.0, per_step=steps(60.0, 1.02))
     >>> result = compare(base, head)
     >>> result["verdict"], [r["metric"] for r in result["regressions"]]
     ('failed', ['gpu_utilization_pct'])

@@ -15,7 +15,6 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from dlci import jsonio
 from dlci.errors import DlciError
@@ -23,6 +22,7 @@ from dlci.fsutil import atomic_write_text
 from dlci.profiling.gate import MemoryFigures, add_memory, check_gate, combined_gate, evaluate_gate
 from dlci.profiling.reader import DEFAULT_MAX_SIZE, read_trace
 from dlci.report import utilization
+from dlci.report.fields import Gate, Memory, Utilization
 
 REPORT_NAME = "utilization.json"
 MARKDOWN_NAME = "utilization.md"
@@ -65,14 +65,14 @@ class Destinations:
 class Analysis:
     """A trace's report, its gate verdict, and the files written from it."""
 
-    report: dict[str, Any]
-    gate: dict[str, Any] | None = None
+    report: Utilization
+    gate: Gate | None = None
     written: list[Path] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
         """False only when the gate was asked for and failed."""
-        return self.gate is None or bool(self.gate["passed"])
+        return self.gate is None or self.gate.passed
 
 
 def analyze_trace(
@@ -105,7 +105,7 @@ def analyze_trace(
         no_gpu=no_gpu,
     )
     if gate is not None:
-        report["gate"] = gate
+        report.gate = gate
     analysis = Analysis(report, gate)
 
     def wrote(path: Path) -> None:
@@ -118,7 +118,7 @@ def analyze_trace(
 
 
 def write_reports(
-    report: dict[str, Any],
+    report: Utilization,
     destinations: Destinations,
     *,
     on_written: Callable[[Path], None] | None = None,
@@ -128,7 +128,7 @@ def write_reports(
     if destinations.json and destinations.json != STDOUT:
         done(jsonio.write(destinations.json, report))
     if destinations.markdown:
-        markdown = utilization.render_markdown(report, gate=report.get("gate"))
+        markdown = utilization.render_markdown(report, gate=report.gate or None)
         done(atomic_write_text(destinations.markdown, markdown))
     if destinations.plot:
         try:
@@ -140,70 +140,70 @@ def write_reports(
             ) from None
 
 
-def summary_lines(report: dict[str, Any]) -> list[str]:
+def summary_lines(report: Utilization) -> list[str]:
     """The report in a few console lines (not escaped: the caller prints them through clean)."""
-    steps = report["steps"]
+    steps = report.steps
     lines = [
-        f"{report['trace']['events']:,} events, {steps['count']} profiled steps "
-        f"(mean {steps['mean_step_us'] / 1e3:.2f} ms)"
+        f"{report.trace.events:,} events, {steps.count} profiled steps "
+        f"(mean {steps.mean_step_us / 1e3:.2f} ms)"
     ]
-    read = utilization.read_line(report["trace"])
+    read = utilization.read_line(report.trace)
     if read is not None:
         lines.append(read)
-    state = utilization.state_line(report["trace"])
+    state = utilization.state_line(report.trace)
     if state is not None:
         lines.append(state)
-    elif report["gpu_utilization_pct"] is None:
+    elif report.gpu_utilization_pct is None:
         lines.append("CPU-only trace, no GPU utilization")
-    for entry in report.get("processes") or []:
-        util = entry["gpu_utilization_pct"]
+    for entry in report.processes or []:
+        util = entry.gpu_utilization_pct
         lines.append(
-            f"process {entry['pid']}"
-            + (f" (rank {entry['rank']})" if entry["rank"] is not None else "")
-            + f": {entry['steps']['count']} steps (mean {entry['steps']['mean_step_us'] / 1e3:.2f}"
+            f"process {entry.pid}"
+            + (f" (rank {entry.rank})" if entry.rank is not None else "")
+            + f": {entry.steps.count} steps (mean {entry.steps.mean_step_us / 1e3:.2f}"
             " ms), "
-            + (f"GPU {entry['primary_device']} utilization {util:.1f}%" if util is not None
+            + (f"GPU {entry.primary_device} utilization {util:.1f}%" if util is not None
                else "no GPU work")
         )  # fmt: skip
-    for device in report["devices"]:
-        tb = device["temporal_breakdown"]
+    for device in report.devices:
+        tb = device.temporal_breakdown
         lines.append(
-            f"GPU {device['device']}: utilization {device['gpu_utilization_pct']:.1f}%, "
-            f"busy {device['busy']['busy_pct']:.1f}%, idle {tb['idle_pct']:.1f}% / compute "
-            f"{tb['compute_pct']:.1f}% / non-compute {tb['non_compute_pct']:.1f}%"
+            f"GPU {device.device}: utilization {device.gpu_utilization_pct:.1f}%, "
+            f"busy {device.busy.busy_pct:.1f}%, idle {tb.idle_pct:.1f}% / compute "
+            f"{tb.compute_pct:.1f}% / non-compute {tb.non_compute_pct:.1f}%"
         )
-    phases = report.get("phases", {}).get("pct")
+    phases = report.shares("phases")
     if phases:
         split = ", ".join(f"{k.replace('_', ' ')} {v:.1f}%" for k, v in phases.items())
         lines.append(f"host step time: {split}")
-    lines += _memory_lines(report.get("memory") or {})
-    lines += [f"recommendation: {r['finding']}: {r['advice']}" for r in report["recommendations"]]
-    lines += [f"warning: {w}" for w in report["warnings"]]
+    lines += _memory_lines(report.memory or Memory())
+    lines += [f"recommendation: {r.finding}: {r.advice}" for r in report.recommendations]
+    lines += [f"warning: {w}" for w in report.warnings]
     return lines
 
 
-def _memory_lines(memory: dict[str, Any]) -> list[str]:
+def _memory_lines(memory: Memory) -> list[str]:
     """The memory section in one line: the peak from the trace's events, or why none.
 
-    >>> _memory_lines({"source": "trace", "device": "cpu", "peak_allocated_bytes": 0})
+    >>> _memory_lines(Memory(source="trace", device="cpu", peak_allocated_bytes=0))
     ['memory on cpu: the trace recorded no allocation']
-    >>> _memory_lines({"source": "trace", "device": "cuda:0", "peak_allocated_bytes": 20480})
+    >>> _memory_lines(Memory(source="trace", device="cuda:0", peak_allocated_bytes=20480))
     ['memory on cuda:0: peak allocated 20.0 KiB']
     """
-    peak = memory.get("peak_allocated_bytes")
-    if memory.get("source") != "trace" or not isinstance(peak, int):
-        return [f"memory: {memory['note']}"] if memory.get("note") else []
+    peak = memory.peak_allocated_bytes
+    if memory.source != "trace" or peak is None:
+        return [f"memory: {memory.note}"] if memory.note else []
     if peak == 0:  # a model too small for torch's allocator to record a block on its own
-        return [f"memory on {memory.get('device')}: the trace recorded no allocation"]
+        return [f"memory on {memory.device}: the trace recorded no allocation"]
     size = f"{peak / 2**20:,.1f} MiB" if peak >= 2**20 else f"{peak / 2**10:,.1f} KiB"
-    line = f"memory on {memory.get('device')}: peak allocated {size}"
-    if memory.get("device") == "cpu":  # torch's CPU counts start with profiling (the note)
+    line = f"memory on {memory.device}: peak allocated {size}"
+    if memory.device == "cpu":  # torch's CPU counts start with profiling (the note)
         line += " (torch's CPU allocations while profiling ran, not the whole process)"
-    reserved, pct = memory.get("peak_reserved_bytes"), memory.get("peak_percent_of_device")
-    if isinstance(reserved, int):
+    reserved, pct = memory.peak_reserved_bytes, memory.peak_percent_of_device
+    if reserved is not None:
         line += f", reserved {reserved / 2**20:,.1f} MiB"
-    if isinstance(pct, int | float):
+    if pct is not None:
         line += f" ({pct:.1f}% of the device)"
-    if memory.get("peak_phase"):
-        line += f", peak in {memory['peak_phase']}"
+    if memory.peak_phase:
+        line += f", peak in {memory.peak_phase}"
     return [line]

@@ -18,6 +18,7 @@ from typing import Any
 
 from dlci.errors import DlciError
 from dlci.profiling.meter import PeakMeter, device_label, device_total
+from dlci.report.fields import Recommendation, Utilization
 from dlci.report.text import shown
 from dlci.training.batching import as_pair, batch_size_of, take_batch
 
@@ -262,19 +263,18 @@ def refused(why: str) -> dict[str, Any]:
     }
 
 
-def advice(report: dict[str, Any]) -> dict[str, str] | None:
+def advice(report: Utilization) -> Recommendation | None:
     """A recommendation when the GPU is under-used and the batch could grow a lot."""
-    memory = report.get("memory") or {}
-    est = memory.get("batch_estimate") or {}
-    util = report.get("gpu_utilization_pct")
+    est = (report.memory.batch_estimate if report.memory else None) or {}
+    util = report.gpu_utilization_pct
     largest, size = est.get("largest_batch"), est.get("batch_size")
     if util is None or util >= 50.0 or not largest or not size or largest < 2 * size:
         return None
-    return {
-        "id": "batch-size",
-        "finding": f"GPU utilization {util:.1f}% with room in memory for a batch of "
+    return Recommendation(
+        id="batch-size",
+        finding=f"GPU utilization {util:.1f}% with room in memory for a batch of "
         f"{shown(largest, est.get('confidence'))} examples ({largest / size:.2g}x the current "
         f"{size}; confidence {est.get('confidence')})",
-        "advice": "raise the batch size (a larger batch cuts Python and launch overhead per "
+        advice="raise the batch size (a larger batch cuts Python and launch overhead per "
         "example), scaling the learning rate with it, and check the new peak with dlci profile",
-    }
+    )

@@ -15,6 +15,7 @@ from dlci.profiling.gaps import idle_gaps
 from dlci.profiling.names import NCCL, NameMasks
 from dlci.profiling.timeline import device_names
 from dlci.profiling.units import pct, us
+from dlci.report.fields import Busy, Device, GpuUtilization, Kernels, Temporal
 
 
 def device_report(
@@ -23,7 +24,7 @@ def device_report(
     device: int,
     window: tuple[float, float],
     launch_of: Any,
-) -> dict[str, Any]:
+) -> Device:
     """Everything the report says about one GPU (``devices[]`` in docs/profiling.md)."""
     on = cols.dev_device == device
     kind = cols.dev_kind[on]
@@ -51,32 +52,29 @@ def device_report(
     gaps = idle_gaps(cols, device, busy_set, window, launch_of)
     device_copies = copies(cols, names, on, kernels)
 
-    report = {
-        "device": device,
-        "name": device_names(cols.header).get(str(device)),
-        "gpu_utilization_pct": pct(util, hi - lo),
-        "gpu_utilization": {
-            "definition": "tensorboard",
-            "kernel_us": us(util),
-            "window_us": us(hi - lo),
-        },
-        "busy": {
-            "definition": "tracelens",
-            "busy_us": us(iv.length(*busy_set)),
-            "span_us": us(span),
-            "busy_pct": pct(iv.length(*busy_set), span),
-        },
-        "temporal_breakdown": temporal,
-        "kernels": {
-            "count": int(is_kernel.sum()),
-            "time_us": us(np.sum(end[is_kernel] - ts[is_kernel])),
-            "communication_count": int((is_kernel & nccl).sum()),
-            "sync_events": int((kind == SYNC).sum()),
-        },
-        "idle_gaps": gaps,
-        "copies": device_copies,
-    }
-    return report
+    return Device(
+        device=device,
+        name=device_names(cols.header).get(str(device)),
+        gpu_utilization_pct=pct(util, hi - lo),
+        gpu_utilization=GpuUtilization(
+            definition="tensorboard", kernel_us=us(util), window_us=us(hi - lo)
+        ),
+        busy=Busy(
+            definition="tracelens",
+            busy_us=us(iv.length(*busy_set)),
+            span_us=us(span),
+            busy_pct=pct(iv.length(*busy_set), span),
+        ),
+        temporal_breakdown=temporal,
+        kernels=Kernels(
+            count=int(is_kernel.sum()),
+            time_us=us(np.sum(end[is_kernel] - ts[is_kernel])),
+            communication_count=int((is_kernel & nccl).sum()),
+            sync_events=int((kind == SYNC).sum()),
+        ),
+        idle_gaps=gaps,
+        copies=device_copies,
+    )
 
 
 # HTA 0.5's kernel typing, by name only (hta/utils/utils.py): "computation" is whatever does
@@ -84,7 +82,7 @@ def device_report(
 _HTA_NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
 
 
-def _hta_temporal_breakdown(cols: Columns, on: Any, launch_of: Any) -> dict[str, Any]:
+def _hta_temporal_breakdown(cols: Columns, on: Any, launch_of: Any) -> Temporal:
     """Holistic Trace Analysis's temporal breakdown, with its default rules (docs/profiling.md).
 
     As HTA 0.5 does it: the device events on a stream (a sync event with stream -1, waiting on
@@ -117,19 +115,19 @@ def _hta_temporal_breakdown(cols: Columns, on: Any, launch_of: Any) -> dict[str,
     span = float(union[1][-1] - union[0][0]) if len(union[0]) else 0.0
     compute_len = iv.length(*iv.merge(ts[compute], end[compute]))
     idle = span - busy
-    return {
-        "definition": "hta",
-        "last_step_dropped": dropped_last,
-        "rounded_to_whole_us": rounded,
-        "events": int(keep.sum()),
-        "span_us": us(span),
-        "idle_us": us(idle),
-        "compute_us": us(compute_len),
-        "non_compute_us": us(span - compute_len - idle),
-        "idle_pct": pct(idle, span),
-        "compute_pct": pct(compute_len, span),
-        "non_compute_pct": pct(span - compute_len - idle, span),
-    }
+    return Temporal(
+        definition="hta",
+        last_step_dropped=dropped_last,
+        rounded_to_whole_us=rounded,
+        events=int(keep.sum()),
+        span_us=us(span),
+        idle_us=us(idle),
+        compute_us=us(compute_len),
+        non_compute_us=us(span - compute_len - idle),
+        idle_pct=pct(idle, span),
+        compute_pct=pct(compute_len, span),
+        non_compute_pct=pct(span - compute_len - idle, span),
+    )
 
 
 def _fractional(cols: Columns) -> bool:

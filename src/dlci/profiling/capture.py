@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from dlci.errors import DlciError
 from dlci.profiling.analysis import REPORT_NAME
 from dlci.profiling.native_stderr import NativeStderr
@@ -131,7 +133,9 @@ class Profiler:
             # child (analyze=False) and parent (ProfileResult) import this module too
             from dlci.profiling import metrics
 
-            self.report = metrics.analyze(read_trace(self.trace_path), source=str(self.trace_path))
+            report = metrics.analyze(read_trace(self.trace_path), source=str(self.trace_path))
+            # the documented prof.report is the JSON's dict, as utilization.json holds it
+            self.report = msgspec.to_builtins(report)
 
 
 def profile(out: str | Path = "dlci-artifacts", **kwargs: Any) -> Profiler:

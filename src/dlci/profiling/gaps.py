@@ -9,11 +9,12 @@ import numpy as np
 from dlci.profiling import intervals as iv
 from dlci.profiling.columns import Columns
 from dlci.profiling.units import us
+from dlci.report.fields import CpuOp, IdleGap
 
 TOP_GAPS = 10
 
 
-def op_during(cols: Columns, lo: float, hi: float) -> dict[str, Any] | None:
+def op_during(cols: Columns, lo: float, hi: float) -> CpuOp | None:
     """The host op that overlaps ``[lo, hi]`` the most (the innermost on a tie)."""
     cand = (cols.op_ts < hi) & (cols.op_end > lo)
     if not cand.any():
@@ -22,15 +23,15 @@ def op_during(cols: Columns, lo: float, hi: float) -> dict[str, Any] | None:
     over = np.minimum(cols.op_end[idx], hi) - np.maximum(cols.op_ts[idx], lo)
     dur = cols.op_end[idx] - cols.op_ts[idx]
     best = idx[np.lexsort((dur, -over))[0]]
-    return {
-        "name": cols.names[cols.op_name[best]],
-        "overlap_us": us(min(cols.op_end[best], hi) - max(cols.op_ts[best], lo)),
-    }
+    return CpuOp(
+        name=cols.names[cols.op_name[best]],
+        overlap_us=us(min(cols.op_end[best], hi) - max(cols.op_ts[best], lo)),
+    )
 
 
 def idle_gaps(
     cols: Columns, device: int, busy: iv.Pair, window: tuple[float, float], launch_of: Any
-) -> list[dict[str, Any]]:
+) -> list[IdleGap]:
     lo, hi = window
     gs, ge = iv.gaps(*busy, lo, hi)
     if not gs.size:
@@ -55,12 +56,12 @@ def idle_gaps(
                 next_launch = float(launch)
                 cause = "host" if launch >= g0 else "device"
         out.append(
-            {
-                "start_us": us(g0 - lo),
-                "duration_us": us(g1 - g0),
-                "cause": cause,
-                "next_launch_us": us(next_launch - lo) if next_launch is not None else None,
-                "cpu_op": op_during(cols, g0, g1),
-            }
+            IdleGap(
+                start_us=us(g0 - lo),
+                duration_us=us(g1 - g0),
+                cause=cause,
+                next_launch_us=us(next_launch - lo) if next_launch is not None else None,
+                cpu_op=op_during(cols, g0, g1),
+            )
         )
     return out

@@ -2,11 +2,12 @@
 --max-gpu-memory verdicts, and the report's memory figures from ``dlci profile``'s own passes.
 
 :func:`check_gate` refuses a bound that is not a percentage; :func:`evaluate_gate` judges the
-utilization, :func:`memory_gate` the memory; :func:`add_memory` puts the memory pass (its
-trace's memory section, its per-step figures) and the batch estimate into report["memory"];
-:func:`combined_gate` joins the verdicts of ``--min-gpu-util`` and ``--max-gpu-memory`` into
-report["gate"]: passed only when every gate asked for passes, each one listed
-under "checks". No torch here: ``dlci analyze`` runs on the runner host.
+utilization, :func:`memory_gate` the memory (each verdict a dict of the keys the report's
+gate keeps); :func:`add_memory` puts the memory pass (its trace's memory section, its
+per-step figures) and the batch estimate into the report's ``memory``; :func:`combined_gate`
+joins the verdicts of ``--min-gpu-util`` and ``--max-gpu-memory`` into the report's ``gate``
+(a :class:`~dlci.report.fields.Gate`): passed only when every gate asked for passes, each one
+listed under ``checks``. No torch here: ``dlci analyze`` runs on the runner host.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from dlci.errors import DlciError
 from dlci.profiling.batchfit import advice
 from dlci.profiling.reader import read_trace
+from dlci.report.fields import Gate, GateCheck, Memory, ReadCounts, Utilization
 
 
 def check_gate(minimum: float | None, maximum_memory: float | None = None) -> None:
@@ -48,7 +50,7 @@ GATE_HINT = (
 )
 
 
-def _trace_memory(path: Any, max_size: int) -> dict[str, Any]:
+def _trace_memory(path: Any, max_size: int) -> Memory:
     """The memory section of the memory pass's own trace."""
     # numpy (memory): off the start-up of dlci analyze and dlci profile (analysis.py imports
     # this module)
@@ -57,47 +59,45 @@ def _trace_memory(path: Any, max_size: int) -> dict[str, Any]:
     return memory_section(read_trace(path, max_size=max_size))
 
 
-def add_memory(report: dict[str, Any], figures: MemoryFigures, *, max_size: int) -> None:
-    """report["memory"] with the memory pass's trace and figures, and the batch advice."""
-    section = report.get("memory")
+def add_memory(report: Utilization, figures: MemoryFigures, *, max_size: int) -> None:
+    """The report's memory with the memory pass's trace and figures, and the batch advice."""
+    section = report.memory
     if figures.trace is not None:
         section = _trace_memory(figures.trace, max_size)
-        section["trace_file"] = figures.trace.name
-    if not isinstance(section, dict):
+        section.trace_file = figures.trace.name
+    if section is None:
         from dlci.profiling.memory import blank_section  # numpy: as in _trace_memory
 
-        section = blank_section("none", "the trace's memory events were not read")
-    if figures.skipped and section.get("source") == "none":  # not the pass it just turned off
-        section["note"] = (
+        section = Memory(**blank_section("none", "the trace's memory events were not read"))
+    if figures.skipped and section.source == "none":  # not the pass it just turned off
+        section.note = (
             f"no memory figures: the timed trace holds no [memory] events and the memory pass "
             f"was left out ({figures.skipped}); run dlci profile without {figures.skipped} to "
             "record them"
         )
-    section["capture"] = figures.capture
-    section["batch_estimate"] = figures.batch_estimate
-    report["memory"] = section
+    section.capture = figures.capture
+    section.batch_estimate = figures.batch_estimate
+    report.memory = section
     recommendation = advice(report)
     if recommendation is not None and figures.batch_estimate is not None:
-        figures.batch_estimate["advice"] = (
-            f"{recommendation['finding']}: {recommendation['advice']}"
-        )
-        report.setdefault("recommendations", []).append(recommendation)
+        figures.batch_estimate["advice"] = f"{recommendation.finding}: {recommendation.advice}"
+        report.recommendations.append(recommendation)
 
 
-def memory_percent(report: dict[str, Any]) -> tuple[float | None, str]:
+def memory_percent(report: Utilization) -> tuple[float | None, str]:
     """The GPU's peak memory as a percentage of its total, and where it comes from: the
     profile's own measurement (peak reserved, else allocated) first, else the trace's."""
-    memory = report.get("memory") or {}
-    capture = memory.get("capture") or {}
+    memory = report.memory or Memory()
+    capture = memory.capture or {}
     if str(capture.get("device") or "").startswith("cuda"):
         peak = capture.get("peak_reserved_bytes") or capture.get("peak_allocated_bytes")
         total = capture.get("device_total_bytes")
         if peak and total:
             return peak / total * 100, f"{capture['device']}, measured by dlci profile"
-    if str(memory.get("device") or "").startswith("cuda"):
-        value = memory.get("peak_percent_of_device")
+    if str(memory.device or "").startswith("cuda"):
+        value = memory.peak_percent_of_device
         if isinstance(value, int | float):
-            return float(value), f"{memory['device']}, from the trace's memory events"
+            return float(value), f"{memory.device}, from the trace's memory events"
     return None, ""
 
 
@@ -117,7 +117,7 @@ def not_applicable(name: str, bound: str, no_gpu: str) -> dict[str, Any]:
     }
 
 
-def memory_gate(report: dict[str, Any], maximum: float, no_gpu: str = "") -> dict[str, Any]:
+def memory_gate(report: Utilization, maximum: float, no_gpu: str = "") -> dict[str, Any]:
     """The --max-gpu-memory check: passed, message, hint, value. ``no_gpu`` (why this run
     has no GPU, when the hardware has none) makes a missing figure not applicable."""
     value, where = memory_percent(report)
@@ -152,13 +152,13 @@ def memory_gate(report: dict[str, Any], maximum: float, no_gpu: str = "") -> dic
 
 
 def combined_gate(
-    report: dict[str, Any],
+    report: Utilization,
     util_gate: dict[str, Any] | None,
     *,
     max_gpu_memory: float | None,
     no_gpu: str = "",
-) -> dict[str, Any] | None:
-    """report["gate"]: the --min-gpu-util gate's keys as before, "passed" only when every
+) -> Gate | None:
+    """The report's gate: the --min-gpu-util gate's keys as before, "passed" only when every
     gate asked for passes, "message" the failing ones' messages, and "checks"."""
     checks: list[dict[str, Any]] = []
     if util_gate is not None:
@@ -193,27 +193,26 @@ def combined_gate(
         bounds = ", ".join(named)
         gate["message"] = f"not applicable: {no_gpu}; the GPU gates ({bounds}) judge GPU runs only"
         gate["hint"] = STRICT_HINT
-    return gate
+    return Gate(**{**gate, "checks": [GateCheck(**check) for check in checks]})
 
 
-def cannot_judge(report: dict[str, Any]) -> tuple[str, str] | None:
+def cannot_judge(report: Utilization) -> tuple[str, str] | None:
     """Why the trace cannot support a GPU verdict at all, and what to do, or None: its GPU
     activity was not recorded, or it was not understood (docs/profiling.md, trace.state)."""
-    trace = report.get("trace") or {}
-    read = trace.get("read") or {}
-    state = trace.get("state")
+    read = report.trace.read or ReadCounts()
+    state = report.trace.state
     if state == "gpu activity not recorded":
         return (
-            f"GPU activity not recorded: the host made {read.get('host_launches', 0):,} "
-            f"kernel launches and {read.get('host_copies', 0):,} copy or set calls, but the "
+            f"GPU activity not recorded: the host made {read.host_launches:,} "
+            f"kernel launches and {read.host_copies:,} copy or set calls, but the "
             "trace holds no device events",
             "record CUDA activity: torch.profiler.profile(activities=[ProfilerActivity.CPU, "
             "ProfilerActivity.CUDA]) (dlci profile does on a GPU), and check that CUPTI starts",
         )
     if state == "not understood":
         return (
-            f"the trace was not understood ({read.get('dropped', 0):,} of "
-            f"{read.get('events', 0):,} events dropped, {read.get('used', 0):,} used)",
+            f"the trace was not understood ({read.dropped:,} of "
+            f"{read.events:,} events dropped, {read.used:,} used)",
             "give a trace written by torch.profiler (export_chrome_trace or "
             "tensorboard_trace_handler)",
         )
@@ -221,13 +220,13 @@ def cannot_judge(report: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def evaluate_gate(
-    report: dict[str, Any], minimum: float | None, no_gpu: str = ""
+    report: Utilization, minimum: float | None, no_gpu: str = ""
 ) -> dict[str, Any] | None:
     """The --min-gpu-util verdict, with the reasons when it fails; ``no_gpu`` (why this run
     has no GPU, when the hardware has none) makes a trace without GPU work not applicable."""
     if minimum is None:
         return None
-    value = report["gpu_utilization_pct"]
+    value = report.gpu_utilization_pct
     unjudged = cannot_judge(report)
     if unjudged is not None:  # not even on a CPU runner: the trace itself says too little
         return {
@@ -256,7 +255,7 @@ def evaluate_gate(
             "min-gpu-util) as not applicable, unless --strict-gates",
         }
     passed = value >= minimum
-    reasons = [r["finding"] for r in report["recommendations"]]
+    reasons = [r.finding for r in report.recommendations]
     message = f"GPU utilization {value:.1f}% is below the minimum of {minimum:g}%"
     if reasons:
         message += ": " + "; ".join(reasons)

@@ -10,31 +10,30 @@ from dlci.profiling.columns import KERNEL, Columns
 from dlci.profiling.names import ASYNC_WORK, LAUNCH, NameMasks
 from dlci.profiling.timeline import Window
 from dlci.profiling.units import pct, percentile, stats
+from dlci.report.fields import Device, Launches
 
 TINY_KERNEL_US = 10.0
 
 
-def launches(
-    cols: Columns, names: NameMasks, launch_of: Any, primary: dict[str, Any] | None
-) -> dict[str, Any]:
+def launches(cols: Columns, names: NameMasks, launch_of: Any, primary: Device | None) -> Launches:
     launch_mask = names.mask(cols.rt_name, LAUNCH)
     cost = cols.rt_end[launch_mask] - cols.rt_ts[launch_mask]
     is_kernel = cols.dev_kind == KERNEL
     if primary is not None:
-        is_kernel &= cols.dev_device == primary["device"]
+        is_kernel &= cols.dev_device == primary.device
     durations = cols.dev_end[is_kernel] - cols.dev_ts[is_kernel]
     delays = (cols.dev_ts - launch_of)[is_kernel]
     delays = delays[~np.isnan(delays)]
     tiny = durations < TINY_KERNEL_US
-    return {
-        "launch_calls": stats(cost),
-        "launch_delay": stats(delays),
-        "tiny_kernel_threshold_us": TINY_KERNEL_US,
-        "tiny_kernels": int(tiny.sum()),
-        "tiny_kernels_pct": pct(float(tiny.sum()), float(durations.size)),
-        "tiny_kernel_time_pct": pct(float(durations[tiny].sum()), float(durations.sum())),
-        "launch_bound_kernels": int(np.sum(durations < percentile(cost, 50))) if cost.size else 0,
-    }
+    return Launches(
+        launch_calls=stats(cost),
+        launch_delay=stats(delays),
+        tiny_kernel_threshold_us=TINY_KERNEL_US,
+        tiny_kernels=int(tiny.sum()),
+        tiny_kernels_pct=pct(float(tiny.sum()), float(durations.size)),
+        tiny_kernel_time_pct=pct(float(durations[tiny].sum()), float(durations.sum())),
+        launch_bound_kernels=int(np.sum(durations < percentile(cost, 50))) if cost.size else 0,
+    )
 
 
 def last_step_warning(

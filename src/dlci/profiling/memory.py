@@ -21,6 +21,7 @@ from dlci.profiling.memcols import CPU, CUDA, MAX_BYTES, MemoryColumns, device_l
 from dlci.profiling.names import NameMasks
 from dlci.profiling.steps import phase_sets
 from dlci.profiling.timeline import host_ops
+from dlci.report.fields import Memory
 
 TOP = 10  # operators listed in top_allocations
 NO_OPERATOR = "(no operator)"
@@ -38,14 +39,14 @@ HOW_TO_RECORD = (
 )
 
 
-def memory_section(cols: Columns) -> dict[str, Any]:
+def memory_section(cols: Columns) -> Memory:
     """Section E of the utilization report, from the trace's [memory] events."""
     mem = cols.memory
     if not mem.size:
         why = "the trace holds no [memory] events, so there are no memory figures"
         if mem.skipped:
             why = f"none of the trace's {mem.skipped} [memory] events could be read"
-        return blank_section("none", f"{why}; {HOW_TO_RECORD}.")
+        return Memory(**blank_section("none", f"{why}; {HOW_TO_RECORD}."))
     kind, index, others = _device(mem)
     on = (mem.device_type == kind) & (mem.device_id == index)
     series, notes = _series(mem, on, kind)
@@ -86,7 +87,7 @@ def memory_section(cols: Columns) -> dict[str, Any]:
             f"{mem.skipped} [memory] events with missing, odd or out-of-range fields were skipped"
         )
     section["note"] = "; ".join(notes) + "." if notes else None
-    return section
+    return Memory(**section)
 
 
 def _add_device_total(section: dict[str, Any], header: dict[str, Any], index: int) -> list[str]:

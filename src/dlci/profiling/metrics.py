@@ -1,7 +1,8 @@
 """The utilization report of one trace, assembled from the metric families.
 
 Every number is documented, with its exact definition, in docs/profiling.md; the JSON
-report (schema_version 1) is the dict that :func:`analyze` returns. Times are microseconds
+report (schema_version 1) is the :class:`~dlci.report.fields.Utilization` that :func:`analyze`
+returns. Times are microseconds
 (``*_us``), shares are percentages (``*_pct``, 0-100). Each family lives in its own module:
 :mod:`~dlci.profiling.busy` (per GPU), :mod:`~dlci.profiling.steps` (breakdown and phases),
 :mod:`~dlci.profiling.syncs`, :mod:`~dlci.profiling.launches`,
@@ -14,6 +15,7 @@ import dataclasses
 from typing import Any
 
 import numpy as np
+from msgspec import UNSET
 
 from dlci.profiling.advice import recommendations
 from dlci.profiling.busy import device_report
@@ -32,7 +34,6 @@ from dlci.profiling.readstate import (
 from dlci.profiling.steps import per_step, sum_over_steps
 from dlci.profiling.syncs import syncs
 from dlci.profiling.timeline import (
-    Window,
     device_names,
     host_ops,
     launch_rows,
@@ -41,11 +42,12 @@ from dlci.profiling.timeline import (
     whole_span,
 )
 from dlci.profiling.units import us
+from dlci.report.fields import Steps, Trace, Utilization
 
 SCHEMA_VERSION = 1
 
 
-def analyze(cols: Columns, *, source: str = "") -> dict[str, Any]:
+def analyze(cols: Columns, *, source: str = "") -> Utilization:
     """The utilization report of one trace; a trace whose ProfilerStep markers come from
     several processes (a merged multi-rank trace) gets one report per process under
     ``processes`` and no steps of its own (:mod:`dlci.profiling.processes`)."""
@@ -60,7 +62,7 @@ def analyze(cols: Columns, *, source: str = "") -> dict[str, Any]:
 
 def analyze_one(
     cols: Columns, *, source: str = "", refused: str | None = None, rows: Any = None
-) -> dict[str, Any]:
+) -> Utilization:
     """The report of a trace whose steps (if any) are one process's; ``refused``: why the
     trace's step markers were set aside (the whole trace is then one window); ``rows``:
     the launch of each device event (:func:`~dlci.profiling.timeline.launch_rows`)."""
@@ -72,67 +74,61 @@ def analyze_one(
     launch_of = launch_times(cols, launch_rows(cols) if rows is None else rows)
     windows = step_windows(cols, cols.steps, launch_of)
     window = (windows[0][1], windows[-1][2]) if windows else whole_span(cols)
-    report = _trace_section(cols, source, state, windows, window)
-    report["trace"]["read"] = read_section(cols, names, windows)
-    if refused:
-        report["steps"]["refused"] = refused
 
     device_reports = [device_report(cols, names, d, window, launch_of) for d in devices]
-    report["devices"] = device_reports
-    primary = max(device_reports, key=lambda d: d["busy"]["busy_us"], default=None)
-    report["primary_device"] = primary["device"] if primary else None
-    report["gpu_utilization_pct"] = primary["gpu_utilization_pct"] if primary else None
-
-    host = host_ops(cols, host_pid)
-    report["per_step"] = per_step(cols, names, windows, host, primary)
-    report["breakdown"] = sum_over_steps(report["per_step"], "breakdown", "duration_us")
-    report["phases"] = sum_over_steps(report["per_step"], "phases", "host_duration_us")
-    report["syncs"] = syncs(cols, names, host_pid, windows)
-    report["launches"] = launches(cols, names, launch_of, primary)
-    report["memory"] = memory_section(cols)
+    primary = max(device_reports, key=lambda d: d.busy.busy_us, default=None)
+    steps = per_step(cols, names, windows, host_ops(cols, host_pid), primary)
+    report = Utilization(
+        schema_version=SCHEMA_VERSION,
+        kind="utilization",
+        trace=_trace_section(cols, source, state, window, read_section(cols, names, windows)),
+        steps=Steps(
+            count=len(windows),
+            numbers=[w[0] for w in windows],
+            mean_step_us=us(np.mean([w[2] - w[1] for w in windows])) if windows else 0.0,
+            refused=refused or UNSET,
+        ),
+        devices=device_reports,
+        primary_device=primary.device if primary else None,
+        gpu_utilization_pct=primary.gpu_utilization_pct if primary else None,
+        per_step=steps,
+        breakdown=sum_over_steps(steps, "breakdown", "duration_us"),
+        phases=sum_over_steps(steps, "phases", "host_duration_us"),
+        syncs=syncs(cols, names, host_pid, windows),
+        launches=launches(cols, names, launch_of, primary),
+        memory=memory_section(cols),
+        warnings=warnings,
+    )
     if np.any(names.mask(cols.rt_name, GRAPH_LAUNCH)):
         warnings.append(
             "the trace holds CUDA graph launches: kernels replayed by a graph have no launch "
             "of their own, so launch overhead and step attribution cover only the rest"
         )
     last_step_warning(cols, names, windows, warnings)
-    report["warnings"] = warnings
-    report["recommendations"] = recommendations(report)
+    report.recommendations = recommendations(report)
     return report
 
 
 def _trace_section(
-    cols: Columns,
-    source: str,
-    state: str,
-    windows: list[Window],
-    window: tuple[float, float],
-) -> dict[str, Any]:
-    """The report's head: what the trace holds and which steps it profiled."""
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "kind": "utilization",
-        "trace": {
-            "path": source,
-            "size_bytes": cols.size_bytes,
-            "compressed": cols.compressed,
-            "events": cols.events,
-            "categories": dict(cols.categories.most_common()),
-            "state": state,
-            "cpu_only": state == CPU_ONLY,
-            "understood": state != NOT_UNDERSTOOD,
-            "device_names": device_names(cols.header),
-            # written into the trace by dlci profile (torch.profiler's add_metadata); a
-            # diff of runs on two torch versions is flagged as not comparable
-            "torch_version": _text(cols.header.get("dlci_torch_version")),
-            "window_us": us(window[1] - window[0]),
-        },
-        "steps": {
-            "count": len(windows),
-            "numbers": [w[0] for w in windows],
-            "mean_step_us": us(np.mean([w[2] - w[1] for w in windows])) if windows else 0.0,
-        },
-    }
+    cols: Columns, source: str, state: str, window: tuple[float, float], read: Any
+) -> Trace:
+    """The report's head: what the trace holds, and what the reader did with its events."""
+    return Trace(
+        path=source,
+        size_bytes=cols.size_bytes,
+        compressed=cols.compressed,
+        events=cols.events,
+        categories=dict(cols.categories.most_common()),
+        state=state,
+        cpu_only=state == CPU_ONLY,
+        understood=state != NOT_UNDERSTOOD,
+        device_names=device_names(cols.header),
+        # written into the trace by dlci profile (torch.profiler's add_metadata); a diff of
+        # runs on two torch versions is flagged as not comparable
+        torch_version=_text(cols.header.get("dlci_torch_version")),
+        window_us=us(window[1] - window[0]),
+        read=read,
+    )
 
 
 def _text(value: object) -> str | None:

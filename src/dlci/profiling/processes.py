@@ -23,6 +23,7 @@ import numpy as np
 from dlci.profiling.columns import Columns
 from dlci.profiling.memcols import MemoryColumns
 from dlci.profiling.timeline import launch_rows
+from dlci.report.fields import Process, Utilization
 
 # what a process's entry under "processes" keeps of its own report
 PROCESS_KEYS = (
@@ -102,8 +103,8 @@ def merged_report(
     cols: Columns,
     pids: list[int],
     source: str,
-    analyze_one: Callable[..., dict[str, Any]],
-) -> dict[str, Any]:
+    analyze_one: Callable[..., Utilization],
+) -> Utilization:
     """The report of a trace with several processes' step markers: the whole trace as one
     window (its steps refused, with the reason), and one entry per process."""
     listed = ", ".join(str(p) for p in pids[:8]) + (", ..." if len(pids) > 8 else "")
@@ -122,26 +123,30 @@ def merged_report(
         sub, sub_rows = process_columns(cols, pid, rows)
         own = analyze_one(sub, source=source, rows=sub_rows)
         ranks = cols.step_ranks.get(pid, set())
-        entry: dict[str, Any] = {"pid": pid, "rank": min(ranks) if len(ranks) == 1 else None}
-        entry.update({key: own[key] for key in PROCESS_KEYS})
-        entries.append(entry)
+        entries.append(
+            Process(
+                pid=pid,
+                rank=min(ranks) if len(ranks) == 1 else None,
+                **{key: getattr(own, key) for key in PROCESS_KEYS},
+            )
+        )
         for device in sub.dev_device.tolist():
             owners.setdefault(device, set()).add(pid)
-    report["processes"] = entries
-    own = {
-        d["device"]: d
+    report.processes = entries
+    owned = {
+        d.device: d
         for entry in entries
-        for d in entry["devices"]
-        if len(owners.get(d["device"], ())) == 1
+        for d in entry.devices
+        if len(owners.get(d.device, ())) == 1
     }
     # a GPU one process launched to: its figures are that process's (its rank's own file's)
-    report["devices"] = [own.get(d["device"], d) for d in report["devices"]]
-    primary = max(report["devices"], key=lambda d: d["busy"]["busy_us"], default=None)
-    report["primary_device"] = primary["device"] if primary else None
-    report["gpu_utilization_pct"] = primary["gpu_utilization_pct"] if primary else None
+    report.devices = [owned.get(d.device, d) for d in report.devices]
+    primary = max(report.devices, key=lambda d: d.busy.busy_us, default=None)
+    report.primary_device = primary.device if primary else None
+    report.gpu_utilization_pct = primary.gpu_utilization_pct if primary else None
     for device, found in sorted(owners.items()):
         if len(found) > 1:
-            report["warnings"].append(
+            report.warnings.append(
                 f"GPU {device} holds device work launched by {len(found)} processes: the "
                 "ranks' GPUs share an index in this merged trace (ranks on different "
                 f"machines), so the top-level figures of GPU {device} (over the whole trace) "

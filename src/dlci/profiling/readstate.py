@@ -19,13 +19,12 @@ The state says what kind of trace it is, so that a trace is called CPU-only only
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from dlci.profiling.columns import DROP_REASONS, Columns
 from dlci.profiling.names import COPY_CALL, GRAPH_LAUNCH, LAUNCH, NameMasks
 from dlci.profiling.timeline import Window
+from dlci.report.fields import ReadCounts
 
 GPU = "gpu"
 CPU_ONLY = "cpu-only"
@@ -64,19 +63,19 @@ def outside_steps(cols: Columns, windows: list[Window]) -> int:
     )  # fmt: skip
 
 
-def read_section(cols: Columns, names: NameMasks, windows: list[Window]) -> dict[str, Any]:
+def read_section(cols: Columns, names: NameMasks, windows: list[Window]) -> ReadCounts:
     """report["trace"]["read"]: the events by fate (docs/profiling.md)."""
     launches, copies = host_calls(cols, names)
-    return {
-        "events": cols.events,
-        "used": cols.used,
-        "skipped": cols.skipped,
-        "dropped": sum(cols.dropped.values()),
-        "dropped_by_reason": {reason: cols.dropped.get(reason, 0) for reason in DROP_REASONS},
-        "outside_steps": outside_steps(cols, windows),
-        "host_launches": launches,
-        "host_copies": copies,
-    }
+    return ReadCounts(
+        events=cols.events,
+        used=cols.used,
+        skipped=cols.skipped,
+        dropped=sum(cols.dropped.values()),
+        dropped_by_reason={reason: cols.dropped.get(reason, 0) for reason in DROP_REASONS},
+        outside_steps=outside_steps(cols, windows),
+        host_launches=launches,
+        host_copies=copies,
+    )
 
 
 def _plural(count: int, word: str) -> str:

@@ -12,6 +12,7 @@ from dlci.profiling.columns import KERNEL, MEMCPY, MEMSET, Columns
 from dlci.profiling.names import DATA_PATTERNS, NCCL, PHASES, NameMasks
 from dlci.profiling.timeline import Window
 from dlci.profiling.units import pct, us
+from dlci.report.fields import Device, StepEntry
 
 
 def per_step(
@@ -19,14 +20,14 @@ def per_step(
     names: NameMasks,
     windows: list[Window],
     host: Any,
-    primary: dict[str, Any] | None,
-) -> list[dict[str, Any]]:
+    primary: Device | None,
+) -> list[StepEntry]:
     """Each step's window, GPU utilization, breakdown (device work over host work, in
     priority order) and phases (host time by annotation)."""
     if not windows:
         return []
     if primary is not None:
-        on = cols.dev_device == primary["device"]
+        on = cols.dev_device == primary.device
     else:
         on = np.zeros(cols.dev_kind.size, dtype=bool)
     ordered = _breakdown_sets(cols, names, on, host)
@@ -45,15 +46,15 @@ def per_step(
     out = []
     for i, number in enumerate(numbers):
         out.append(
-            {
-                "step": number,
-                "start_us": us(lo[i] - lo[0]),
-                "duration_us": us(hi[i] - lo[i]),
-                "host_duration_us": us(max(cpu_hi[i] - lo[i], 0.0)),
-                "gpu_utilization_pct": pct(kernel_time[i], hi[i] - lo[i]) if primary else None,
-                "breakdown": {k: us(v[i]) for k, v in breakdown.items()},
-                "phases": {k: us(v[i]) for k, v in phases.items()},
-            }
+            StepEntry(
+                step=number,
+                start_us=us(lo[i] - lo[0]),
+                duration_us=us(hi[i] - lo[i]),
+                host_duration_us=us(max(cpu_hi[i] - lo[i], 0.0)),
+                gpu_utilization_pct=pct(kernel_time[i], hi[i] - lo[i]) if primary else None,
+                breakdown={k: us(v[i]) for k, v in breakdown.items()},
+                phases={k: us(v[i]) for k, v in phases.items()},
+            )
         )
     return out
 
@@ -74,12 +75,13 @@ def phase_sets(cols: Columns, names: NameMasks, host: Any) -> list[tuple[str, iv
     return [("data_loading_us", iv.merge(*data)), *iv.innermost(raw).items()]
 
 
-def sum_over_steps(per_step: list[dict[str, Any]], part: str, total_key: str) -> dict[str, Any]:
+def sum_over_steps(per_step: list[StepEntry], part: str, total_key: str) -> dict[str, Any]:
     """Sum one split (``breakdown`` or ``phases``) over the steps, with shares of the total."""
     if not per_step:
         return {}
-    total = sum(s[total_key] for s in per_step)
-    sums = {k: sum(s[part][k] for s in per_step) for k in per_step[0][part]}
+    total = sum(getattr(s, total_key) for s in per_step)
+    splits = [getattr(s, part) for s in per_step]
+    sums = {k: sum(split[k] for split in splits) for k in splits[0]}
     return {
         "total_us": us(total),
         **{k: us(v) for k, v in sums.items()},

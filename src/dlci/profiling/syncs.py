@@ -10,6 +10,7 @@ from dlci.profiling.columns import Columns
 from dlci.profiling.names import BLOCKING_OPS, BLOCKING_SYNC, NameMasks
 from dlci.profiling.timeline import Window
 from dlci.profiling.units import us
+from dlci.report.fields import SyncCall, Syncs
 
 
 class _OpIndex:
@@ -55,7 +56,7 @@ def syncs(
     names: NameMasks,
     host_pid: int | None,
     windows: list[Window],
-) -> dict[str, Any]:
+) -> Syncs:
     """Host calls that block until the device catches up, and the op that made them."""
     mask = names.mask(cols.rt_name, BLOCKING_SYNC)
     idx = np.flatnonzero(mask)
@@ -84,20 +85,20 @@ def syncs(
         row["wait_us"] += wait
         if wait > row["max_wait_us"]:
             row["max_wait_us"] = wait
-    ordered = sorted(rows.values(), key=lambda r: -r["wait_us"])
-    for row in ordered:
-        row["wait_us"] = us(row["wait_us"])
-        row["max_wait_us"] = us(row["max_wait_us"])
+    ordered = [
+        SyncCall(**{**row, "wait_us": us(row["wait_us"]), "max_wait_us": us(row["max_wait_us"])})
+        for row in sorted(rows.values(), key=lambda r: -r["wait_us"])
+    ]
     blocking_ops = _outermost(cols, names.mask(cols.op_name, BLOCKING_OPS) & ~cols.op_annotation)
     steps = max(len(windows), 1)
-    return {
-        "count": int(idx.size),
-        "wait_us": us(total_wait),
-        "per_step": round(idx.size / steps, 3),
-        "blocking_ops": int(blocking_ops.sum()),
-        "blocking_ops_per_step": round(int(blocking_ops.sum()) / steps, 3),
-        "by_call": ordered,
-    }
+    return Syncs(
+        count=int(idx.size),
+        wait_us=us(total_wait),
+        per_step=round(idx.size / steps, 3),
+        blocking_ops=int(blocking_ops.sum()),
+        blocking_ops_per_step=round(int(blocking_ops.sum()) / steps, 3),
+        by_call=ordered,
+    )
 
 
 def _outermost(cols: Columns, mask: Any) -> Any:

@@ -7,8 +7,10 @@ where a dict was expected would crash a renderer the same way (issue 35). The ho
 every field it renders against the type dl-ci writes there (each report's shape below, on
 dlci.schema); a report with a wrong one is a problem named in the summary (the report is not
 shown), never a crash. A missing field is not checked here: the renderers show such a report
-as incomplete, and fields no renderer reads are not declared. The doctor's report is declared
-whole: its classes are also what its writer builds and its readers read (report/doctor.py).
+as incomplete, and fields no renderer reads are not declared. The doctor's, the memorization
+and the utilization report are declared whole: their classes are also what their writers build
+and their readers read (report/doctor.py, report/memorization.py, profiling/metrics.py,
+report/utilization.py).
 
 >>> problems("memorization", {"threshold": "1.0", "tier": {"max_epochs": 3}})
 ['memorization.json: threshold is text, expected a number or null']
@@ -225,123 +227,257 @@ class DoctorReport(Shape, kw_only=True):
 
 
 # --------------------------------------------------------------------------- utilization.json
+# The utilization report is typed end to end too: profiling/metrics.py builds these classes,
+# analysis.py writes them as utilization.json, and every reader reads one back through
+# report/utilization.py's read. The fields a report from an older dl-ci lacks have defaults;
+# a key written only where it applies (steps.refused, processes, gate, trace_file, a gate's
+# judged or applicable) is UNSET, which msgspec leaves out of the JSON. Open tables stay
+# mappings: the breakdown and phases (their keys are the split's parts), the launch
+# statistics, and the memory pass's figures (capture, batch_estimate, per-step peaks).
+
+
+class ReadCounts(Shape):
+    """trace.read: the trace's events by fate (docs/profiling.md)."""
+
+    events: int = 0
+    used: int = 0
+    skipped: int = 0
+    dropped: int = 0
+    dropped_by_reason: dict[str, int] = {}
+    outside_steps: int = 0
+    host_launches: int = 0
+    host_copies: int = 0
 
 
 class Trace(Shape):
-    cpu_only: bool
+    """What the trace holds; ``state`` and ``read`` are missing from older reports."""
+
+    path: str = ""
+    size_bytes: int = 0
+    compressed: bool = False
+    events: int = 0
+    categories: dict[str, int] = {}
+    state: str | UnsetType = UNSET
+    cpu_only: bool = False
+    understood: bool = True
+    device_names: dict[str, str] = {}
+    torch_version: str | None = None
+    window_us: float = 0.0
+    read: ReadCounts | UnsetType = UNSET
 
 
 class Steps(Shape):
-    count: int
-    mean_step_us: float
+    count: int = 0
+    numbers: list[int] = []
+    mean_step_us: float = 0.0
+    refused: str | UnsetType = UNSET  # why the trace's step markers were set aside
+
+
+class GpuUtilization(Shape):
+    definition: str = "tensorboard"
+    kernel_us: float = 0.0
+    window_us: float = 0.0
 
 
 class Busy(Shape):
-    busy_pct: float | None
+    definition: str = "tracelens"
+    busy_us: float = 0.0
+    span_us: float = 0.0
+    busy_pct: float | None = None
 
 
 class Temporal(Shape):
-    idle_pct: float
-    compute_pct: float
-    non_compute_pct: float
+    definition: str = "hta"
+    last_step_dropped: bool = False
+    rounded_to_whole_us: bool = False
+    events: int = 0
+    span_us: float = 0.0
+    idle_us: float = 0.0
+    compute_us: float = 0.0
+    non_compute_us: float = 0.0
+    idle_pct: float = 0.0
+    compute_pct: float = 0.0
+    non_compute_pct: float = 0.0
+
+
+class Kernels(Shape):
+    count: int = 0
+    time_us: float = 0.0
+    communication_count: int = 0
+    sync_events: int = 0
 
 
 class CpuOp(Shape):
-    name: Text
+    name: str
+    overlap_us: float = 0.0
 
 
 class IdleGap(Shape):
     start_us: float
     duration_us: float
-    cause: Text
-    cpu_op: CpuOp | None
+    cause: str
+    next_launch_us: float | None = None
+    cpu_op: CpuOp | None = None
 
 
 class CopyStats(Shape):
-    count: int
-    bytes: int
-    time_us: float
-    bandwidth_gbps: float
-    exposed_us: float
+    count: int = 0
+    bytes: int = 0
+    time_us: float = 0.0
+    bandwidth_gbps: float = 0.0
+    exposed_us: float = 0.0
 
 
 class Copies(Shape):
-    h2d_pageable: CopyStats
-    h2d_pinned: CopyStats
-    h2d_other: CopyStats
+    h2d_pageable: CopyStats = msgspec.field(default_factory=CopyStats)
+    h2d_pinned: CopyStats = msgspec.field(default_factory=CopyStats)
+    h2d_other: CopyStats = msgspec.field(default_factory=CopyStats)
+    d2h: CopyStats = msgspec.field(default_factory=CopyStats)
+    d2d: CopyStats = msgspec.field(default_factory=CopyStats)
 
 
 class Device(Shape):
-    device: Text
-    name: Text
-    gpu_utilization_pct: float | None
-    busy: Busy
-    temporal_breakdown: Temporal
-    idle_gaps: list[IdleGap]
-    copies: Copies
+    """One GPU's figures (``devices[]`` in docs/profiling.md)."""
+
+    device: int
+    name: str | None = None
+    gpu_utilization_pct: float | None = None
+    gpu_utilization: GpuUtilization = msgspec.field(default_factory=GpuUtilization)
+    busy: Busy = msgspec.field(default_factory=Busy)
+    temporal_breakdown: Temporal = msgspec.field(default_factory=Temporal)
+    kernels: Kernels = msgspec.field(default_factory=Kernels)
+    idle_gaps: list[IdleGap] = []
+    copies: Copies = msgspec.field(default_factory=Copies)
+
+
+class StepEntry(Shape):
+    """One profiled step: its window, GPU utilization, breakdown and phases (microseconds)."""
+
+    step: int = 0
+    start_us: float = 0.0
+    duration_us: float = 0.0
+    host_duration_us: float = 0.0
+    gpu_utilization_pct: float | None = None
+    breakdown: dict[str, float] = {}
+    phases: dict[str, float] = {}
 
 
 class SyncCall(Shape):
-    call: Text
-    caller: Text
-    count: int
-    wait_us: float
-    max_wait_us: float
+    call: str
+    caller: str
+    count: int = 0
+    wait_us: float = 0.0
+    max_wait_us: float = 0.0
 
 
 class Syncs(Shape):
-    count: int
-    per_step: float
-    wait_us: float
-    by_call: list[SyncCall]
+    count: int = 0
+    wait_us: float = 0.0
+    per_step: float = 0.0
+    blocking_ops: int = 0
+    blocking_ops_per_step: float = 0.0
+    by_call: list[SyncCall] = []
 
 
-class Shares(Shape):
-    pct: dict[str, float] | None
-
-
-class Recommendation(Shape):
-    finding: Text
-    advice: Text
-
-
-class GateCheck(Shape):
-    name: Text
-    passed: Text
-    message: Text
-
-
-class Gate(Shape):
-    passed: bool
-    value: float | None
-    minimum: float
-    message: Text
-    checks: list[GateCheck]
+class Launches(Shape):
+    launch_calls: dict[str, float] = {}  # count, mean_us, median_us, p95_us
+    launch_delay: dict[str, float] = {}
+    tiny_kernel_threshold_us: float = 0.0
+    tiny_kernels: int = 0
+    tiny_kernels_pct: float = 0.0
+    tiny_kernel_time_pct: float = 0.0
+    launch_bound_kernels: int = 0
 
 
 class Memory(Shape):
-    steps: list[Object]
-    top_allocations: list[Object]
-    capture: Object | None
-    batch_estimate: Object | None
-    device: Text
-    note: Text
-    source: Text
-    peak_phase: Text
+    """Section E, from the trace's [memory] events, with dlci profile's own figures."""
+
+    source: str = "none"
+    note: str | None = None
+    device: str | None = None
+    device_total_bytes: int | None = None
+    peak_allocated_bytes: int | None = None
+    peak_reserved_bytes: int | None = None
+    peak_percent_of_device: float | None = None
+    peak_phase: str | None = None
+    steps: list[Object] = []
+    top_allocations: list[Object] = []
+    capture: Object | None = None  # the memory pass's per-step figures (memcapture.py)
+    batch_estimate: Object | None = None  # batchfit.py
+    trace_file: str | UnsetType = UNSET  # the memory pass's trace, when there was one
+
+
+class Recommendation(Shape):
+    id: str = ""
+    finding: str = ""
+    advice: str = ""
+
+
+class GateCheck(Shape):
+    name: str
+    passed: bool
+    judged: bool = False
+    message: str = ""
+    hint: str | None = None
+
+
+class Gate(Shape, kw_only=True):
+    """The verdict of the gates asked for (--min-gpu-util, --max-gpu-memory), decided once
+    (profiling/gate.py); ``checks`` lists each (older reports: the utilization gate alone)."""
+
+    minimum: float | None = None
+    value: float | None = None
+    passed: bool
+    judged: bool | UnsetType = UNSET
+    applicable: bool | UnsetType = UNSET
+    message: str = ""
+    hint: str | None = None
+    max_gpu_memory: float | UnsetType = UNSET
+    gpu_memory_pct: float | UnsetType | None = UNSET
+    checks: list[GateCheck] | UnsetType = UNSET
+
+
+class Process(Shape):
+    """One process of a merged multi-process trace, with its own steps and GPUs."""
+
+    pid: int
+    rank: int | None = None
+    steps: Steps = msgspec.field(default_factory=Steps)
+    primary_device: int | None = None
+    gpu_utilization_pct: float | None = None
+    devices: list[Device] = []
+    per_step: list[StepEntry] = []
+    breakdown: Object = {}
+    phases: Object = {}
+    warnings: list[str] = []
 
 
 class Utilization(Shape):
-    gpu_utilization_pct: float | None
-    trace: Trace
-    steps: Steps
-    devices: list[Device]
-    syncs: Syncs
-    breakdown: Shares | None
-    phases: Shares | None
-    recommendations: list[Recommendation]
-    warnings: list[Text]
-    gate: Gate | None
-    memory: Memory | None
+    """utilization.json. ``breakdown`` and ``phases`` hold ``total_us``, one ``<part>_us`` per
+    part and ``pct`` (the parts' shares); empty without steps."""
+
+    schema_version: int = 1
+    kind: str = "utilization"
+    trace: Trace = msgspec.field(default_factory=Trace)
+    steps: Steps = msgspec.field(default_factory=Steps)
+    devices: list[Device] = []
+    primary_device: int | None = None
+    gpu_utilization_pct: float | None = None
+    per_step: list[StepEntry] = []
+    breakdown: Object = {}
+    phases: Object = {}
+    syncs: Syncs | None = None  # None: a partial report (every report dl-ci writes has it)
+    launches: Launches = msgspec.field(default_factory=Launches)
+    memory: Memory | None = None  # None: a report from before the memory section
+    warnings: list[str] = []
+    recommendations: list[Recommendation] = []
+    processes: list[Process] | UnsetType = UNSET  # a merged multi-process trace only
+    gate: Gate | UnsetType = UNSET  # only when a gate was asked for
+
+    def shares(self, part: str) -> dict[str, float]:
+        """The ``pct`` of ``breakdown`` or ``phases``: part -> share of the total (%)."""
+        found = (self.breakdown if part == "breakdown" else self.phases).get("pct")
+        return found if isinstance(found, dict) else {}
 
 
 SHAPES: dict[str, type[Shape]] = {

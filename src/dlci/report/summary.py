@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from dlci.report.doctor import render_markdown as doctor_md
-from dlci.report.fields import DoctorReport, Memorization
+from dlci.report.fields import DoctorReport, Memorization, Utilization
 from dlci.report.memorization import render_markdown as memorization_md
 from dlci.report.text import bullets, md, md_code, table
 from dlci.report.utilization import memory_fact
@@ -179,14 +179,14 @@ def _report_facts(data: dict[str, Any]) -> list[list[str]]:
         best = "None" if loss is None else _number(loss, ".4g")
         verdict = md((mem.verdict or "?").upper())
         rows.append(["memorization", f"{verdict}: best loss {best} ({_goal(mem)})"])
-    util = data["utilization"]
+    util = data["utilization"]  # a Utilization, read by the host (action.host.summary)
     if util:
-        value = util.get("gpu_utilization_pct")
+        value = util.gpu_utilization_pct
         shown = "CPU-only trace" if value is None else _number(value, ".1f") + "%"
-        count = md((util.get("steps") or {}).get("count", 0))
+        count = md(util.steps.count)
         rows.append(["GPU utilization", f"{shown} over {count} profiled steps"])
 
-        memory = memory_fact(util.get("memory"))
+        memory = memory_fact(util.memory)
         if memory:
             rows.append(["memory", memory])
     doctor = data["doctor"]  # a DoctorReport, read by the host (action.host.summary)
@@ -266,10 +266,11 @@ def _report_sections(data: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _section(key: str, report: dict[str, Any] | DoctorReport | Memorization) -> str:
+def _section(key: str, report: dict[str, Any] | DoctorReport | Memorization | Utilization) -> str:
     if isinstance(report, DoctorReport):
         return doctor_md(report)
+    if isinstance(report, Utilization):
+        return utilization_md(report, gate=report.gate or None)
     if isinstance(report, Memorization):
         return memorization_md(report)
-
-    return utilization_md(report, gate=report.get("gate"))
+    raise TypeError(f"{key}.json was not read into its classes")

@@ -22,8 +22,8 @@ from dlci.action.github.comment import sticky_comment
 from dlci.action.github.sides import (
     Side,
     base_side,
-    checked,
     checked_memorization,
+    checked_utilization,
     hardware_class,
     number,
     read_json,
@@ -42,7 +42,7 @@ def head_side(folder: Path, host_record: Path | None) -> Side:
     data = collect(folder, host_record)
     side = Side(coverage=data["coverage"])
     if data["utilization"] is not None:
-        side.utilization = checked(folder / "utilization.json", "utilization", side)
+        side.utilization = checked_utilization(folder / "utilization.json", side)
     if data["memorization"] is not None:
         side.memorization = checked_memorization(folder / "memorization.json", side)
     side.hardware_class = hardware_class(data["preflight"], side.memorization)

@@ -48,7 +48,7 @@ def entry(folder: Path, environ: dict[str, str] | os._Environ[str]) -> dict[str,
     side = base_side(folder)
     if side.utilization is None and side.memorization is None:
         return None
-    util, mem = side.utilization or {}, side.memorization
+    util, mem = side.utilization, side.memorization
     steps = mem.steps if mem is not None and mem.verdict == "pass" else None
     loss = mem.final_loss if mem is not None else None
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
@@ -58,7 +58,7 @@ def entry(folder: Path, environ: dict[str, str] | os._Environ[str]) -> dict[str,
         "sha": environ.get("GITHUB_SHA") or None,
         "hardware_class": side.hardware_class or "unknown",
         "torch": side.environment()["torch"],
-        "gpu_utilization_pct": util.get("gpu_utilization_pct"),
+        "gpu_utilization_pct": util.gpu_utilization_pct if util else None,
         "step_time_us": median_step_us(util) if util else None,
         "epochs_to_threshold": steps,
         "final_loss": loss if isinstance(loss, int | float) else None,

@@ -14,13 +14,13 @@ from typing import Any
 
 from dlci import jsonio
 from dlci.action.host.testfiles import coverage_rate
-from dlci.compare import diff
 from dlci.compare.runs import check_run
 from dlci.errors import DlciError
 from dlci.fsutil import read_input
 from dlci.jsonio import describe
 from dlci.report import memorization as memorization_report
-from dlci.report.fields import Memorization
+from dlci.report import utilization as utilization_report
+from dlci.report.fields import Memorization, Utilization
 
 MAX_LOSSES = 100_000  # points of a memorization curve read from a report
 
@@ -29,7 +29,7 @@ MAX_LOSSES = 100_000  # points of a memorization curve read from a report
 class Side:
     """One run's reports, as far as they are there and well formed."""
 
-    utilization: dict[str, Any] | None = None
+    utilization: Utilization | None = None
     memorization: Memorization | None = None
     coverage: float | None = None
     hardware_class: str | None = None
@@ -58,12 +58,22 @@ def checked(path: Path, kind: str, side: Side) -> dict[str, Any] | None:
     if not isinstance(data, dict) or data.get("kind") != kind:
         side.left_out.append(f"{path.name}: not a {kind} report")
         return None
-    check = diff.check_report if kind == "utilization" else _check_memorization
+    check = utilization_report.check_compared if kind == "utilization" else _check_memorization
     problem = check(data) or (check_run(data) if kind == "memorization" else None)
     if problem:
         side.left_out.append(f"{path.name}: {problem}")
         return None
     return data
+
+
+def checked_utilization(path: Path, side: Side) -> Utilization | None:
+    """utilization.json from ``path`` checked (:func:`checked`), then read into its classes."""
+    data = checked(path, "utilization", side)
+    try:
+        return None if data is None else utilization_report.read(data)
+    except ValueError as exc:  # the types are checked: a required field is missing
+        side.left_out.append(str(exc))  # "utilization.json is incomplete: ..."
+        return None
 
 
 def checked_memorization(path: Path, side: Side) -> Memorization | None:
@@ -100,7 +110,7 @@ def _check_memorization(report: dict[str, Any]) -> str | None:
 def base_side(folder: Path) -> Side:
     """The baseline's reports from ``folder`` (outside input: every field checked)."""
     side = Side()
-    side.utilization = checked(folder / "utilization.json", "utilization", side)
+    side.utilization = checked_utilization(folder / "utilization.json", side)
     side.memorization = checked_memorization(folder / "memorization.json", side)
     side.coverage = coverage_rate(folder / "coverage.xml")
     if side.coverage is not None and not 0 <= side.coverage <= 100:  # also nan

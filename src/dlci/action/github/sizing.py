@@ -33,9 +33,11 @@ from dlci import jsonio
 from dlci.action.github.api import ApiError, GitHub
 from dlci.action.github.artifacts import JOB_ID, fetch
 from dlci.compare import stats
-from dlci.compare.diff import check_report, median_step_us, step_values
+from dlci.compare.diff import median_step_us, step_values
 from dlci.errors import DlciError
 from dlci.fsutil import read_input
+from dlci.report import utilization
+from dlci.report.fields import Utilization
 from dlci.trust import host as trusted
 
 MAX_STEPS = 50  # profiled steps at most: a trace of 50 ResNet-50 steps is ~100 MB
@@ -74,21 +76,25 @@ def plan(
     """How many steps the head should profile against ``base`` (its utilization.json)."""
     current = int(tier.get("profile_steps") or 0)
     record: dict[str, Any] = {"from": current, "steps": current, "metrics": {}}
-    problem = check_report(base)
-    if problem:
+    problem = utilization.check_compared(base)
+    try:
+        report = None if problem else utilization.read(base)
+    except ValueError as exc:  # the types are checked above: a required field is missing
+        problem, report = str(exc).removeprefix("utilization.json is "), None
+    if report is None:
         record["reason"] = f"not sized: the baseline's utilization.json: {problem}"
         return record
-    gpu = base.get("gpu_utilization_pct") is not None
+    gpu = report.gpu_utilization_pct is not None
     wanted: list[int] = []
     short: list[str] = []
     for key, unit, log in (("gpu_utilization_pct", "pt", False), ("duration_us", "%", True)):
         bound = bounds.get(key)
         if bound is None or not gpu:  # a CPU-only trace's figures are never gated
             continue
-        n, sigma = needed_steps(step_values(base, key), bound, log=log)
+        n, sigma = needed_steps(step_values(report, key), bound, log=log)
         record["metrics"][key] = {"bound": bound, "base_scatter": round(sigma, 3), "needed": n}
         if n is None:
-            count = len(step_values(base, key))
+            count = len(step_values(report, key))
             short.append(
                 f"{key}: the base's {count} steps scatter ±{sigma:.1f}{unit}, too much for a "
                 f"bound of {bound:g}{unit} whatever this run profiles"
@@ -99,7 +105,7 @@ def plan(
         why = "no bound set" if gpu else "a CPU-only baseline (nothing is gated)"
         record["reason"] = f"not sized: {why}"
         return record
-    cap = _time_cap_steps(base, tier)
+    cap = _time_cap_steps(report, tier)
     steps = max(current, min(max(wanted, default=current), MAX_STEPS, cap))  # never fewer
     record.update(steps=steps, time_cap_steps=cap)
     parts = [f"profile_steps {current} -> {steps}" if steps != current else
@@ -116,7 +122,7 @@ def plan(
     return record
 
 
-def _time_cap_steps(base: dict[str, Any], tier: dict[str, Any]) -> int:
+def _time_cap_steps(base: Utilization, tier: dict[str, Any]) -> int:
     """The steps that fit a quarter of the tier's time cap at the base's median step time
     (MAX_STEPS when either is unknown or absurd: a subnormal step time, an infinite cap)."""
     step_s = (median_step_us(base) or 0.0) / 1e6

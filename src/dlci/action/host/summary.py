@@ -34,6 +34,7 @@ from dlci.fsutil import NOT_ALLOWED, copy_beneath, read_input
 from dlci.report import doctor as doctor_report
 from dlci.report import fields, html
 from dlci.report import memorization as memorization_report
+from dlci.report import utilization as utilization_report
 from dlci.report.summary import log_cause, render
 from dlci.report.text import md
 from dlci.trust import host as trusted
@@ -242,7 +243,9 @@ def type_problems(data: dict[str, Any]) -> list[str]:
 
     doctor.json is then read into its classes (a DoctorReport in ``data``); one without a
     field every reader needs is dropped too, and listed under ``incomplete`` (the summary
-    says so where its section would be)."""
+    says so where its section would be). utilization.json is read into its classes too (a
+    Utilization): the fields an older report lacks take defaults, so its facts are shown;
+    one without a section the Markdown draws from is listed under ``incomplete``."""
     found: list[str] = []
     data["incomplete"] = []
     for key in GATE_REPORTS:
@@ -268,6 +271,14 @@ def type_problems(data: dict[str, Any]) -> list[str]:
         except ValueError:  # the types are checked above: a required field is missing
             data["doctor"] = None
             data["incomplete"].append("doctor")
+    raw = data["utilization"]
+    if raw is not None:
+        try:
+            data["utilization"] = utilization_report.read(raw)
+        except ValueError:  # the types are checked above: a required field is missing
+            data["utilization"] = None
+        if data["utilization"] is None or any(k not in raw for k in utilization_report.DRAWN):
+            data["incomplete"].append("utilization")
     return found
 
 
@@ -378,7 +389,7 @@ def outputs(data: dict[str, Any]) -> dict[str, Any]:
     """The action's step outputs (GITHUB_OUTPUT) from the collected reports."""
     tier = (data["preflight"] or {}).get("tier") or {}
     mem = data["memorization"]  # a Memorization (type_problems read it) or None
-    util = data["utilization"] or {}
+    util = data["utilization"]  # a Utilization (type_problems read it) or None
     return {
         "verdict": data["verdict"],
         "hardware-class": tier.get("hardware_class", ""),
@@ -386,8 +397,8 @@ def outputs(data: dict[str, Any]) -> dict[str, Any]:
         "memorization-loss": "" if mem is None or mem.best_loss is None else mem.best_loss,
         "memorization-passed": "" if mem is None else PASSED.get(mem.verdict, ""),
         "gpu-utilization": ""
-        if util.get("gpu_utilization_pct") is None
-        else util["gpu_utilization_pct"],
+        if util is None or util.gpu_utilization_pct is None
+        else util.gpu_utilization_pct,
         "coverage": "" if data["coverage"] is None else data["coverage"],
     }
 
@@ -422,7 +433,7 @@ def error_annotations(data: dict[str, Any]) -> list[tuple[str, str, str]]:
         for check in sorted(doctor.checks, key=lambda c: bool(c.follows)):  # roots first
             if check.status == "fail":
                 out.append(("error", f"{check.id}: {check.cause}", "dlci doctor"))
-    util = data["utilization"]
-    if util and util.get("gate") and not util["gate"].get("passed"):
-        out.append(("error", util["gate"]["message"], "GPU utilization"))
+    util = data["utilization"]  # a Utilization (type_problems read it) or None
+    if util and util.gate and not util.gate.passed:
+        out.append(("error", util.gate.message, "GPU utilization"))
     return out
