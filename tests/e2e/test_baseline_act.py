@@ -101,6 +101,7 @@ def _event(path: Path, data: dict) -> Path:
 def synthetic_base(folder: Path) -> dict[str, bytes]:
     """The planted job's baseline: 12 synthetic GPU steps at 80.4 % (launch gap 10 us)."""
     sys.path.insert(0, str(TESTS))
+    from dlci import jsonio
     from dlci.profiling.metrics import analyze
     from dlci.profiling.reader import read_trace
     from tracegen import training_trace
@@ -109,7 +110,7 @@ def synthetic_base(folder: Path) -> dict[str, bytes]:
     report = analyze(read_trace(trace))
     preflight = {"passed": True, "tier": {"budget": "merge", "hardware_class": "cpu"}}
     return {
-        "utilization.json": json.dumps(report).encode(),
+        "utilization.json": jsonio.encode(report),
         "preflight.json": json.dumps(preflight).encode(),
     }
 

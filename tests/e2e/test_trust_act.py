@@ -299,7 +299,10 @@ def test_control_the_rewritten_report_rendered_raw_carries_the_markup(
 
     rewritten = json.loads(attacked["pr2"].outputs("check").get("rewritten") or "null")
     monkeypatch.setattr(memorization, "md", lambda text, limit=None: str(text))
-    raw = memorization.render_markdown(rewritten)
+    # the report read into its classes as the host would read it, had its wrong types (the
+    # counts as text) not stopped it: its text fields carry the markup as written
+    numbers = {"steps": 0, "best_step": 0, "world_size": 1}
+    raw = memorization.render_markdown(memorization.read({**rewritten, **numbers}))
     for markup in ("<img src=https://evil.example/p.png>", "@org/team", "https://evil.example"):
         assert markup in raw
 
