@@ -353,3 +353,38 @@ def test_the_host_s_list_of_checks_is_the_doctor_s_ladder() -> None:
     from dlci.policy import CHECK_IDS
 
     assert tuple(entry[0] for entry in LADDER) == CHECK_IDS
+
+
+def test_sparse_embedding_gradients_flow_and_a_frozen_row_table_is_still_caught() -> None:
+    """An ``EmbeddingBag(sparse=True)`` (DLRM's, a recommender's) gets sparse gradients, which
+    have no ``!=`` or ``isfinite``: grad-flow reads their stored values. The control: the same
+    model with the embedding detached from the loss fails, naming it."""
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import dlci
+
+    class Recommender(nn.Module):
+        def __init__(self, detach: bool = False) -> None:
+            super().__init__()
+            self.rows = nn.EmbeddingBag(50, 8, mode="sum", sparse=True)
+            self.head = nn.Linear(8, 2)
+            self.detach = detach
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            bag = self.rows(ids)
+            return self.head(bag.detach() if self.detach else bag)
+
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randint(0, 50, (32, 3), generator=g), torch.randint(0, 2, (32,)))
+
+    def target(detach: bool) -> dlci.Target:
+        return dlci.Target(
+            Recommender(detach), lambda params: torch.optim.SGD(params, lr=0.1),
+            DataLoader(data, batch_size=16), loss_fn=nn.CrossEntropyLoss(), num_classes=2,
+        )  # fmt: skip
+
+    healthy = run_checks(target(False), checks=select("grad-flow"), tier=TIER)[0]
+    assert healthy.status == "pass", healthy
+    broken = run_checks(target(True), checks=select("grad-flow"), tier=TIER)[0]
+    assert broken.status == "fail" and "rows" in broken.measured, broken

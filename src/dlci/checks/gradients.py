@@ -85,13 +85,26 @@ class _Flow:
 
     def hook(self, name: str) -> Callable[[Any], None]:
         def after_accumulate(param: Any) -> None:
-            grad = param.grad.detach()
+            grad = _stored(param.grad.detach())
             if self.step == 1:
                 self.first[name] = grad.clone()
             if name not in self.flowing and bool((grad != 0).any()):
                 self.flowing[name] = self.step
 
         return after_accumulate
+
+
+def _stored(grad: Any) -> Any:
+    """A gradient's stored values: a sparse one's (an ``Embedding(sparse=True)``'s rows that
+    got one), coalesced so a repeated row counts once; sparse tensors have no ``!=`` and no
+    ``isfinite``, and their norm is the norm of these values.
+
+    >>> import torch
+    >>> sparse = torch.sparse_coo_tensor([[0, 0, 2]], [[1.0], [2.0], [0.0]], (4, 1))
+    >>> _stored(sparse).flatten().tolist(), float(_stored(sparse).norm())
+    ([3.0, 0.0], 3.0)
+    """
+    return grad.coalesce().values() if grad.is_sparse else grad
 
 
 def _captured_steps(ctx: Context, trainable: list[tuple[str, Any]]) -> _Flow:
