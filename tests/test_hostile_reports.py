@@ -323,3 +323,41 @@ def test_a_report_of_millions_of_wrong_items_is_read_only_to_the_limit(monkeypat
     doctor = {"counts": {"k" * 100_000: "many"}}
     (line,) = fields.problems("doctor", doctor)
     assert line == f"doctor.json: counts.{'k' * 37}... is text, expected an integer"
+
+
+def test_numbers_no_float_holds_and_megabytes_of_text_still_give_a_summary(
+    tmp_path: Path, monkeypatch, capsys, utilization: dict[str, Any]
+) -> None:
+    """The open tables of utilization.json (memory's capture and steps, the shares) take any
+    number JSON can spell: 10**400 once crashed the summary (OverflowError, no summary, no
+    outputs). A report of megabytes of text gives a summary GitHub still shows (it drops one
+    over 1 MiB whole), and 20 annotations of failing checks, not thousands."""
+    from dlci.action.host.summary import MAX_SUMMARY_BYTES
+
+    huge = json.loads("1" + "0" * 400)  # what a JSON parser reads from 400 digits
+    report = copy.deepcopy(utilization)
+    report["memory"] = {
+        "source": "trace",
+        "capture": {"device": "cuda:0", "peak_allocated_bytes": huge},
+        "steps": [{"step": 1, "peak_allocated_bytes": huge}],
+        "top_allocations": [{"bytes": huge, "where": "x"}],
+    }
+    report["breakdown"] = {"pct": {"kernel": huge}}
+    report["phases"] = {"pct": {"data_loading": huge}}
+    failing = {"id": "zero-grad", "status": "fail", "measured": "m", "expected": "e",
+               "cause": "c", "fix": "f"}  # fmt: skip
+    big_doctor = {"verdict": "fail", "counts": {"fail": 5000}, "checks": [failing] * 5000,
+                  "waivers": []}  # fmt: skip
+    big_memorization = {**memorization(), "reason": "x " * 1_500_000}
+    reports = {"utilization": report, "doctor": big_doctor, "memorization": big_memorization}
+    folder = write_job(tmp_path / "art", reports, dict(TIER))
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "summary.md"))
+    monkeypatch.setenv("GITHUB_OUTPUT", str(tmp_path / "outputs.txt"))
+    assert main(["summary", "--artifacts", str(folder)]) == 0  # its steps passed: no crash (3)
+    summary = (tmp_path / "summary.md").read_bytes()
+    assert 0 < len(summary) <= MAX_SUMMARY_BYTES + 200
+    assert summary.rstrip().endswith(b"every report is in the artifacts.)")
+    assert "verdict" in (tmp_path / "outputs.txt").read_text()  # the outputs were written
+    annotated = [line for line in capsys.readouterr().err.splitlines()
+                 if line.startswith("error: dlci doctor: ")]  # fmt: skip
+    assert len(annotated) == 20  # of 5000 failing checks

@@ -475,9 +475,14 @@ class Utilization(Shape):
     gate: Gate | UnsetType = UNSET  # only when a gate was asked for
 
     def shares(self, part: str) -> dict[str, float]:
-        """The ``pct`` of ``breakdown`` or ``phases``: part -> share of the total (%)."""
+        """The ``pct`` of ``breakdown`` or ``phases``: part -> share of the total (%), the
+        entries that are percentages only (an open table: a report may hold anything)."""
         found = (self.breakdown if part == "breakdown" else self.phases).get("pct")
-        return found if isinstance(found, dict) else {}
+        return {
+            str(k): float(v)
+            for k, v in (found.items() if isinstance(found, dict) else ())
+            if isinstance(v, int | float) and not isinstance(v, bool) and -1e6 < v < 1e6
+        }
 
 
 SHAPES: dict[str, type[Shape]] = {

@@ -320,10 +320,12 @@ def _sync_table(syncs: Syncs) -> list[str]:
 def _bytes(value: object) -> str:
     """Bytes in binary units, the exact count beside them.
 
-    >>> _bytes(8389388), _bytes(512), _bytes(None)
-    ('8.0 MiB (8,389,388 bytes)', '512 bytes', 'n/a')
+    >>> _bytes(8389388), _bytes(512), _bytes(None), _bytes(10**400)
+    ('8.0 MiB (8,389,388 bytes)', '512 bytes', 'n/a', 'n/a')
     """
     if not isinstance(value, int | float) or isinstance(value, bool):
+        return "n/a"
+    if not abs(value) < 1 << 80:  # an open table's number no device holds (or NaN)
         return "n/a"
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if abs(value) >= size:

@@ -40,6 +40,9 @@ from dlci.report.text import md
 from dlci.trust import host as trusted
 
 MAX_TEST_ANNOTATIONS = 20
+MAX_CHECK_ANNOTATIONS = 20  # failing doctor checks annotated; the summary lists them all
+# GitHub drops a step summary over 1 MiB whole: the job's is cut below it, said
+MAX_SUMMARY_BYTES = 900 << 10
 GATE_REPORTS = ("memorization", "doctor", "utilization")
 # The report that is a step's positive verdict: a step passes only on the one it wrote itself,
 # whatever its exit code (docs/action.md, "A positive verdict").
@@ -107,7 +110,23 @@ def summarize(
         markdown += f"\n\nThe job's HTML report, every figure inside it: `{page.name}` in {where}."
     else:
         markdown += f"\n\nNo HTML report for this job: {md(page, limit=300)}."
-    return Summary(markdown, values, error_annotations(data), data["verdict"])
+    return Summary(cap(markdown), values, error_annotations(data), data["verdict"])
+
+
+def cap(markdown: str, limit: int = MAX_SUMMARY_BYTES) -> str:
+    """The summary under ``limit`` bytes, cut at a line with a line saying so: GitHub drops a
+    larger step summary whole (a report can hold megabytes of text).
+
+    >>> cap("a\\nb\\nc\\n", limit=4).splitlines()
+    ['a', 'b', '', '(The summary was cut at 4 bytes: every report is in the artifacts.)']
+    """
+    data = markdown.encode()
+    if len(data) <= limit:
+        return markdown
+    kept = data[:limit].decode(errors="ignore").rsplit("\n", 1)[0]
+    return (
+        f"{kept}\n\n(The summary was cut at {limit:,} bytes: every report is in the artifacts.)\n"
+    )
 
 
 def bisect_top(folder: Path) -> str:
@@ -430,9 +449,9 @@ def error_annotations(data: dict[str, Any]) -> list[tuple[str, str, str]]:
         out.append(("error", mem.reason or "the memorization test failed", "memorization"))
     doctor = data["doctor"]  # a DoctorReport (type_problems read it) or None
     if doctor:
-        for check in sorted(doctor.checks, key=lambda c: bool(c.follows)):  # roots first
-            if check.status == "fail":
-                out.append(("error", f"{check.id}: {check.cause}", "dlci doctor"))
+        failed = [c for c in doctor.checks if c.status == "fail"]
+        for check in sorted(failed, key=lambda c: bool(c.follows))[:MAX_CHECK_ANNOTATIONS]:
+            out.append(("error", f"{check.id}: {check.cause}", "dlci doctor"))  # roots first
     util = data["utilization"]  # a Utilization (type_problems read it) or None
     if util and util.gate and not util.gate.passed:
         out.append(("error", util.gate.message, "GPU utilization"))
