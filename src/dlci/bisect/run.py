@@ -285,7 +285,7 @@ def run_bisect(request: BisectRequest, say: Callable[[str], None]) -> dict[str, 
     setup = {"gate": request.gate.describe(), "install": request.install}
     return result(
         setup,
-        _github(request.github_token, say),
+        github_client(request.github_token, say),
         commits,
         search,
         answer,
@@ -320,11 +320,11 @@ def last_green(history: str | None) -> str:
     return str(green[-1]["sha"])
 
 
-def _github(token: str | None, say: Callable[[str], None]) -> Any:
-    """A GitHub client from the environment when a token is given, else None."""
+def github_client(token: str | None, say: Callable[[str], None]) -> GitHub | None:
+    """A GitHub client from the environment when a token is given, else None (and why not,
+    said, when the environment cannot make one)."""
     if not token:
         return None
-
     try:
         return GitHub.from_environment(token)
     except ApiError as exc:

@@ -78,6 +78,12 @@ def sticky_comment(
         return f"no comment: {why}"
     if len(body) > MAX_BODY:
         body = body[:MAX_BODY] + "\n\n(cut short: the full comparison is in the job summary)\n"
+    return post_or_update(api, number, body, marker)
+
+
+def post_or_update(api: GitHub, number: int, body: str, marker: str) -> str:
+    """Post ``body`` on pull request ``number``, or update dl-ci's comment there that starts
+    with ``marker``; what was done, in a line (a failure too: never raised)."""
     try:
         existing = find_comment(api, number, marker)
         if existing is None:

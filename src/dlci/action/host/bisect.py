@@ -42,7 +42,7 @@ from typing import Any
 from dlci import jsonio
 from dlci.action.github import artifacts
 from dlci.action.github.api import ApiError, GitHub
-from dlci.action.github.comment import MAX_BODY, find_comment
+from dlci.action.github.comment import MAX_BODY, post_or_update
 from dlci.action.host import container
 from dlci.action.host.cache import UNTRUSTED
 from dlci.action.host.gates import HOST_MOUNT, OUT_MOUNT, PLAN_NAME, WORKSPACE, reports_dir
@@ -51,6 +51,7 @@ from dlci.action.host.image import say
 from dlci.action.host.summary import read_report
 from dlci.bisect.render import console_lines, markdown
 from dlci.bisect.result import add_pulls, read_answer
+from dlci.bisect.run import github_client
 from dlci.errors import DlciError
 from dlci.policy import CHECK_IDS
 from dlci.script.command import command_words
@@ -219,7 +220,7 @@ def bisect(request: NightRequest, environ: Mapping[str, str] = os.environ) -> Ou
     if why or not gate:
         say(f"bisect: not run: {why or words}")
         return Outcome("skipped")
-    api = _api(request.token)
+    api = github_client(request.token, lambda line: say(f"bisect: {line}"))
     good = request.good.strip() or "last-green"
     if good == "last-green":
         if api is None:
@@ -274,16 +275,6 @@ def _between(api: GitHub | None, good: str, sha: str, bad: str) -> str:
     if states[0] == "ahead" and states[1] in ("ahead", "identical"):
         return ""
     return f"no comment: GitHub does not place {sha[:12]} between the good and bad commits"
-
-
-def _api(token: str) -> GitHub | None:
-    if not token:
-        return None
-    try:
-        return GitHub.from_environment(token)
-    except ApiError as exc:
-        say(f"bisect: no GitHub API: {exc}")
-        return None
 
 
 def _run(
@@ -351,12 +342,4 @@ def _comment(
         f"{marker}\n{markdown(data)}\nFound by dl-ci's bisect of the red run "
         f"{link}/actions/runs/{run if run.isdigit() else ''}.\n"
     )[:MAX_BODY]
-    try:
-        existing = find_comment(api, pull, marker)
-        if existing is None:
-            api.call("POST", f"/repos/{{repo}}/issues/{pull}/comments", body={"body": body})
-            return f"commented on pull request {pull}"
-        api.call("PATCH", f"/repos/{{repo}}/issues/comments/{existing}", body={"body": body})
-        return f"updated the comment on pull request {pull}"
-    except ApiError as exc:
-        return f"no comment: {exc} (the token needs pull-requests: write)"
+    return post_or_update(api, pull, body, marker)
