@@ -11,6 +11,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from dlci.action.host.preflight import trusted_configuration
@@ -177,7 +178,7 @@ def doctor_step(
     (plan[1].out / "run.json").write_text(json.dumps({"steps": steps}))
     (plan[1].out / "doctor.json").write_text(json.dumps(report))
     job.collect(plan[1], 0)
-    run = job.finish(plan)["run"]
+    run = msgspec.to_builtins(job.finish(plan))["run"]
     job.close()
     return next(s for s in run["steps"] if s["name"] == "doctor")
 
@@ -408,7 +409,7 @@ def profile_step(tmp_path, monkeypatch, values: dict, gate: dict) -> dict:
     report = {"gpu_utilization": 90.0, "gate": {"passed": True, "message": "ok", **gate}}
     (plan[1].out / "utilization.json").write_text(json.dumps(report))
     job.collect(plan[1], 0)
-    run = job.finish(plan)["run"]
+    run = msgspec.to_builtins(job.finish(plan))["run"]
     job.close()
     return next(s for s in run["steps"] if s["name"] == "profile")
 

@@ -10,6 +10,7 @@ import re
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from dlci.action.host import container
@@ -116,7 +117,7 @@ def test_finish_replaces_planted_reports_and_records_what_it_copied(tmp_path, mo
     (plan[1].out / "run.json").write_text(json.dumps({"steps": gate_steps}))
     job.collect(plan[1], 1)
     (plan[1].out / "memorization.json").write_text('{"verdict": "pass"}')  # too late: copied
-    record = job.finish(plan)  # the profile gate never ran (stopped)
+    record = msgspec.to_builtins(job.finish(plan))  # the profile gate never ran (stopped)
     assert json.loads((art / "memorization.json").read_text()) == {"verdict": "fail"}
     assert not (art / "utilization.json").exists()
     digest = hashlib.sha256(b'{"verdict": "fail"}').hexdigest()
@@ -144,8 +145,8 @@ def test_a_gate_whose_install_failed_is_an_error(tmp_path, monkeypatch) -> None:
     steps = [{"name": "install", "status": "error"}, {"name": "memorize", "status": "skipped"}]
     (plan[1].out / "run.json").write_text(json.dumps({"steps": steps}))
     job.collect(plan[1], 1)
-    memorize = next(s for s in job.finish(plan)["run"]["steps"] if s["name"] == "memorize")
-    assert memorize["status"] == "error" and "install step failed" in memorize["reason"]
+    memorize = job.finish(plan).run.step("memorize")
+    assert memorize.status == "error" and "install step failed" in memorize.reason
 
 
 # The step rule: a step passes only on the report it wrote itself, whatever its exit code
@@ -311,7 +312,7 @@ def step_record(out: Path, gate: str, code: int, writes: dict) -> dict:
         runner.step(gate, command)
     finally:
         runner.finish()
-    return runner.steps[-1]
+    return msgspec.to_builtins(runner.steps[-1])  # as run.json holds it
 
 
 def test_dlci_run_deletes_a_stale_report_before_the_step(tmp_path: Path) -> None:
@@ -342,7 +343,7 @@ def test_the_host_decides_a_gate_from_the_report_it_copied(tmp_path, monkeypatch
         if report is not None:
             (plan[1].out / "memorization.json").write_text(json.dumps(report))
         job.collect(plan[1], code)
-        run = job.finish(plan)["run"]
+        run = msgspec.to_builtins(job.finish(plan))["run"]
         job.close()
         return next(s for s in run["steps"] if s["name"] == "memorize")
 
@@ -373,13 +374,12 @@ def test_the_host_holds_the_tests_claim_against_junit(tmp_path, monkeypatch) -> 
     ]
     (art / "run.json").write_text(json.dumps({"steps": steps}))
     job.collect(plan[0], 0)
-    tests = next(s for s in job.finish(plan)["run"]["steps"] if s["name"] == "tests")
-    assert tests["status"] == "failed" and "without junit.xml" in tests["reason"]
+    tests = job.finish(plan).run.step("tests")
+    assert tests.status == "failed" and "without junit.xml" in tests.reason
     junit(art, 2)  # control: the same claim with a junit.xml that agrees
     (art / "run.json").write_text(json.dumps({"steps": steps}))
     job.collect(plan[0], 0)  # the host copies the tests' files when their container has gone
-    tests = next(s for s in job.finish(plan)["run"]["steps"] if s["name"] == "tests")
-    assert tests["status"] == "passed"
+    assert job.finish(plan).run.step("tests").status == "passed"
     job.close()
 
 
@@ -483,7 +483,7 @@ def test_the_host_copies_only_regular_files_of_the_gates_names(tmp_path, monkeyp
     assert plan[1].out is not None
     plant_in_gate_out(plan[1].out, secret)
     job.collect(plan[1], 0)  # finishes: the FIFO is never opened for a blocking read
-    record = job.finish(plan)
+    record = msgspec.to_builtins(job.finish(plan))
     art = tmp_path / "ws" / "dlci-artifacts"
     assert CANARY not in everything_under(job.reports, art)
     assert host_env() not in everything_under(job.reports, art)
@@ -546,7 +546,7 @@ def test_the_host_never_writes_through_a_swapped_artifacts_folder(tmp_path, monk
     (plan[1].out / "evil.pth").write_text("import os\n")
     swap_artifacts_for_a_link(ws, victim)
     job.collect(plan[1], 0)
-    record = job.finish(plan)
+    record = msgspec.to_builtins(job.finish(plan))
     assert list(victim.iterdir()) == []  # nothing written through the link
     assert (ws / "dlci-artifacts").is_symlink()
     assert any("is a symbolic link" in p for p in record["problems"])
@@ -659,7 +659,7 @@ def test_a_folder_planted_at_a_report_name_does_not_crash_finish(tmp_path, monke
     assert plan[1].out is not None
     (plan[1].out / "memorization.json").write_text('{"verdict": "fail"}')
     job.collect(plan[1], 1)
-    record = job.finish(plan)
+    record = msgspec.to_builtins(job.finish(plan))
     assert any("memorization.json" in p for p in record["problems"])
     assert (job.reports / "memorization.json").read_text() == '{"verdict": "fail"}'
     job.close()

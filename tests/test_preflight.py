@@ -495,8 +495,9 @@ def test_a_pinned_runner_s_preflight_counts_its_gpus(eight_gpus, monkeypatch, tm
 
 def test_cleanup_reports_gpu_processes_on_the_runner_s_own_gpus(eight_gpus, monkeypatch) -> None:
     from dlci.action.host.cleanup import gpu_processes
+    from dlci.report.fields import GpuProcess
 
     monkeypatch.setenv("DLCI_RUNNER_GPUS", "GPU-0a2b,GPU-1a2b,GPU-2a2b,GPU-3a2b")
     assert gpu_processes() == []  # the neighbour's training on GPU 5 is not this job's
     monkeypatch.setenv("DLCI_RUNNER_GPUS", "GPU-4a2b,GPU-5a2b")  # the control: its own GPU
-    assert gpu_processes() == [{"pid": 777, "used_memory_mib": 30000, "gpu_uuid": "GPU-5a2b"}]
+    assert gpu_processes() == [GpuProcess(pid=777, used_memory_mib=30000, gpu_uuid="GPU-5a2b")]

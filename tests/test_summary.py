@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from dlci.action.host.gates import where_the_time_went
 from dlci.cli import main
+from dlci.report.fields import read_run
 from dlci.report.github import format_outputs
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
@@ -64,7 +66,7 @@ def test_a_passing_job(tmp_path: Path, github, capsys) -> None:
     steps = [step(n, "passed") for n in ("install", "tests", "memorize", "doctor", "profile")]
     parts = {n: {"copy_s": 0.25, "container_s": 2.5} for n in ("install", "tests", "memorize")}
     parts["install"]["commit_s"] = 0.5
-    timing = where_the_time_went(parts, steps)
+    timing = msgspec.to_builtins(where_the_time_went(parts, read_run({"steps": steps}).steps))
     write(art, "run.json", {"kind": "run", "steps": steps, "verdict": "pass", "timing": timing})
     write(
         art,

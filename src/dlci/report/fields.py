@@ -21,7 +21,8 @@ report/utilization.py).
 from __future__ import annotations
 
 import itertools
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -519,3 +520,176 @@ def problems(kind: str, report: Any, *, limit: int = 5) -> list[str]:
     if len(found) > limit:
         found = [*found[:limit], f"{kind}.json: more fields of wrong types"]
     return found
+
+
+# --------------------------------------------------------------------------- run.json
+# The job's run record is typed end to end: dlci run in a container (action/job/run.py) builds
+# a RunRecord and rewrites run.json after every step; the host (action/host/gates.py) reads
+# each container's run.json back with read_run (the container ran the pull request's code: its
+# record is a claim, every wrong-typed field named, never a traceback), builds its own
+# RunRecord from those claims and each gate's step, and writes it into its reports folder and
+# its record (HostRecord, the DLCI_HOST_RECORD file); the job summary and the HTML page read
+# both back the same way, and cleanup.json (Cleanup) too. A key written only where it applies
+# (a step's command, exit code, log tail or reason; the host's timing) is UNSET, which msgspec
+# leaves out of the JSON. The torch record stays a mapping: the image's own file, shown as a
+# claim. preflight.json stays a mapping: dlci.trust.host reads its configuration.
+
+
+class RunStep(Shape):
+    """One step of the job, as dlci run records it (its status from the exit code, then its
+    report: dlci.action.host.verdicts.judge), with the host's additions on the host's copy."""
+
+    name: str = ""
+    command: str | UnsetType = UNSET  # a step that ran
+    status: str = ""  # passed, failed, error, interrupted, skipped; running while it runs
+    exit_code: int | UnsetType = UNSET
+    reason: str | UnsetType = UNSET  # why it did not pass, or was skipped
+    duration_s: float | UnsetType = UNSET  # seconds; absent while the step runs
+    log_tail: list[str] | UnsetType = UNSET  # its last lines of output
+    killed: str | UnsetType = UNSET  # "oom-or-kill": SIGKILL
+    test: str | UnsetType = UNSET  # the test running when the tests step was killed
+    container_exit_code: int | UnsetType | None = UNSET  # the host's: the part's container
+    isolated: bool | UnsetType = UNSET  # the host's: a gate run in a container of its own
+
+    def apply(self, changes: Mapping[str, object]) -> None:
+        """A verdict's changes to the step (classify's, judge's: its status, a reason)."""
+        for key, value in changes.items():
+            setattr(self, key, value)
+
+
+class Threads(Shape):
+    """The CPU threads dlci run set for every step, and why (action/job/threads.py)."""
+
+    value: int | str | None = None
+    source: str = ""
+
+
+class KitTime(Shape):
+    """The kit's own seconds: the host's copies of the checkout, each container's start and
+    stop beyond its steps, the install image's commit."""
+
+    copies_s: float = 0.0
+    containers_s: float = 0.0
+    commit_s: float = 0.0
+
+
+class Timing(Shape):
+    """Where the job's container time went (action/host/gates.where_the_time_went)."""
+
+    project_s: float = 0.0
+    project: dict[str, float] = {}  # step -> its seconds (the containers' claims)
+    kit_s: float = 0.0
+    kit: KitTime = msgspec.field(default_factory=KitTime)
+    parts: dict[str, dict[str, float]] = {}  # part -> copy_s, container_s, commit_s
+
+
+class RunRecord(Shape):
+    """run.json: the job's steps and its verdict; in a container ``running`` or ``failing``
+    until the last step ends, then ``pass`` or ``fail``. ``timing`` and ``isolated_gates``
+    are the host's own, on the record it writes."""
+
+    schema_version: int = 1
+    kind: str = "run"
+    timing: Timing | UnsetType = UNSET
+    started: str = ""
+    cwd: str = ""
+    steps: list[RunStep] = []
+    failed_steps: list[str] = []
+    verdict: str = ""
+    isolated_gates: list[str] | UnsetType = UNSET
+    torch: Object | None = None  # the image's record of its torch (a claim, shown as such)
+    threads: Threads | None = None
+
+    def step(self, name: str) -> RunStep | None:
+        """The first step called ``name``; None when there is none."""
+        return next((s for s in self.steps if s.name == name), None)
+
+
+class ReportCopy(Shape):
+    """A gate report the host copied out of the gate's own directory."""
+
+    part: str = ""
+    sha256: str = ""
+
+
+class HostRecord(Shape):
+    """The host's record of the container run (DLCI_HOST_RECORD, outside the workspace)."""
+
+    schema_version: int = 1
+    kind: str = "host-record"
+    tier: Object | None = None  # the job plan's tier, read before any container
+    preflight: Object | None = None  # the job plan, as dlci.trust.host reads it
+    exit_codes: dict[str, int] = {}
+    isolated_parts: list[str] = []
+    reports: dict[str, ReportCopy] = {}
+    reports_dir: str = ""
+    refused: list[str] = []
+    planted: list[str] = []
+    problems: list[str] = []
+    run: RunRecord | None = None
+
+
+class GpuProcess(Shape):
+    """A compute process nvidia-smi lists after the job, or why it could not list them."""
+
+    pid: int | UnsetType = UNSET
+    used_memory_mib: int | UnsetType = UNSET
+    gpu_uuid: str | UnsetType = UNSET
+    error: str | UnsetType = UNSET
+
+
+class Cleanup(Shape):
+    """cleanup.json: what the host undid after the job (action/host/cleanup.py)."""
+
+    schema_version: int = 1
+    kind: str = "cleanup"
+    job: str = ""
+    containers_removed: int = 0
+    images_removed: int = 0
+    foreign_files: int = 0
+    ownership_restored: int = 0
+    ownership_method: str = ""
+    foreign_left: int = 0
+    foreign_sample: list[str] = []
+    gpu_processes: list[GpuProcess] = []
+
+
+SHAPES.update({"run": RunRecord, "host-record": HostRecord, "cleanup": Cleanup})
+R = TypeVar("R", RunRecord, HostRecord, Cleanup)
+
+
+def _read(kind: str, cls: type[R], raw: Any) -> R:
+    wrong = problems(kind, raw)
+    if wrong:
+        raise ValueError("; ".join(wrong))
+    try:
+        return msgspec.convert(raw, cls)
+    except msgspec.ValidationError as exc:  # the types are right: a value no field holds
+        raise ValueError(f"{kind}.json cannot be read: {exc}") from None
+
+
+def read_run(raw: Any) -> RunRecord:
+    """A decoded run.json as its classes; ValueError naming each field of a wrong type, or a
+    value no field holds (a duration beyond any float).
+
+    >>> read_run({"steps": [{"name": "tests", "status": "passed", "duration_s": 2}]}).steps[0]
+    RunStep(name='tests', command=UNSET, status='passed', exit_code=UNSET, reason=UNSET, \
+duration_s=2.0, log_tail=UNSET, killed=UNSET, test=UNSET, container_exit_code=UNSET, isolated=UNSET)
+    >>> read_run({"steps": [{"name": "tests", "status": 0}]})
+    Traceback (most recent call last):
+    ValueError: run.json: steps[0].status is a number, expected text
+    >>> read_run({"steps": [{"name": "tests", "duration_s": 10**400}]})
+    Traceback (most recent call last):
+    ValueError: run.json cannot be read: Number out of range - at `$.steps[0].duration_s`
+    """
+    return _read("run", RunRecord, raw)
+
+
+def read_host_record(raw: Any) -> HostRecord:
+    """A decoded host record as its classes; ValueError as :func:`read_run`."""
+    return _read("host-record", HostRecord, raw)
+
+
+def read_cleanup(raw: Any) -> Cleanup:
+    """A decoded cleanup.json as its classes; ValueError as :func:`read_run`."""
+    return _read("cleanup", Cleanup, raw)

@@ -29,7 +29,7 @@ from dlci.errors import DlciError
 from dlci.fsutil import atomic_write_text, is_null_device, read_input
 from dlci.report import doctor as doctor_report
 from dlci.report import memorization as memorization_report
-from dlci.report.fields import DoctorReport, Memorization
+from dlci.report.fields import DoctorReport, Memorization, read_run
 from dlci.report.figures import FOLDER, HEALTHY, TITLES
 from dlci.report.text import clean
 
@@ -340,17 +340,23 @@ KIT_PARTS = {"copies_s": "copies of the checkout", "containers_s": "container st
 
 def _timing(run: dict[str, Any] | str | None) -> list[dict[str, str]]:
     """Where the job's container time went (run.json's timing, the host's): one row each for
-    the project's steps and the kit's own parts; nothing for a run without it."""
-    timing = _dict(_dict(run).get("timing"))
+    the project's steps and the kit's own parts; nothing for a run without it, or a run.json
+    with a field of a wrong type (read_run)."""
+    try:
+        timing = read_run(run).timing if isinstance(run, dict) else None
+    except ValueError:
+        return []
+    if not timing:
+        return []
     rows = []
-    for name, value in list(_dict(timing.get("project")).items())[:10]:
+    for name, value in list(timing.project.items())[:10]:
         if _number(value, ".1f"):
             rows.append({"who": "the project", "what": _text(name, 40),
                          "seconds": _number(value, ".1f")})  # fmt: skip
-    kit = _dict(timing.get("kit"))
     for key, words in KIT_PARTS.items():
-        if _number(kit.get(key), ".1f"):
-            rows.append({"who": "the kit", "what": words, "seconds": _number(kit[key], ".1f")})
+        seconds = _number(getattr(timing.kit, key), ".1f")
+        if seconds:
+            rows.append({"who": "the kit", "what": words, "seconds": seconds})
     return rows
 
 

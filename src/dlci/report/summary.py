@@ -10,7 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 from dlci.report.doctor import render_markdown as doctor_md
-from dlci.report.fields import DoctorReport, Memorization, Utilization
+from dlci.report.fields import (
+    Cleanup,
+    DoctorReport,
+    Memorization,
+    RunRecord,
+    RunStep,
+    Timing,
+    Utilization,
+)
 from dlci.report.memorization import render_markdown as memorization_md
 from dlci.report.text import bullets, md, md_code, table
 from dlci.report.utilization import memory_fact
@@ -51,31 +59,29 @@ def render(data: dict[str, Any], *, title: str = "dl-ci") -> str:
     return "\n".join(lines)
 
 
-def _failed_step_logs(run: dict[str, Any] | None) -> list[str]:
+def _failed_step_logs(run: RunRecord | None) -> list[str]:
     """Each failed step's last lines (from its log), each line a code span: the cause of the
     failure in the summary, not only the step's name."""
     lines: list[str] = []
-    for step in (run or {}).get("steps") or []:
-        if not isinstance(step, dict) or step.get("status") not in ("failed", "error"):
+    for step in run.steps if run else []:
+        if step.status not in ("failed", "error"):
             continue
         tail = log_cause(step)
         if tail:
-            lines += [f"### The last lines of step {md(step.get('name', '?'))}", ""]
+            lines += [f"### The last lines of step {md(step.name or '?')}", ""]
             lines += [*bullets(md_code(line) for line in tail), ""]
     return lines
 
 
-def log_cause(step: dict[str, Any], lines: int = 10) -> list[str]:
+def log_cause(step: RunStep, lines: int = 10) -> list[str]:
     """The last non-blank lines a step printed (its ``log_tail`` in run.json): where its
     error is, for the summary to show beside the step's name.
 
-    >>> log_cause({"log_tail": ["Building...", "", "ERROR: editables is needed", "  "]})
+    >>> log_cause(RunStep(log_tail=["Building...", "", "ERROR: editables is needed", "  "]))
     ['Building...', 'ERROR: editables is needed']
     """
-    tail = step.get("log_tail")
-    if not isinstance(tail, list):
-        return []
-    return [str(line).rstrip()[:300] for line in tail if str(line).strip()][-lines:]
+    tail = step.log_tail or []
+    return [line.rstrip()[:300] for line in tail if line.strip()][-lines:]
 
 
 def facts(data: dict[str, Any]) -> list[list[str]]:
@@ -200,53 +206,51 @@ def _report_facts(data: dict[str, Any]) -> list[list[str]]:
                 + (f", {md(c['crashed'])} crashed (dl-ci's own bug)" if c.get("crashed") else ""),
             ]
         )
-    threads = (data.get("run") or {}).get("threads")
-    if isinstance(threads, dict) and threads.get("source"):
-        rows.append(["CPU threads", md(threads["source"], limit=200)])
-    timing = (data.get("run") or {}).get("timing")
-    if isinstance(timing, dict) and isinstance(timing.get("project"), dict):
-        rows.append(["where the time went", _time_split(timing)])
-    cleanup = data["cleanup"]
+    run: RunRecord | None = data.get("run")  # read by the host (action.host.summary)
+    if run and run.threads and run.threads.source:
+        rows.append(["CPU threads", md(run.threads.source, limit=200)])
+    if run and run.timing:
+        rows.append(["where the time went", _time_split(run.timing)])
+    cleanup: Cleanup | None = data["cleanup"]  # read by the host (action.host.summary)
     if cleanup:
         rows.append(
             [
                 "cleanup",
-                f"{md(cleanup.get('containers_removed', 0))} container(s) removed, "
-                f"{md(cleanup.get('ownership_restored', 0))} file(s) given back, "
-                f"{len(cleanup.get('gpu_processes') or [])} GPU process(es) left",
+                f"{md(cleanup.containers_removed)} container(s) removed, "
+                f"{md(cleanup.ownership_restored)} file(s) given back, "
+                f"{len(cleanup.gpu_processes)} GPU process(es) left",
             ]
         )
     return rows
 
 
-def _time_split(timing: dict[str, Any]) -> str:
+def _time_split(timing: Timing) -> str:
     """The containers' time: the project's work, then the kit's own (dlci.action.host.gates)."""
     project = ", ".join(
-        f"{md(name)} {_number(value, '.1f')} s" for name, value in timing["project"].items()
+        f"{md(name)} {_number(value, '.1f')} s" for name, value in timing.project.items()
     )
-    found = timing.get("kit")
-    kit: dict[str, Any] = found if isinstance(found, dict) else {}
-    words = {"copies_s": "copies of the checkout", "containers_s": "container start and stop",
-             "commit_s": "the install's image"}  # fmt: skip
-    own = ", ".join(
-        f"{words[k]} {_number(kit.get(k), '.1f')} s" for k in words if kit.get(k) is not None
+    kit = timing.kit
+    own = (
+        f"copies of the checkout {_number(kit.copies_s, '.1f')} s, "
+        f"container start and stop {_number(kit.containers_s, '.1f')} s, "
+        f"the install's image {_number(kit.commit_s, '.1f')} s"
     )
     return (
-        f"the project's {_number(timing.get('project_s'), '.1f')} s ({project}); "
-        f"the kit's own {_number(timing.get('kit_s'), '.1f')} s ({own})"
+        f"the project's {_number(timing.project_s, '.1f')} s ({project}); "
+        f"the kit's own {_number(timing.kit_s, '.1f')} s ({own})"
     )
 
 
-def _step_rows(run: dict[str, Any]) -> list[list[str]]:
+def _step_rows(run: RunRecord) -> list[list[str]]:
     rows = []
-    for step in run.get("steps", []):
-        status = str(step.get("status", "?"))
+    for step in run.steps:
+        status = step.status or "?"
         if status == "running":
             status = "interrupted"
-        note = f" ({md(step['reason'], limit=400)})" if step.get("reason") else ""
-        seconds = _number(step.get("duration_s", 0), ".1f")
+        note = f" ({md(step.reason, limit=400)})" if step.reason else ""
+        seconds = _number(step.duration_s or 0, ".1f")
         icon = ICON.get(status, "")
-        name = md(step.get("name", "?"), limit=60)
+        name = md(step.name or "?", limit=60)
         rows.append([name, f"{icon} {md(status, limit=40)}{note}", f"{seconds} s"])
     return rows
 

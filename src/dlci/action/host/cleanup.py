@@ -18,12 +18,12 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 from dlci.action.host.container import JOB_LABEL
 from dlci.action.host.image import docker
 from dlci.action.host.installed import remove_job_images
 from dlci.hardware import pinned_gpus
+from dlci.report.fields import Cleanup, GpuProcess
 
 #: the runner's environment variable naming a trusted image with ``chown`` (docs/runner.md)
 CLEANUP_IMAGE_ENV = "DLCI_CLEANUP_IMAGE"
@@ -36,7 +36,7 @@ IMAGE_IGNORED = (
 )
 
 
-def cleanup(job: str, workspace: Path, cleanup_image: str | None = None) -> dict[str, Any]:
+def cleanup(job: str, workspace: Path, cleanup_image: str | None = None) -> Cleanup:
     """Undo what the job left; the ``cleanup`` report.
 
     ``cleanup_image``: the trusted image to run ``chown`` in when the runner is not root;
@@ -49,45 +49,43 @@ def cleanup(job: str, workspace: Path, cleanup_image: str | None = None) -> dict
     image = os.environ.get(CLEANUP_IMAGE_ENV, "") if cleanup_image is None else cleanup_image
     method = restore_ownership(foreign, workspace, image, uid, gid) if foreign else "none"
     left = foreign_files(workspace, uid) if foreign and method != "none" else foreign
-    return {
-        "schema_version": 1,
-        "kind": "cleanup",
-        "job": job,
-        "containers_removed": len(removed),
-        "images_removed": len(images),  # the job's installed image, left by a killed job
-        "foreign_files": len(foreign),
-        "ownership_restored": len(foreign) - len(left),
-        "ownership_method": method,
-        "foreign_left": len(left),
-        "foreign_sample": [os.path.relpath(p, workspace) for p in left[:SAMPLE]],
-        "gpu_processes": gpu_processes(),
-    }
+    return Cleanup(
+        job=job,
+        containers_removed=len(removed),
+        images_removed=len(images),  # the job's installed image, left by a killed job
+        foreign_files=len(foreign),
+        ownership_restored=len(foreign) - len(left),
+        ownership_method=method,
+        foreign_left=len(left),
+        foreign_sample=[os.path.relpath(p, workspace) for p in left[:SAMPLE]],
+        gpu_processes=gpu_processes(),
+    )
 
 
-def describe(report: dict[str, Any]) -> tuple[str, list[str]]:
+def describe(report: Cleanup) -> tuple[str, list[str]]:
     """The line that sums up a cleanup report, and its warnings (files left, GPU memory).
 
-    >>> describe({"containers_removed": 1, "foreign_files": 2, "ownership_restored": 2,
-    ...           "gpu_processes": [{"pid": 7, "used_memory_mib": 512}]})[1]
+    >>> describe(Cleanup(containers_removed=1, foreign_files=2, ownership_restored=2,
+    ...                  gpu_processes=[GpuProcess(pid=7, used_memory_mib=512)]))[1]
     ['GPU memory still in use after the job: 512 MiB by 1 process(es)']
     """
-    processes = report["gpu_processes"]
+    processes = report.gpu_processes
     line = (
-        f"cleanup: {report['containers_removed']} container(s) removed, "
-        f"{report['foreign_files']} file(s) owned by another user "
-        f"({report['ownership_restored']} restored), {len(processes)} GPU process(es) still running"
+        f"cleanup: {report.containers_removed} container(s) removed, "
+        f"{report.foreign_files} file(s) owned by another user "
+        f"({report.ownership_restored} restored), {len(processes)} GPU process(es) still running"
     )
     warnings = []
-    left = report.get("foreign_left", 0)
+    left = report.foreign_left
     if left:
-        sample = list(report.get("foreign_sample") or [])
+        sample = report.foreign_sample
         named = ", ".join(sample) + (", ..." if left > len(sample) else "")
         why = {
             "image": f"chown in {CLEANUP_IMAGE_ENV} did not give them back (is the image on "
             "the runner, with chown?)",
             "root": "lchown failed on them",
         }.get(
-            str(report.get("ownership_method")),
+            report.ownership_method,
             f"to give them back, run the runner as root or set {CLEANUP_IMAGE_ENV} in the "
             "runner's environment to a trusted image with chown (docs/runner.md): the job's "
             "own image is never run as root",
@@ -97,7 +95,7 @@ def describe(report: dict[str, Any]) -> tuple[str, list[str]]:
             f"are ({named}); {why}"
         )
     if processes:
-        used = sum(p.get("used_memory_mib", 0) for p in processes)
+        used = sum(p.used_memory_mib or 0 for p in processes)
         warnings.append(
             f"GPU memory still in use after the job: {used} MiB by {len(processes)} process(es)"
         )
@@ -157,7 +155,7 @@ def foreign_files(workspace: Path, uid: int, limit: int = 100_000) -> list[str]:
     return found
 
 
-def gpu_processes(pinned: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+def gpu_processes(pinned: tuple[str, ...] | None = None) -> list[GpuProcess]:
     """The compute processes nvidia-smi lists, with their GPU memory; [] without nvidia-smi.
 
     On a runner pinned to some of the machine's GPUs (``pinned``; None reads
@@ -178,9 +176,9 @@ def gpu_processes(pinned: tuple[str, ...] | None = None) -> list[dict[str, Any]]
             check=False,
         )
     except subprocess.TimeoutExpired:
-        return [{"error": "nvidia-smi did not answer within 15 s (a wedged GPU?)"}]
+        return [GpuProcess(error="nvidia-smi did not answer within 15 s (a wedged GPU?)")]
     own = {uuid.lower() for uuid in pinned}
-    rows: list[dict[str, Any]] = []
+    rows: list[GpuProcess] = []
     for line in done.stdout.strip().splitlines():
         parts = [x.strip() for x in line.split(",")]
         if len(parts) != 3 or not parts[1].isdigit():
@@ -188,5 +186,5 @@ def gpu_processes(pinned: tuple[str, ...] | None = None) -> list[dict[str, Any]]
         if own and parts[0].lower() not in own:
             continue  # another runner's GPU
         used = int(parts[2]) if parts[2].isdigit() else 0
-        rows.append({"pid": int(parts[1]), "used_memory_mib": used, "gpu_uuid": parts[0]})
+        rows.append(GpuProcess(pid=int(parts[1]), used_memory_mib=used, gpu_uuid=parts[0]))
     return rows

@@ -31,12 +31,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from msgspec import UnsetType
+
 from dlci import jsonio
 from dlci.action.host.summary import read_report
 from dlci.action.host.verdicts import as_bool, held_to_gates, held_to_policy, judge
 from dlci.errors import DlciError
 from dlci.fsutil import NOT_ALLOWED, copy_beneath, mirror_beneath, write_beneath
 from dlci.ladder.plan import decode_plan, parse_plan
+from dlci.report.fields import HostRecord, KitTime, ReportCopy, RunRecord, RunStep, Timing, read_run
 from dlci.trust import host as trusted
 
 HOST_MOUNT = "/dlci/host"  # read-only: the host's decisions
@@ -183,10 +186,10 @@ class Parts:
             left = [why for why in left if why.partition(":")[0] in TESTS_FILES]
         self.refused += [f"{part.name}: {why}" for why in left]
 
-    def finish(self, planned: Sequence[Part]) -> dict[str, Any]:
+    def finish(self, planned: Sequence[Part]) -> HostRecord:
         """Reports and run.json into the host's folder, then the workspace's; the host record."""
         self.reports.mkdir(parents=True, exist_ok=True)
-        reports: dict[str, Any] = {}
+        reports: dict[str, ReportCopy] = {}
         for gate, kept in [("tests", self.base / "kept-tests"), *self.collected.items()]:
             for item in sorted(kept.rglob("*")) if kept.is_dir() else ():
                 rel = item.relative_to(kept).as_posix()
@@ -196,7 +199,7 @@ class Parts:
                 shutil.copyfile(item, self.reports / rel)
                 if gate != "tests" and "/" not in rel and item.suffix == ".json":
                     digest = hashlib.sha256(item.read_bytes()).hexdigest()
-                    reports[rel] = {"part": gate, "sha256": digest}
+                    reports[rel] = ReportCopy(part=gate, sha256=digest)
         run = self._run_record(planned)
         jsonio.write(self.reports / "run.json", run)
         problems = [f"not copied: {why}" for why in self.refused if not why.endswith(NOT_ALLOWED)]
@@ -207,20 +210,18 @@ class Parts:
             self._hand_back(self.base / "kept-tests-extra")
         except DlciError as exc:
             problems.append(f"{exc.message}: nothing more written into the workspace")
-        record = {
-            "schema_version": 1,
-            "kind": "host-record",
-            "tier": self.tier,
-            "preflight": self.source if self.source and "tier" in self.source else None,
-            "exit_codes": self.exit_codes,
-            "isolated_parts": sorted(self.collected),
-            "reports": reports,
-            "reports_dir": str(self.reports),
-            "refused": self.refused,
-            "planted": self.planted,
-            "problems": problems,
-            "run": run,
-        }
+        record = HostRecord(
+            tier=self.tier,
+            preflight=self.source if self.source and "tier" in self.source else None,
+            exit_codes=self.exit_codes,
+            isolated_parts=sorted(self.collected),
+            reports=reports,
+            reports_dir=str(self.reports),
+            refused=self.refused,
+            planted=self.planted,
+            problems=problems,
+            run=run,
+        )
         if self.record_path:
             jsonio.write(Path(self.record_path), record)
         return record
@@ -236,20 +237,27 @@ class Parts:
     def _rel(self) -> str:
         return os.path.relpath(self.artifacts, self.workspace)
 
-    def _run_record(self, planned: Sequence[Part]) -> dict[str, Any]:
+    def _claims(self, part: str) -> tuple[RunRecord | None, str]:
+        """The run.json a part's container wrote (its own claims), read into its classes; None
+        and why not when it cannot be read ('': there is none, or it is not a JSON object)."""
+        raw = read_report(self.base / f"kept-{part}" / "run.json")
+        if raw is None:
+            return None, ""
+        try:
+            return read_run(raw), ""
+        except ValueError as exc:  # a field of a wrong type: named in the step's reason
+            return None, str(exc)
+
+    def _run_record(self, planned: Sequence[Part]) -> RunRecord:
         """run.json: the tests container's steps (its own claims), then each gate's step."""
-        tests = (
-            read_report(self.base / "kept-tests" / "run.json")
-            if "tests" in self.exit_codes
-            else None
-        )
-        steps = [s for s in (tests or {}).get("steps", []) if s.get("name") in ("install", "tests")]
-        steps = [self._tests_step(s) if s.get("name") == "tests" else s for s in steps]
+        tests, why = self._claims("tests") if "tests" in self.exit_codes else (None, "")
+        steps = [s for s in (tests.steps if tests else []) if s.name in ("install", "tests")]
+        steps = [self._tests_step(s) if s.name == "tests" else s for s in steps]
         if "install" in self.exit_codes:  # the install container's step, not the tests' skip
-            steps = [s for s in steps if s.get("name") != "install"] + [self._install_step()]
+            steps = [s for s in steps if s.name != "install"] + [self._install_step()]
         if tests is None:
             ran = "tests" in self.exit_codes
-            steps.append(_missing("tests", self.exit_codes["tests"]) if ran else
+            steps.append(_missing("tests", self.exit_codes["tests"], why) if ran else
                          _skipped("tests", self.blocked))  # fmt: skip
         for part in planned:
             if part.name in GATES:
@@ -258,44 +266,42 @@ class Parts:
             if f"--no-{gate}" in self.args:
                 steps.append(_skipped(gate, f"switched off ({gate}: false)"))
         order = {name: i for i, name in enumerate(("install", "tests", *GATES))}
-        steps.sort(key=lambda s: order.get(str(s.get("name")), 99))
-        failed = [s["name"] for s in steps if s.get("status") in BAD]
-        return {
-            "schema_version": 1,
-            "kind": "run",
-            "timing": where_the_time_went(self.timing, steps),
-            "started": (tests or {}).get("started", ""),
-            "cwd": (tests or {}).get("cwd", ""),
-            "steps": steps,
-            "failed_steps": failed,
-            "verdict": "fail" if failed else "pass",
-            "isolated_gates": sorted(self.collected),
-            "torch": (tests or {}).get("torch"),  # the image's record (a claim, shown as such)
-            "threads": (tests or {}).get("threads"),  # CPU threads set in the tests container
-        }
+        steps.sort(key=lambda s: order.get(s.name, 99))
+        failed = [s.name for s in steps if s.status in BAD]
+        return RunRecord(
+            timing=where_the_time_went(self.timing, steps),
+            started=tests.started if tests else "",
+            cwd=tests.cwd if tests else "",
+            steps=steps,
+            failed_steps=failed,
+            verdict="fail" if failed else "pass",
+            isolated_gates=sorted(self.collected),
+            torch=tests.torch if tests else None,  # the image's record (a claim, shown as such)
+            threads=tests.threads if tests else None,  # CPU threads set in the tests container
+        )
 
-    def _gate_step(self, gate: str) -> dict[str, Any]:
+    def _gate_step(self, gate: str) -> RunStep:
         code = self.exit_codes.get(gate)
         if gate not in self.collected:
             return _skipped(gate, self.blocked)
-        claims = read_report(self.collected[gate] / "run.json") or {}
-        steps = {s.get("name"): s for s in claims.get("steps", []) if isinstance(s, dict)}
-        step = steps.get(gate)
+        claims, why = self._claims(gate)
+        named = {s.name: s for s in claims.steps} if claims else {}  # the last of each name
+        step = named.get(gate)
         if step is None:
-            return _missing(gate, code)
-        install = steps.get("install") or {}
-        if install.get("status") in ("failed", "error", "interrupted"):
-            step = {**step, "status": "error"}
-            step["reason"] = "the install step failed in the gate's own container"
-        elif code not in (0, 1) and step.get("status") == "passed":
-            step = {**step, "status": "error", "reason": f"its container exited {code}"}
-        elif code in (0, 1) and step.get("status") in ("passed", "failed"):
+            return _missing(gate, code, why)
+        install = named.get("install")
+        if install is not None and install.status in ("failed", "error", "interrupted"):
+            step.status = "error"
+            step.reason = "the install step failed in the gate's own container"
+        elif code not in (0, 1) and step.status == "passed":
+            step.apply({"status": "error", "reason": f"its container exited {code}"})
+        elif code in (0, 1) and step.status in ("passed", "failed"):
             # the host's own verdict: the container's exit code and the report it copied
-            status = "passed" if code == 0 and step.get("status") == "passed" else "failed"
+            status = "passed" if code == 0 and step.status == "passed" else "failed"
             gpu_gate = self.rules()["gpu_gate"]
             who = f"{gate}'s container"
             found = judge(gate, code, status, self.collected[gate], gpu_gate=gpu_gate, who=who)
-            if step.get("status") == status == "failed" and step.get("reason"):
+            if step.status == status == "failed" and step.reason:
                 found.pop("reason", None)  # the step's own words, from inside, say more
             if gate == "doctor" and found.get("status", status) == "passed":
                 found.update(held_to_policy(self.collected[gate], trusted.policy(self.source)))
@@ -304,8 +310,10 @@ class Parts:
                     trusted.number(self.source, k) for k in ("min-gpu-util", "max-gpu-memory")
                 )
                 found.update(held_to_gates(self.collected[gate], *bounds))
-            step = {**step, "status": status, **found}
-        return {**step, "container_exit_code": code, "isolated": True}
+            step.status = status
+            step.apply(found)
+        step.container_exit_code, step.isolated = code, True
+        return step
 
     def rules(self) -> dict[str, bool]:
         """judge's options from dlci run's arguments: the GPU gate, allow-no-tests."""
@@ -325,46 +333,45 @@ class Parts:
         gpu = any(a.partition("=")[0] in asked for a in self.args) or trusted.gpu_gate(self.source)
         return {"gpu_gate": gpu, "allow_no_tests": allow}
 
-    def _tests_step(self, step: dict[str, Any]) -> dict[str, Any]:
+    def _tests_step(self, step: RunStep) -> RunStep:
         """The tests container's claim that its tests passed, held against junit.xml."""
-        code = step.get("exit_code")
-        if step.get("status") != "passed" or not isinstance(code, int):
+        code = step.exit_code
+        if step.status != "passed" or not isinstance(code, int):
             return step
         allow = self.rules()["allow_no_tests"]
-        kept = self.base / "kept-tests"
-        return {**step, **judge("tests", code, "passed", kept, allow_no_tests=allow)}
+        step.apply(judge("tests", code, "passed", self.base / "kept-tests", allow_no_tests=allow))
+        return step
 
-    def _install_step(self) -> dict[str, Any]:
+    def _install_step(self) -> RunStep:
         """The install container's record of its step (its own claim), with its exit code."""
         code = self.exit_codes.get("install")
-        steps = (read_report(self.base / "kept-install" / "run.json") or {}).get("steps", [])
-        step = next((s for s in steps if isinstance(s, dict) and s.get("name") == "install"), None)
+        claims, why = self._claims("install")
+        step = claims.step("install") if claims else None
         if step is None:
-            return _missing("install", code)
-        if code not in (0, 1) and step.get("status") in ("passed", "skipped"):
-            step = {**step, "status": "error", "reason": f"its container exited {code}"}
-        return {**step, "container_exit_code": code}
+            return _missing("install", code, why)
+        if code not in (0, 1) and step.status in ("passed", "skipped"):
+            step.apply({"status": "error", "reason": f"its container exited {code}"})
+        step.container_exit_code = code
+        return step
 
     def install_passed(self) -> bool:
         """Whether the install container installed something (worth keeping as an image)."""
-        return "install" in self.exit_codes and self._install_step().get("status") == "passed"
+        return "install" in self.exit_codes and self._install_step().status == "passed"
 
     def installed(self) -> bool:
         """Whether the install step passed (or had nothing to do): the install container's,
         else the tests container's."""
         if "install" in self.exit_codes:
-            return self._install_step().get("status") in ("passed", "skipped")
-        steps = (read_report(self.base / "kept-tests" / "run.json") or {}).get("steps", [])
-        install: dict[str, Any] = next((s for s in steps if s.get("name") == "install"), {})
-        return install.get("status") in ("passed", "skipped")
+            return self._install_step().status in ("passed", "skipped")
+        claims, _ = self._claims("tests")
+        install = claims.step("install") if claims else None
+        return install is not None and install.status in ("passed", "skipped")
 
     def close(self) -> None:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
-def where_the_time_went(
-    parts: dict[str, dict[str, float]], steps: Sequence[dict[str, Any]]
-) -> dict[str, Any]:
+def where_the_time_went(parts: dict[str, dict[str, float]], steps: Sequence[RunStep]) -> Timing:
     """The job's container phase split into the project's work (its install, its tests, the
     gates' training and profiled steps: each step's own time, as its container recorded it)
     and the kit's own (the host's copies of the checkout, each container's start and stop,
@@ -372,15 +379,15 @@ def where_the_time_went(
     wall time; the steps' times are the containers' claims, shown, never judged.
 
     >>> t = where_the_time_went({"tests": {"copy_s": 0.5, "container_s": 10.0}},
-    ...                         [{"name": "tests", "duration_s": 8.0}])
-    >>> t["project_s"], t["kit_s"], t["kit"]
-    (8.0, 2.5, {'copies_s': 0.5, 'containers_s': 2.0, 'commit_s': 0.0})
+    ...                         [RunStep(name="tests", duration_s=8.0)])
+    >>> t.project_s, t.kit_s, t.kit
+    (8.0, 2.5, KitTime(copies_s=0.5, containers_s=2.0, commit_s=0.0))
     """
     work = {}
     for step in steps:
-        value = step.get("duration_s")
-        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
-            work[str(step.get("name"))] = float(value)
+        value = step.duration_s
+        if not isinstance(value, UnsetType) and value >= 0:
+            work[step.name] = float(value)
     kit = {"copies_s": 0.0, "containers_s": 0.0, "commit_s": 0.0}
     for name, part in parts.items():
         inside = work.get(name, 0.0) + (work.get("install", 0.0) if name == "tests" and
@@ -390,13 +397,13 @@ def where_the_time_went(
         kit["containers_s"] += max(part.get("container_s", 0.0) - inside, 0.0)
     kit = {k: round(v, 2) for k, v in kit.items()}
     project = {name: round(value, 2) for name, value in work.items() if value > 0}
-    return {
-        "project_s": round(sum(project.values()), 2),
-        "project": project,
-        "kit_s": round(sum(kit.values()), 2),
-        "kit": kit,
-        "parts": parts,
-    }
+    return Timing(
+        project_s=round(sum(project.values()), 2),
+        project=project,
+        kit_s=round(sum(kit.values()), 2),
+        kit=KitTime(**kit),
+        parts=parts,
+    )
 
 
 def reports_dir(record_path: str) -> Path:
@@ -466,13 +473,17 @@ def _split(inner: list[str]) -> tuple[list[str], str, str]:
     return args, found["--plan"], found["--out"]
 
 
-def _skipped(name: str, why: str) -> dict[str, Any]:
-    return {"name": name, "status": "skipped", "reason": why, "duration_s": 0.0}
+def _skipped(name: str, why: str) -> RunStep:
+    return RunStep(name=name, status="skipped", reason=why, duration_s=0.0)
 
 
-def _missing(name: str, code: int | None) -> dict[str, Any]:
+def _missing(name: str, code: int | None, wrong: str = "") -> RunStep:
+    """The step of a container that wrote no record, or one whose ``wrong`` fields (a claim
+    of the pull request's code) the host cannot read."""
     why = f"its container wrote no record (exit code {code})"
-    return {"name": name, "status": "error", "reason": why, "duration_s": 0.0}
+    if wrong:
+        why = f"its container's record cannot be read (exit code {code}): {wrong}"
+    return RunStep(name=name, status="error", reason=why, duration_s=0.0)
 
 
 def stale_files(name: str) -> tuple[str, ...]:

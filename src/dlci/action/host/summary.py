@@ -21,9 +21,10 @@ import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from dlci import jsonio
 from dlci.action.host.testfiles import coverage_rate, junit_counts
@@ -35,6 +36,7 @@ from dlci.report import doctor as doctor_report
 from dlci.report import fields, html
 from dlci.report import memorization as memorization_report
 from dlci.report import utilization as utilization_report
+from dlci.report.fields import HostRecord, RunRecord
 from dlci.report.summary import log_cause, render
 from dlci.report.text import md
 from dlci.trust import host as trusted
@@ -52,6 +54,7 @@ EVIDENCE = {
     "doctor": "doctor.json",
     "profile": "utilization.json",
 }
+T = TypeVar("T")
 HOST_FILES = ("preflight.json", "cleanup.json")  # written on the host by steps of their own
 READ = (*HOST_FILES, "run.json", *(f"{k}.json" for k in GATE_REPORTS), "junit.xml", "coverage.xml")
 PARTIAL = ("exited", "error", "watchdog")  # a memorization.json the run did not finish
@@ -86,7 +89,7 @@ def summarize(
         if host_record is not None:  # the upload's folder: new, beside the host's record
             into = Path(tempfile.mkdtemp(prefix="dlci-upload-", dir=host_record.parent))
         into /= "dlci-artifacts"
-        left = snapshot(folder, read_report(host_record) if host_record else None, into)
+        left = snapshot(folder, read_record(host_record)[0] if host_record else None, into)
         data = collect(into, host_record)
         data["problems"] += [f"not copied: {why}" for why in left]
         data["verdict"] = "fail" if data["problems"] else "pass"
@@ -156,13 +159,13 @@ def html_report(folder: Path, data: dict[str, Any], beside: Path | None) -> Path
         return f"{type(exc).__name__}: {exc}"
 
 
-def snapshot(folder: Path, record: dict[str, Any] | None, into: Path) -> list[str]:
+def snapshot(folder: Path, record: HostRecord | None, into: Path) -> list[str]:
     """Copy what the summary reads into the host folder ``into``: the host's reports (the
     record's ``reports_dir``), and from the workspace's ``folder`` the host steps' files only
     (every report it reads when there is no such folder); what was refused, one line each."""
-    reports = (record or {}).get("reports_dir")
+    reports = record.reports_dir if record else ""
     left = []
-    if isinstance(reports, str) and os.path.isdir(reports):
+    if reports and os.path.isdir(reports):
         left += copy_beneath(reports, ".", into, lambda p: True, limit=1 << 30, total=4 << 30)
     names = HOST_FILES if reports else READ
     try:
@@ -182,33 +185,59 @@ def read_report(path: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def read_record(path: Path) -> tuple[HostRecord | None, list[str]]:
+    """The host's record of the container run read into its classes; None when it is missing
+    or not a JSON object, and with what is wrong when a field has a wrong type."""
+    raw = read_report(path)
+    try:
+        return (fields.read_host_record(raw) if raw is not None else None), []
+    except ValueError as exc:
+        return None, [str(exc), "the host's record is not read: its fields are not dl-ci's"]
+
+
+def read_job_file(path: Path, read: Callable[[Any], T], problems: list[str]) -> T | None:
+    """A file of the job read into its classes (``read``: fields.read_run, read_cleanup);
+    None when it is missing or not a JSON object, or (named in ``problems``) when a field has
+    a wrong type: such a file is not shown."""
+    raw = read_report(path)
+    if raw is None:
+        return None
+    try:
+        return read(raw)
+    except ValueError as exc:
+        problems += [
+            str(exc),
+            f"{path.name} is not shown: its fields are not the types dl-ci writes",
+        ]
+        return None
+
+
 def collect(folder: Path, host_record: Path | None = None) -> dict[str, Any]:
     """Everything the job left, parsed; missing or broken files are None.
 
     ``host_record``: the host's record of the container run; when given, the reports are
     checked against it (and a missing record after a passed preflight is a problem).
     """
+    wrong: list[str] = []
     data: dict[str, Any] = {
         "preflight": read_report(folder / "preflight.json"),
-        "run": read_report(folder / "run.json"),
-        "cleanup": read_report(folder / "cleanup.json"),
+        "run": read_job_file(folder / "run.json", fields.read_run, wrong),
+        "cleanup": read_job_file(folder / "cleanup.json", fields.read_cleanup, wrong),
         "memorization": read_report(folder / "memorization.json"),
         "doctor": read_report(folder / "doctor.json"),
         "utilization": read_report(folder / "utilization.json"),
         "tests": junit_counts(folder / "junit.xml"),
         "coverage": coverage_rate(folder / "coverage.xml"),
     }
-    record = read_report(host_record) if host_record is not None else None
+    record, unread = read_record(host_record) if host_record is not None else (None, [])
     if record is not None:
-        tier = record.get("tier")
-        data["preflight"] = record.get("preflight") or (
-            {"passed": True, "tier": tier} if tier else None
-        )
-        data["run"] = record.get("run") or data["run"]
+        tier = record.tier
+        data["preflight"] = record.preflight or ({"passed": True, "tier": tier} if tier else None)
+        data["run"] = record.run or data["run"]
     claims = claim_problems(data, folder, record, expected=host_record is not None)
     claims += type_problems(data)
-    data["problems"] = problems(data["preflight"], data["run"]) + claims
-    data["problems"] += [str(p) for p in (record or {}).get("problems") or []]
+    data["problems"] = unread + wrong + problems(data["preflight"], data["run"]) + claims
+    data["problems"] += record.problems if record else []
     data["problems"] += trusted.expired(data["preflight"])
     data["waivers"] = trusted.waiver_rows(data["preflight"])
     data["config_notes"] = trusted.notes(data["preflight"])
@@ -218,7 +247,7 @@ def collect(folder: Path, host_record: Path | None = None) -> dict[str, Any]:
 
 
 def claim_problems(
-    data: dict[str, Any], folder: Path, record: dict[str, Any] | None, *, expected: bool
+    data: dict[str, Any], folder: Path, record: HostRecord | None, *, expected: bool
 ) -> list[str]:
     """The gate reports checked as claims: from the gate's own directory, at the host's tier.
 
@@ -231,8 +260,8 @@ def claim_problems(
         found.append(
             "the host's record of the container run is missing: the reports are unverified"
         )
-    host_tier = (record or {}).get("tier") or (pre or {}).get("tier") or {}
-    copied = (record or {}).get("reports") or {}
+    host_tier = (record.tier if record else None) or (pre or {}).get("tier") or {}
+    copied = record.reports if record else {}
     for key in GATE_REPORTS:
         report, name = data[key], f"{key}.json"
         if report is None:
@@ -241,7 +270,7 @@ def claim_problems(
             found.append(f"{name} did not come from its gate's own step (left in the workspace?)")
             data[key] = None
             continue
-        if record is not None and _sha256(folder / name) != copied[name].get("sha256"):
+        if record is not None and _sha256(folder / name) != copied[name].sha256:
             found.append(f"{name} was changed after the host collected it")
             data[key] = None
             continue
@@ -301,16 +330,16 @@ def type_problems(data: dict[str, Any]) -> list[str]:
     return found
 
 
-def verified(record: dict[str, Any] | None) -> list[str]:
+def verified(record: HostRecord | None) -> list[str]:
     """What the host checked itself, for the summary's "verified by the host" row."""
     if record is None:
         return []
     done = []
-    if record.get("tier"):
+    if record.tier:
         done.append("the tier (read-only in every container)")
-    gates = record.get("isolated_parts") or []
+    gates = record.isolated_parts
     if gates:
-        names = sorted(record.get("reports") or {})
+        names = sorted(record.reports)
         done.append(
             f"{', '.join(names) or 'no reports'} from the isolated step directories of "
             f"{', '.join(gates)}"
@@ -325,10 +354,11 @@ def _sha256(path: Path) -> str:
         return ""
 
 
-def problems(pre: dict[str, Any] | None, run: dict[str, Any] | None) -> list[str]:
+def problems(pre: dict[str, Any] | None, run: RunRecord | None) -> list[str]:
     """What failed the job: a refused preflight, steps that did not run or did not pass.
 
-    >>> problems({"passed": True}, {"steps": [{"name": "tests", "status": "failed"}]})
+    >>> run = fields.read_run({"steps": [{"name": "tests", "status": "failed"}]})
+    >>> problems({"passed": True}, run)
     ['step tests failed']
     """
     found: list[str] = []
@@ -338,14 +368,14 @@ def problems(pre: dict[str, Any] | None, run: dict[str, Any] | None) -> list[str
         if pre is None or pre.get("passed"):
             found.append("the job's steps did not run (no run.json): see the job log")
         return found
-    for step in run.get("steps", []):
-        status = step.get("status")
+    for step in run.steps:
+        status = step.status
         if status in ("failed", "error", "interrupted", "running"):
             how = "was interrupted" if status in ("interrupted", "running") else status
-            reason = f" ({step['reason']})" if step.get("reason") else ""
+            reason = f" ({step.reason})" if step.reason else ""
             last = log_cause(step)
             cause = f": {last[-1]}" if last and not reason else ""
-            found.append(f"step {step.get('name', '?')} {how}{reason}{cause}")
+            found.append(f"step {step.name or '?'} {how}{reason}{cause}")
     return found
 
 

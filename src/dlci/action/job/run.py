@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from dlci import jsonio
 from dlci.action.host.gates import stale_files
 from dlci.action.host.verdicts import judge
@@ -36,6 +38,7 @@ from dlci.action.job.files import image_torch, relative_coverage
 from dlci.action.job.options import JobOptions, configured
 from dlci.action.job.threads import from_container
 from dlci.ladder.plan import read_plan
+from dlci.report.fields import RunRecord, RunStep, Threads
 from dlci.report.text import clean
 from dlci.script.command import command_words
 
@@ -56,7 +59,8 @@ def run_job(options: JobOptions) -> int:
         options = dataclasses.replace(options, plan=str(Path(options.plan).resolve()))
     options = configured(options)
     runner = Runner(options.out)
-    threads, runner.threads = from_container(options.cpu_threads)
+    threads, record = from_container(options.cpu_threads)
+    runner.threads = msgspec.convert(record, Threads)
     runner.env.update(threads)  # every step's process: torch's and OpenMP's pools
     if os.environ.get("DLCI_IN_CONTAINER"):  # bytecode of its own: never a planted __pycache__
         runner.env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="dlci-pycache-")
@@ -69,7 +73,7 @@ def run_job(options: JobOptions) -> int:
     else:
         install = install_command(options.install)
         runner.step("install", install, shell=options.install not in ("auto", "none"))
-    installed = runner.steps[-1]["status"] in ("passed", "skipped")
+    installed = runner.steps[-1].status in ("passed", "skipped")
     blocked = None if installed else "the install step failed"
     if options.phase in ("all", "tests"):
         _tests_step(runner, options, blocked)
@@ -93,7 +97,7 @@ def _tests_step(runner: Runner, options: JobOptions, blocked: str | None) -> Non
         env={"DLCI_CURRENT_TEST_FILE": str(current)},
         current_test=current,
     )
-    if runner.steps[-1]["status"] != "interrupted":
+    if runner.steps[-1].status != "interrupted":
         current.unlink(missing_ok=True)
     relative_coverage(options.out / "coverage.xml", Path.cwd())
 
@@ -197,7 +201,7 @@ def blocks_the_plugin(args: list[str]) -> bool:
     return "no:dlci" in given
 
 
-def classify(name: str, code: int, stopping: bool, running_test: str) -> dict[str, Any]:
+def classify(name: str, code: int, stopping: bool, running_test: str) -> dict[str, str]:
     """A step's status (and reason) from its exit code alone; its report must agree
     (dlci.action.host.gates.judge), and pytest's 5 (no tests collected) is a failure there unless
     allowed.
@@ -216,7 +220,7 @@ def classify(name: str, code: int, stopping: bool, running_test: str) -> dict[st
     if not (code < 0 or code >= 128):
         return {"status": "error"}
     signum = abs(code) if code < 0 else code - 128
-    result: dict[str, Any] = {"status": "interrupted", "reason": f"killed by signal {signum}"}
+    result = {"status": "interrupted", "reason": f"killed by signal {signum}"}
     if signum == signal.SIGKILL:
         result["reason"] += " (most likely out of memory: the container's limit or the machine's)"
         result["killed"] = "oom-or-kill"
@@ -231,13 +235,13 @@ class Runner:
 
     def __init__(self, out: Path) -> None:
         self.out = out
-        self.steps: list[dict[str, Any]] = []
+        self.steps: list[RunStep] = []
         self.started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self.child: subprocess.Popen[str] | None = None
         self.stopping = False
         self.env: dict[str, str] = {}  # for every step's process
         self.rules: dict[str, bool] = {}  # gates.judge's options: gpu_gate, allow_no_tests
-        self.threads: dict[str, Any] | None = None  # CPU threads set, and why (threads.py)
+        self.threads: Threads | None = None  # CPU threads set, and why (threads.py)
         self._previous = signal.signal(signal.SIGTERM, self._terminate)
 
     def _terminate(self, signum: int, frame: Any) -> None:
@@ -247,22 +251,20 @@ class Runner:
             self.child.terminate()
 
     def _save(self, verdict: str | None = None) -> None:
-        failed = [s["name"] for s in self.steps if s["status"] in BAD]
-        report = {
-            "schema_version": 1,
-            "kind": "run",
-            "started": self.started,
-            "cwd": str(Path.cwd()),
-            "steps": self.steps,
-            "failed_steps": failed,
-            "verdict": verdict or ("running" if not failed else "failing"),
-            "torch": image_torch(),
-            "threads": self.threads,
-        }
+        failed = [s.name for s in self.steps if s.status in BAD]
+        report = RunRecord(
+            started=self.started,
+            cwd=str(Path.cwd()),
+            steps=self.steps,
+            failed_steps=failed,
+            verdict=verdict or ("running" if not failed else "failing"),
+            torch=image_torch(),
+            threads=self.threads,
+        )
         jsonio.write(self.out / REPORT_NAME, report)
 
     def skip(self, name: str, why: str) -> None:
-        self.steps.append({"name": name, "status": "skipped", "reason": why, "duration_s": 0.0})
+        self.steps.append(RunStep(name=name, status="skipped", reason=why, duration_s=0.0))
         self._save()
 
     def step(
@@ -285,22 +287,21 @@ class Runner:
             self.skip(name, why)
             return
         shown = command if isinstance(command, str) else shlex.join(command)
-        record: dict[str, Any] = {"name": name, "command": shown, "status": "running"}
+        record = RunStep(name=name, command=shown, status="running")
         self.steps.append(record)
         self._save()
         start = time.perf_counter()
         code, tail = self._execute(name, command, shell, {**self.env, **(env or {})})
-        record["exit_code"] = code
-        record["duration_s"] = round(time.perf_counter() - start, 3)
-        record["log_tail"] = tail
-        record.update(classify(name, code, self.stopping, _read(current_test)))
+        seconds = round(time.perf_counter() - start, 3)
+        record.exit_code, record.duration_s, record.log_tail = code, seconds, tail
+        record.apply(classify(name, code, self.stopping, _read(current_test)))
         gate, allow = self.rules.get("gpu_gate", False), self.rules.get("allow_no_tests", False)
-        record.update(
-            judge(name, code, record["status"], self.out, gpu_gate=gate, allow_no_tests=allow)
+        record.apply(
+            judge(name, code, record.status, self.out, gpu_gate=gate, allow_no_tests=allow)
         )
-        print(f"dlci run: {name} {record['status']} in {record['duration_s']:.1f} s", flush=True)
-        if record.get("reason"):
-            print(f"dlci run: {name}: {clean(record['reason'])}", flush=True)
+        print(f"dlci run: {name} {record.status} in {seconds:.1f} s", flush=True)
+        if record.reason:
+            print(f"dlci run: {name}: {clean(record.reason)}", flush=True)
         self._save()
 
     def _execute(
@@ -340,10 +341,10 @@ class Runner:
     def finish(self) -> int:
         """Write the verdict; 1 when a step failed, was interrupted or errored."""
         signal.signal(signal.SIGTERM, self._previous)
-        failed = [s for s in self.steps if s["status"] in BAD]
+        failed = [s for s in self.steps if s.status in BAD]
         self._save("fail" if failed else "pass")
         if failed:
-            names = ", ".join(f"{s['name']} ({s['status']})" for s in failed)
+            names = ", ".join(f"{s.name} ({s.status})" for s in failed)
             print(f"dlci run: FAILED: {names}", flush=True)
             return 1
         print("dlci run: all steps passed", flush=True)
