@@ -698,3 +698,36 @@ def test_git_is_mounted_read_only_under_the_covers_and_a_moved_one_stops_the_job
     (ws / ".git" / "config").write_text("")  # an empty stand-in: another inode
     with pytest.raises(DlciError, match="moved or replaced"):
         container.check_hidden(ws, pins)
+
+
+def test_a_container_record_of_the_wrong_types_is_an_error_named_never_a_crash(
+    tmp_path, monkeypatch
+) -> None:
+    """Each container's run.json is its claim, read into its classes (report/fields.py): a
+    step that is no object (which crashed the host) or a field of a wrong type makes that
+    part's step an error that names the field; the control, the same record well typed."""
+    job = parts(tmp_path, ["--no-doctor", "--no-profile"], monkeypatch)
+    plan = job.plan()
+    art = tmp_path / "ws" / "dlci-artifacts"
+    (art / "run.json").write_text(json.dumps({"steps": [7, {"name": "tests"}]}))
+    job.collect(plan[0], 0)
+    assert plan[1].out is not None
+    steps = [{"name": "install", "status": "passed"}, {"name": "memorize", "status": 0}]
+    (plan[1].out / "run.json").write_text(json.dumps({"steps": steps}))
+    write_reports(plan[1].out, "memorize")
+    job.collect(plan[1], 0)
+    run = job.finish(plan).run
+    tests, memorize = run.step("tests"), run.step("memorize")
+    assert tests.status == "error" and tests.reason == (
+        "its container's record cannot be read (exit code 0): run.json: steps[0] is a number, "
+        "expected an object"
+    )
+    assert memorize.status == "error" and memorize.reason.endswith(
+        "run.json: steps[1].status is a number, expected text"
+    )
+    assert not job.installed()  # the tests container's install step is unread: not installed
+    steps[1]["status"] = "passed"  # control: the gate's record well typed passes
+    (plan[1].out / "run.json").write_text(json.dumps({"steps": steps}))
+    job.collect(plan[1], 0)
+    assert job.finish(plan).run.step("memorize").status == "passed"
+    job.close()

@@ -361,3 +361,45 @@ def test_numbers_no_float_holds_and_megabytes_of_text_still_give_a_summary(
     annotated = [line for line in capsys.readouterr().err.splitlines()
                  if line.startswith("error: dlci doctor: ")]  # fmt: skip
     assert len(annotated) == 20  # of 5000 failing checks
+
+
+@pytest.mark.parametrize(
+    ("name", "report", "named"),
+    [
+        ("run.json", {"steps": "x"}, "run.json: steps is text, expected a list"),
+        ("run.json", {"steps": [7]}, "run.json: steps[0] is a number, expected an object"),
+        (
+            "run.json",
+            {"steps": [{"name": "tests", "status": "failed", "log_tail": "x"}]},
+            "run.json: steps[0].log_tail is text, expected a list",
+        ),
+        (
+            "run.json",
+            {"timing": {"project": {"tests": "lots"}}},
+            "run.json: timing.project.tests is text, expected a number",
+        ),
+        ("run.json", {"threads": {"source": 3}}, "run.json: threads.source is a number"),
+        ("cleanup.json", {"gpu_processes": {}}, "cleanup.json: gpu_processes is an object"),
+        ("preflight.json", {"error": "x"}, "preflight.json: error is text, expected an object"),
+        ("preflight.json", {"passed": True, "tier": "x"}, "preflight.json: tier is text"),
+        (
+            "cleanup.json",
+            {"gpu_processes": [{"used_memory_mib": "lots"}]},
+            "cleanup.json: gpu_processes[0].used_memory_mib is text, expected an integer",
+        ),
+    ],
+)
+def test_a_run_cleanup_or_preflight_record_of_the_wrong_types_is_named_never_a_crash(
+    tmp_path: Path, monkeypatch, capsys, name: str, report: dict, named: str
+) -> None:
+    """run.json and cleanup.json are read into their classes (report/fields.py), the fields
+    of preflight.json the summary reads are checked, before the summary reads them: a field of
+    a wrong type is named, and the file is not shown (a step or a preflight error or tier
+    that is no object crashed the summary; the other wrong types were passed over)."""
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "summary.md"))
+    folder = write_job(tmp_path / "art", {}, dict(TIER))
+    (folder / name).write_text(json.dumps({"kind": name[:-5], **report}))
+    assert main(["summary", "--artifacts", str(folder)]) == 1
+    text = (tmp_path / "summary.md").read_text().replace("\\", "")  # md's escapes
+    assert named in text and f"{name} is not shown" in text
+    assert "Traceback" not in capsys.readouterr().err

@@ -654,7 +654,25 @@ class Cleanup(Shape):
     gpu_processes: list[GpuProcess] = []
 
 
-SHAPES.update({"run": RunRecord, "host-record": HostRecord, "cleanup": Cleanup})
+class PreflightError(Shape):
+    message: str = ""
+    hint: str | None = None
+
+
+class Preflight(Shape):
+    """What the job summary reads of preflight.json (dlci preflight's, on the host), checked
+    before it reads it: the report stays a mapping, whose configuration dlci.trust.host reads
+    and the baseline keeps (its other sections: fork_guard, config, ladder, docker)."""
+
+    passed: bool = False
+    gpu: bool = False
+    tier: Object | None = None
+    error: PreflightError | None = None
+
+
+SHAPES.update(
+    {"run": RunRecord, "host-record": HostRecord, "cleanup": Cleanup, "preflight": Preflight}
+)
 R = TypeVar("R", RunRecord, HostRecord, Cleanup)
 
 

@@ -14,10 +14,14 @@ reads what the containers write as claims:
 - a gate writes its reports to /dlci/out, a fresh host directory only its container mounts;
   when a container has gone the host copies out the regular files of the names it writes
   (no link, FIFO or device; size caps: dlci.fsutil.copy_beneath), the tests' from the workspace;
+- each container's run.json is read into its classes (dlci.report.fields.read_run): a step
+  that is no object or a field of a wrong type makes that part's step an error naming it; a
+  step's claimed status is never a gate's verdict (the host's own: the container's exit code
+  and the report it copied, dlci.action.host.verdicts);
 - after the last one the host writes the reports and its run.json into a host folder beside
   its record (what ``dlci summary`` reads), then into the workspace's artifacts, never through
   a link (a link there is a problem); the record (tier, exit codes, each report's SHA-256,
-  what was refused) is a host file outside the workspace (DLCI_HOST_RECORD).
+  what was refused: a HostRecord) is a host file outside the workspace (DLCI_HOST_RECORD).
 """
 
 from __future__ import annotations

@@ -13,6 +13,12 @@ is read in place: :func:`snapshot` first copies the regular files it needs (no l
 followed, no FIFO opened, size caps) into a host folder, the host's reports from the folder
 beside its record; with a record that folder is new, beside it, and is what the action uploads
 (output ``artifacts-dir``), never the workspace's dlci-artifacts.
+
+run.json, cleanup.json and the host's record are read into their classes (dlci.report.fields:
+RunRecord, Cleanup, HostRecord), the gate reports too (:func:`type_problems`): a field of a
+wrong type is a named problem and the file is not shown, never a crash. preflight.json stays a
+mapping (dlci.trust.host reads its configuration), and :func:`evidence` reads a step's report
+raw on purpose: it judges a claim, including fields dl-ci never writes.
 """
 
 from __future__ import annotations
@@ -234,9 +240,15 @@ def collect(folder: Path, host_record: Path | None = None) -> dict[str, Any]:
         tier = record.tier
         data["preflight"] = record.preflight or ({"passed": True, "tier": tier} if tier else None)
         data["run"] = record.run or data["run"]
+    if data["preflight"] is not None and fields.problems("preflight", data["preflight"]):
+        wrong += fields.problems("preflight", data["preflight"])
+        wrong.append("preflight.json is not shown: its fields are not the types dl-ci writes")
+        data["preflight"] = None
     claims = claim_problems(data, folder, record, expected=host_record is not None)
     claims += type_problems(data)
-    data["problems"] = unread + wrong + problems(data["preflight"], data["run"]) + claims
+    run_unread = any(p.startswith("run.json") for p in wrong)  # named: not "did not run"
+    found = problems(data["preflight"], data["run"], unread=run_unread)
+    data["problems"] = unread + wrong + found + claims
     data["problems"] += record.problems if record else []
     data["problems"] += trusted.expired(data["preflight"])
     data["waivers"] = trusted.waiver_rows(data["preflight"])
@@ -354,8 +366,11 @@ def _sha256(path: Path) -> str:
         return ""
 
 
-def problems(pre: dict[str, Any] | None, run: RunRecord | None) -> list[str]:
-    """What failed the job: a refused preflight, steps that did not run or did not pass.
+def problems(
+    pre: dict[str, Any] | None, run: RunRecord | None, *, unread: bool = False
+) -> list[str]:
+    """What failed the job: a refused preflight, steps that did not run or did not pass;
+    ``unread``: run.json is there, its fields of wrong types named elsewhere.
 
     >>> run = fields.read_run({"steps": [{"name": "tests", "status": "failed"}]})
     >>> problems({"passed": True}, run)
@@ -365,7 +380,7 @@ def problems(pre: dict[str, Any] | None, run: RunRecord | None) -> list[str]:
     if pre is not None and not pre.get("passed"):
         found.append("preflight: " + str((pre.get("error") or {}).get("message", "failed")))
     if run is None:
-        if pre is None or pre.get("passed"):
+        if (pre is None or pre.get("passed")) and not unread:
             found.append("the job's steps did not run (no run.json): see the job log")
         return found
     for step in run.steps:

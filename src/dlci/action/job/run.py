@@ -2,8 +2,8 @@
 
 install -> tests (pytest with doctests, coverage, JUnit) -> memorize -> doctor -> profile
 (with analyze). Each step is its own process, so one that crashes or is killed leaves the
-others' results; ``OUT/run.json`` is rewritten after every step starts and ends, so a job
-killed in the middle still says which step was running.
+others' results; ``OUT/run.json`` (a RunRecord of dlci.report.fields) is rewritten after
+every step starts and ends, so a job killed in the middle still says which step was running.
 
 ``--phase`` runs one part: ``install`` alone, ``tests`` (install and tests) or one gate
 (install, then that gate), each in its own container (dlci.action.host.gates), so nothing the
