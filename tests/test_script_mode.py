@@ -143,7 +143,7 @@ def test_makemore_unchanged_memorizes_its_first_batch(makemore: dict[str, Any]) 
 
 
 def test_a_loader_that_zeroes_the_inputs_fails_makemore(makemore: dict[str, Any]) -> None:
-    outcome = makemore["bug"]["outcome"]
+    outcome = makemore["bug"]["memorize"]
     report = outcome["report"]
     assert outcome["exit_code"] == 1
     assert report["verdict"] == "fail" and report["case"] in ("slow", "still-falling")
@@ -191,8 +191,8 @@ def dlrm(work: Path) -> dict[str, Any]:
 
 
 def test_dlrm_unchanged_memorizes_its_first_batch(dlrm: dict[str, Any]) -> None:
-    report = dlrm["control"]["outcome"]["report"]
-    assert dlrm["control"]["outcome"]["exit_code"] == 0, report["reason"]
+    report = dlrm["control"]["memorize"]["report"]
+    assert dlrm["control"]["memorize"]["exit_code"] == 0, report["reason"]
     assert report["verdict"] == "pass" and report["stopped_by"] == "threshold"
     assert report["steps"] < 150 and report["batch_examples"] == 16
     assert "dlrm_s_pytorch.py:" in report["measured"][0]
@@ -201,7 +201,7 @@ def test_dlrm_unchanged_memorizes_its_first_batch(dlrm: dict[str, Any]) -> None:
 def test_a_loss_that_broadcasts_fails_dlrm(dlrm: dict[str, Any]) -> None:
     """The planted broadcast is in the script's loss_fn_wrap, outside any step a wrapper
     would copy; its best is the targets' variance, about 93% of the start."""
-    outcome = dlrm["bug"]["outcome"]
+    outcome = dlrm["bug"]["memorize"]
     report = outcome["report"]
     assert outcome["exit_code"] == 1
     assert report["verdict"] == "fail" and report["relative_loss"] > 0.8
@@ -388,6 +388,7 @@ def _in_process(
 
     from dlci.checks.doctor import DoctorRequest
     from dlci.script.child import run_plan
+    from dlci.script.plan import encode
     from dlci.script.run import doctor_plan, memorize_plan
 
     asked = TierRequest(budget="pr", hardware="cpu", ladder=str(work / "ladder.yaml"))
@@ -405,7 +406,7 @@ def _in_process(
             asked_for = MemorizeRequest(out=str(out), tracker="none", quiet=True)
             plan = memorize_plan(asked_for, command, tier)
         try:
-            return run_plan(plan)
+            return json.loads(encode(run_plan(plan)))  # the answer as the parent reads it
         finally:
             torch.set_num_threads(threads)
 
@@ -442,8 +443,8 @@ def mingpt(work: Path) -> dict[str, Any]:
 
 
 def test_mingpt_adder_unchanged_memorizes(mingpt: dict[str, Any]) -> None:
-    report = mingpt["control"]["outcome"]["report"]
-    assert mingpt["control"]["outcome"]["exit_code"] == 0, report["reason"]
+    report = mingpt["control"]["memorize"]["report"]
+    assert mingpt["control"]["memorize"]["exit_code"] == 0, report["reason"]
     assert report["verdict"] == "pass"
     changes = report["config"]["changes"]
     assert "dropout off: transformer.drop (Dropout, p=0.1 -> 0)" in changes
@@ -452,8 +453,8 @@ def test_mingpt_adder_unchanged_memorizes(mingpt: dict[str, Any]) -> None:
 
 
 def test_zero_grad_after_backward_in_the_loop_fails_mingpt(mingpt: dict[str, Any]) -> None:
-    report = mingpt["bug"]["outcome"]["report"]
-    assert mingpt["bug"]["outcome"]["exit_code"] == 1
+    report = mingpt["bug"]["memorize"]["report"]
+    assert mingpt["bug"]["memorize"]["exit_code"] == 1
     assert (report["verdict"], report["case"], report["stopped_by"]) == ("fail", "flat", "flat")
     assert report["steps"] == 26  # the engine's flat stop, on the script's own steps
 
@@ -461,8 +462,8 @@ def test_zero_grad_after_backward_in_the_loop_fails_mingpt(mingpt: dict[str, Any
 def test_a_loss_on_probabilities_fails_mingpt(mingpt: dict[str, Any]) -> None:
     """The cross-entropy of softmax outputs treated as logits cannot fall far: the loss
     planted in the model's own forward, outside any step a wrapper would copy."""
-    report = mingpt["loss-bug"]["outcome"]["report"]
-    assert mingpt["loss-bug"]["outcome"]["exit_code"] == 1
+    report = mingpt["loss-bug"]["memorize"]["report"]
+    assert mingpt["loss-bug"]["memorize"]["exit_code"] == 1
     assert report["verdict"] == "fail" and report["relative_loss"] > 0.5
 
 
@@ -470,7 +471,7 @@ def test_a_script_that_ends_first_is_told_which_argument_to_raise(work: Path) ->
     names = ["-i", str(work / "names.txt"), "-o", str(work / "makemore-out")]
     words = ["python", str(MAKEMORE), *names, "--max-steps", "12", *MAKEMORE_ARGS]
     found = _in_process(work, work / "ended", words, work)
-    report = found["outcome"]["report"]
+    report = found["memorize"]["report"]
     assert report["verdict"] == "fail" and report["stopped_by"] == "ended"
     assert report["steps"] == 12 and "the script ended after 12 steps" in report["reason"]
     assert report["next_step"].startswith(
@@ -482,7 +483,7 @@ def test_a_grad_scaler_loss_is_read_unscaled(
     work: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     found = _in_process(work, work / "scaled", ["python", str(SHAPES), "--epochs", "100"], work)
-    report = found["outcome"]["report"]
+    report = found["memorize"]["report"]
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("loss ")]
     assert report["verdict"] == "pass"
     # the script's own first loss (scaled by 1024 before its backward) is the start
@@ -497,7 +498,7 @@ def test_a_loss_per_example_backward_with_its_gradient_is_read(
 ) -> None:
     """``losses.backward(weights)``: the objective is sum(losses * weights), here the mean."""
     words = ["python", str(SHAPES), "--shape", "per-example", "--epochs", "100"]
-    report = _in_process(work, work / "per-example", words, work)["outcome"]["report"]
+    report = _in_process(work, work / "per-example", words, work)["memorize"]["report"]
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("loss ")]
     assert report["verdict"] == "pass"
     assert report["start_loss"] == pytest.approx(float(printed[0].split()[1]), abs=1e-5)
@@ -507,7 +508,7 @@ def test_accelerate_backward_is_read(work: Path, capsys: pytest.CaptureFixture[s
     state = pytest.importorskip("accelerate.state")
     words = ["python", str(SHAPES), "--shape", "accelerate", "--epochs", "100"]
     try:
-        report = _in_process(work, work / "accelerate", words, work)["outcome"]["report"]
+        report = _in_process(work, work / "accelerate", words, work)["memorize"]["report"]
     finally:
         state.AcceleratorState._reset_state(reset_partial_state=True)
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("loss ")]
@@ -541,7 +542,7 @@ def test_an_epoch_schedule_is_named_in_a_failure(work: Path) -> None:
     """StepLR halving the rate every epoch, and an epoch is one memorised batch: the failure
     says so (the control: the same loop without it passes, test_a_grad_scaler_...)."""
     words = ["python", str(SHAPES), "--shape", "scheduled", "--epochs", "200"]
-    report = _in_process(work, work / "scheduled", words, work)["outcome"]["report"]
+    report = _in_process(work, work / "scheduled", words, work)["memorize"]["report"]
     assert report["verdict"] == "fail"
     assert report["next_step"].startswith("the script's learning-rate schedule stepped: StepLR (")
     assert any(
@@ -554,7 +555,7 @@ def test_a_validation_pass_before_training_is_not_memorised(work: Path) -> None:
     (here a validation loader, before training); the training loader shuffles, so
     memorising another loader's batch would train on a new batch every epoch."""
     words = ["python", str(SHAPES), "--shape", "eval-first", "--epochs", "200"]
-    report = _in_process(work, work / "eval-first", words, work)["outcome"]["report"]
+    report = _in_process(work, work / "eval-first", words, work)["memorize"]["report"]
     assert report["verdict"] == "pass", report["reason"]
     at = _line_of("loss_fn(model(x), y).backward()", start="eval-first") - 2  # its for loop
     assert f"from the DataLoader iterated at {SHAPES}:{at} (16 examples)" in report["measured"][0]
@@ -568,7 +569,7 @@ def test_a_module_runs_as_python_m_runs_it(work: Path) -> None:
     (package / "__init__.py").write_text("")
     shutil.copy(SHAPES, package / "train.py")
     words = ["python", "-m", "pkg.train", "--shape", "scaled", "--epochs", "100"]
-    report = _in_process(work, work / "module", words, work / "modules")["outcome"]["report"]
+    report = _in_process(work, work / "module", words, work / "modules")["memorize"]["report"]
     assert report["verdict"] == "pass"
     assert report["config"]["target"] == " ".join(words)
 

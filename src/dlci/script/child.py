@@ -15,8 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dlci import jsonio
+import msgspec
+
 from dlci.errors import DlciError
+from dlci.fsutil import atomic_write_bytes
 from dlci.memorization.engine import MemorizeConfig, deterministic, seed_everything
 from dlci.profiling.capture import Profiler
 from dlci.profiling.session import forward_marked
@@ -25,18 +27,27 @@ from dlci.report.text import clean
 from dlci.script.doctor import ScriptDoctor
 from dlci.script.gate import ScriptGate
 from dlci.script.hooks import Hooks, ScriptStop, Unsupported, find_model, run_script, user_frame
+from dlci.script.plan import (
+    PLAN_VARIABLE,
+    Answer,
+    AnyPlan,
+    MemorizeFound,
+    MemorizePlan,
+    ProfileFound,
+    ProfilePlan,
+    decode_plan,
+    encode,
+)
 from dlci.script.report import ScriptReport
-
-PLAN_VARIABLE = "DLCI_SCRIPT_PLAN"
 
 
 def main() -> int:
-    plan = jsonio.decode(Path(os.environ.pop(PLAN_VARIABLE)).read_bytes())
-    outcome: dict[str, Any] = {}
+    plan = decode_plan(Path(os.environ.pop(PLAN_VARIABLE)).read_bytes())
+    outcome = Answer(error="the child ended before a result")
     try:
         outcome = run_plan(plan)
     finally:
-        jsonio.write(plan["result"], outcome or {"error": "the child ended before a result"})
+        atomic_write_bytes(plan.result, encode(outcome))
     sys.stdout.flush()
     return 0
 
@@ -45,16 +56,21 @@ def _say(line: str) -> None:
     print(f"{clean(line)}", file=sys.stderr, flush=True)
 
 
-def run_plan(plan: dict[str, Any]) -> dict[str, Any]:
+def run_plan(plan: AnyPlan) -> Answer:
     """Install the hooks, run the script, take them out: what was found (run.py's answer)."""
     if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
-        return {
-            "error": "the script runs under a distributed launcher (WORLD_SIZE > 1): script "
+        return Answer(
+            error="the script runs under a distributed launcher (WORLD_SIZE > 1): script "
             "mode follows one process",
-            "where": plan["script"],
-        }
-    drivers = {"memorize": _Memorize, "doctor": ScriptDoctor, "profile": _Profile}
-    driver: Any = drivers[plan["mode"]](plan)
+            where=plan.script,
+        )
+    driver: _Memorize | ScriptDoctor | _Profile
+    if isinstance(plan, MemorizePlan):
+        driver = _Memorize(plan)
+    elif isinstance(plan, ProfilePlan):
+        driver = _Profile(plan)
+    else:
+        driver = ScriptDoctor(plan)
     hooks = driver.hooks
     hooks.install()
     failure = None
@@ -63,7 +79,7 @@ def run_plan(plan: dict[str, Any]) -> dict[str, Any]:
             _script(plan, hooks)
     except Unsupported as exc:
         driver.failed(f"{exc.where}: {exc.message}")
-        return {"error": exc.message, "where": exc.where, "hint": exc.hint}
+        return Answer(error=exc.message, where=exc.where, hint=exc.hint)
     except _Stopped:
         pass
     except SystemExit as exc:
@@ -79,20 +95,19 @@ def run_plan(plan: dict[str, Any]) -> dict[str, Any]:
         hooks.uninstall()
     if failure is not None:
         driver.failed(failure)
-        return {"failure": failure}
-    found: dict[str, Any] = driver.outcome()
-    return found
+        return Answer(failure=failure)
+    return driver.outcome()
 
 
 class _Stopped(BaseException):
     pass
 
 
-def _script(plan: dict[str, Any], hooks: Any) -> None:
+def _script(plan: AnyPlan, hooks: Any) -> None:
     """The script, then its last step's judgement (``hooks.flush``) once it ended by itself."""
     try:
         try:
-            run_script(plan["script"], plan["module"], list(plan["args"]))
+            run_script(plan.script, plan.module, list(plan.args))
         except SystemExit as exc:
             if exc.code in (None, 0):
                 hooks.flush()
@@ -111,13 +126,13 @@ class _Memorize:
     """The gate, its report, its progress, and the engine's deterministic mode around the
     script."""
 
-    def __init__(self, plan: dict[str, Any]) -> None:
+    def __init__(self, plan: MemorizePlan) -> None:
         self.plan = plan
         self.report = ScriptReport(plan)  # failing until the verdict replaces it
-        self.config = MemorizeConfig(**plan["config"])
+        self.config = MemorizeConfig(**msgspec.structs.asdict(plan.settings))
         seed_everything(self.config.seed)  # as for a Target: the same start on every run
-        self.bar = StepProgress(self.config.max_epochs, plan["label"], enabled=not plan["quiet"])
-        say = (lambda _line: None) if plan["quiet"] else (lambda line: _say(f"memorize: {line}"))
+        self.bar = StepProgress(self.config.max_epochs, plan.label, enabled=not plan.quiet)
+        say = (lambda _line: None) if plan.quiet else (lambda line: _say(f"memorize: {line}"))
         self.gate = ScriptGate(self.config, say, self.bar)
         self.hooks = self.gate.hooks
 
@@ -135,33 +150,33 @@ class _Memorize:
     def failed(self, text: str) -> None:
         self.report.error(text)
 
-    def outcome(self) -> dict[str, Any]:
+    def outcome(self) -> Answer:
         if not self.gate.losses:
             message = (
                 f"the script ended after {self.hooks.steps} optimizer steps with no loss read: "
                 "it never stepped an optimizer after a backward()"
             )
             self.failed(message)
-            return {
-                "error": message,
-                "where": self.plan["script"],
-                "hint": "check that the command trains (not --sample-only or 0 epochs)",
-            }
-        result = self.gate.result()
-        return {"outcome": self.report.finish(result, self.hooks.parsed)}
+            return Answer(
+                error=message,
+                where=self.plan.script,
+                hint="check that the command trains (not --sample-only or 0 epochs)",
+            )
+        found: MemorizeFound = self.report.finish(self.gate.result(), self.hooks.parsed)
+        return Answer(memorize=found)
 
 
 class _Profile:
     """torch.profiler's schedule driven by the script's optimizer steps."""
 
-    def __init__(self, plan: dict[str, Any]) -> None:
-        seed_everything(int(plan.get("seed", 0)))
-        schedule = plan["schedule"]
-        self.total = schedule["wait"] + schedule["warmup"] + schedule["steps"]
-        self.profiler = Profiler(plan["out"], analyze=False, device=plan.get("device"), **schedule)
+    def __init__(self, plan: ProfilePlan) -> None:
+        seed_everything(plan.seed)
+        schedule = msgspec.structs.asdict(plan.schedule)
+        self.total = sum(schedule.values())
+        self.profiler = Profiler(plan.out, analyze=False, device=plan.device, **schedule)
         self.hooks = Hooks(False, self.on_step, on_optimizer=self.on_optimizer)
         self.marks = contextlib.ExitStack()
-        quiet = plan["quiet"]
+        quiet = plan.quiet
         self.say: Callable[[str], None] = lambda line: None if quiet else _say(f"profile: {line}")
         self.error: str | None = None
         self.start = time.perf_counter()
@@ -193,23 +208,22 @@ class _Profile:
     def failed(self, text: str) -> None:
         pass  # the parent says it; a profile has no partial report
 
-    def outcome(self) -> dict[str, Any]:
+    def outcome(self) -> Answer:
         import torch
 
         device = self.profiler.device or ("cuda" if torch.cuda.is_available() else "cpu")
         written = self.profiler.trace_path.is_file() and self.error is None
-        return {
-            "profile": {
-                "trace": str(self.profiler.trace_path) if written else None,
-                "steps": self.profiler.schedule.active,
-                "device": str(device),
-                "cpu_only": not str(device).startswith("cuda"),
-                "wall_time_s": time.perf_counter() - self.start,
-                "log": str(self.profiler.log) if self.profiler.log else None,
-                "steps_taken": self.hooks.steps,
-                "error": self.error,
-            }
-        }
+        found = ProfileFound(
+            trace=str(self.profiler.trace_path) if written else None,
+            steps=self.profiler.schedule.active,
+            device=str(device),
+            cpu_only=not str(device).startswith("cuda"),
+            wall_time_s=time.perf_counter() - self.start,
+            log=str(self.profiler.log) if self.profiler.log else None,
+            steps_taken=self.hooks.steps,
+            error=self.error,
+        )
+        return Answer(profile=found)
 
 
 if __name__ == "__main__":

@@ -40,13 +40,13 @@ from dlci.checks.base import SKIP, CheckResult, Context
 from dlci.checks.doctor import pictures, policy_entry, waiver_entries
 from dlci.errors import DlciError
 from dlci.fsutil import atomic_write_text
-from dlci.ladder.model import Tier
 from dlci.memorization.engine import seed_everything
 from dlci.policy import CHECK_IDS, Policy
 from dlci.report import doctor as report
 from dlci.report import html
 from dlci.script.command import TARGET_DOC
 from dlci.script.hooks import Hooks, ScriptStop, clone, find_model, find_optimizers
+from dlci.script.plan import Answer, DoctorFound, DoctorPlan
 from dlci.training.batching import score_candidates, tree_map
 from dlci.training.draws import Draws
 from dlci.training.target import Target
@@ -122,9 +122,9 @@ class ScriptContext(Context):
 class ScriptDoctor:
     """The doctor's driver in the child: hooks, the checks' thread, the report."""
 
-    def __init__(self, plan: dict[str, Any]) -> None:
+    def __init__(self, plan: DoctorPlan) -> None:
         self.plan = plan
-        seed_everything(int(plan["seed"]))
+        seed_everything(plan.seed)
         self.hooks = Hooks(
             True,
             lambda _value: None,  # the steps are counted here (stepped), not judged
@@ -261,16 +261,16 @@ class ScriptDoctor:
     def _checks(self) -> None:
         try:
             self.ctx = self._context()
-            wanted = [c for c in select(self.plan["only"]) if c.id in IN_SCRIPT_MODE]
+            wanted = [c for c in select(self.plan.only) if c.id in IN_SCRIPT_MODE]
             ran = run_checks(
                 self.ctx.target,
                 checks=wanted,
                 tier=self.ctx.tier,
-                stop_on_fail=self.plan["stop_on_fail"],
+                stop_on_fail=self.plan.stop_on_fail,
                 on_result=self._say,
                 crashes=self.crashes,
                 policy=self.ctx.policy,
-                today=dt.date.fromisoformat(self.plan["today"]),
+                today=dt.date.fromisoformat(self.plan.today),
                 context=self.ctx,
             )
             self.results = ran
@@ -293,83 +293,72 @@ class ScriptDoctor:
             num_classes=classes,
             train_step=_script_step,  # the script's own: zero-grad runs
         )
-        tier = _tier(self.plan["tier"])
-        policy = Policy.from_json(self.plan["policy"])
-        ctx = ScriptContext(target, batch, device, tier, None, policy=policy)
+        policy = Policy.from_json(self.plan.policy)
+        ctx = ScriptContext(target, batch, device, self.plan.tier, None, policy=policy)
         ctx.driver = self
         return ctx
 
     def _say(self, result: CheckResult) -> None:
-        if not self.plan["quiet"]:
+        if not self.plan.quiet:
             print(f"doctor: {result.id:<20} {result.status}", file=sys.stderr, flush=True)
 
     # -- the report (the script's thread, after it) ----------------------------------------------
-    def outcome(self) -> dict[str, Any]:
+    def outcome(self) -> Answer:
         plan = self.plan
         if self.thread is None:
-            return {
-                "error": f"the script ended after {self.hooks.steps} optimizer steps, before "
+            return Answer(
+                error=f"the script ended after {self.hooks.steps} optimizer steps, before "
                 "the doctor could start: it starts at the script's first optimizer step",
-                "where": plan["script"],
-                "hint": "check that the command trains (not --sample-only or 0 epochs)",
-            }
+                where=plan.script,
+                hint="check that the command trains (not --sample-only or 0 epochs)",
+            )
         for exc in self.crashes:
             if not isinstance(exc, Exception):
                 raise exc
         if self.ctx is None or (self.crashes and not self.results):  # no check could run
             first = self.crashes[0] if self.crashes else None
-            return {
-                "error": "the doctor could not start on the script's model and batch: "
+            return Answer(
+                error="the doctor could not start on the script's model and batch: "
                 f"{type(first).__name__}: {first}",
-                "where": plan["script"],
-                "hint": TARGET_DOC,
-            }
+                where=plan.script,
+                hint=TARGET_DOC,
+            )
         by_id = {r.id: r for r in self.results}
         results = []
-        for check in select(plan["only"]):
+        for check in select(plan.only):
             if check.id in by_id:
                 results.append(by_id[check.id])
             elif check.id not in IN_SCRIPT_MODE:
                 result = _needs_a_target(check.id)
                 self._say(result)
                 results.append(result)
-        policy = Policy.from_json(plan["policy"])
-        today = dt.date.fromisoformat(plan["today"])
+        policy = Policy.from_json(plan.policy)
+        today = dt.date.fromisoformat(plan.today)
         data = report.build(
             results,
-            target=plan["spec"],
-            tier=plan["tier"],
-            seed=plan["seed"],
+            target=plan.spec,
+            tier=plan.tier.to_dict(),
+            seed=plan.seed,
             waivers=waiver_entries(policy, results, today),
             policy=policy_entry(policy),
         )
         data = msgspec.structs.replace(data, script_mode=True)
-        json_path = plan["json"] or str(Path(plan["out"]) / report.REPORT_NAME)
+        json_path = plan.json or str(Path(plan.out) / report.REPORT_NAME)
         if json_path != "-":
             jsonio.write(json_path, data)
-        if plan["markdown"]:
-            atomic_write_text(plan["markdown"], report.render_markdown(data))
+        if plan.markdown:
+            atomic_write_text(plan.markdown, report.render_markdown(data))
         page = None
-        if html.report_folder(json_path, plan["out"]) and self.ctx is not None:
-            page = pictures(data, Path(plan["out"]), self.ctx.target)
+        if html.report_folder(json_path, plan.out) and self.ctx is not None:
+            page = pictures(data, Path(plan.out), self.ctx.target)
         exit_code = 1 if data.verdict == "fail" else 0
-        return {
-            "doctor": {
-                "report": jsonio.decode(jsonio.encode(data, indent=False)),  # JSON, as sent
-                "json_path": json_path,
-                "exit_code": exit_code,
-                "html": str(page) if page else None,
-            }
-        }
+        found = DoctorFound(
+            report=data, json_path=json_path, exit_code=exit_code, html=str(page) if page else None
+        )
+        return Answer(doctor=found)
 
     def failed(self, text: str) -> None:
         pass  # the parent says it; the doctor's report is written once the checks ran
-
-
-def _tier(given: dict[str, Any]) -> Tier:
-    tier = {k: v for k, v in given.items() if k in Tier.__dataclass_fields__}
-    tier.update(reasons=tuple(tier.get("reasons", ())), warnings=tuple(tier.get("warnings", ())))
-    return Tier(**tier)
 
 
 def _on(batch: Any, device: Any) -> Any:

@@ -5,17 +5,16 @@ Target's run uses (memorization/single.py), its next step said for a script."""
 from __future__ import annotations
 
 import math
-from dataclasses import fields
 from pathlib import Path
-from typing import Any
 
-from dlci import jsonio
-from dlci.ladder.model import Tier
+import msgspec
+
 from dlci.memorization.request import NO_VERDICT, MemorizeRequest
 from dlci.memorization.single import RunReport, write_run_outputs
 from dlci.memorization.tracking import make_tracker
 from dlci.memorization.verdict import DOCTOR, FLOOR_ASSUMED_HINT, TARGET_SLOT, MemorizeResult
 from dlci.script.command import epoch_arguments, raise_hint
+from dlci.script.plan import MemorizeFound, MemorizePlan
 
 SCRIPT_FLOOR_HINT = (
     "; the floor was assumed 0 (script mode reads the loss from the script's backward()): a "
@@ -28,22 +27,17 @@ SCRIPT_FLOOR_HINT = (
 class ScriptReport:
     """memorization.json of a script's run: failing until the verdict replaces it."""
 
-    def __init__(self, plan: dict[str, Any]) -> None:
-        self.request = MemorizeRequest(**plan["request"])
-        names = {f.name for f in fields(Tier)}
-        tier = {k: v for k, v in plan["tier"].items() if k in names}
-        tier.update(
-            reasons=tuple(tier.get("reasons", ())), warnings=tuple(tier.get("warnings", ()))
-        )
-        self.tier = Tier(**tier)
-        self.spec, self.args = plan["spec"], list(plan["args"])
+    def __init__(self, plan: MemorizePlan) -> None:
+        self.request = MemorizeRequest(**msgspec.structs.asdict(plan.request))
+        self.tier = plan.tier
+        self.spec, self.args = plan.spec, list(plan.args)
         self.run = RunReport(self.request, self.spec, self.tier)
         self.run.write_partial("exited", NO_VERDICT)
 
     def error(self, text: str) -> None:
         self.run.write_partial("error", text)
 
-    def finish(self, result: MemorizeResult, parsed: list[tuple[str, str]]) -> dict[str, Any]:
+    def finish(self, result: MemorizeResult, parsed: list[tuple[str, str]]) -> MemorizeFound:
         """Write the verdict; what the parent needs to print it and exit."""
         result.next_step = for_a_script(result.next_step, self.spec)
         if result.stopped_by == "ended" and not result.passed:
@@ -60,12 +54,14 @@ class ScriptReport:
             )
         finally:
             tracker.close()
-        return {
-            "exit_code": 0 if result.passed else 1,
-            "report": jsonio.decode(jsonio.encode(outcome.report, indent=False)),  # JSON, as sent
-            "json_path": outcome.json_path,
-            "curve": str(outcome.curve) if outcome.curve else None,
-        }
+        if outcome.report is None:  # one process: it is the one that reports
+            raise RuntimeError("the memorization run wrote no report")
+        return MemorizeFound(
+            exit_code=0 if result.passed else 1,
+            report=outcome.report,
+            json_path=outcome.json_path,
+            curve=str(outcome.curve) if outcome.curve else None,
+        )
 
 
 def for_a_script(text: str, command: str = "python train.py") -> str:

@@ -14,20 +14,33 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from dlci import jsonio
+import msgspec
+
 from dlci.checks import select
 from dlci.checks.doctor import DoctorOutcome, DoctorRequest
 from dlci.errors import DlciError
+from dlci.ladder.model import Tier
 from dlci.memorization.request import MemorizeOutcome, MemorizeRequest, Say, check_out
 from dlci.policy import Policy
 from dlci.profiling.capture import ProfileResult
-from dlci.report import doctor as doctor_report
-from dlci.report import memorization as memorization_report
 from dlci.script.command import ScriptCommand, parse_command
+from dlci.script.plan import (
+    PLAN_VARIABLE,
+    Answer,
+    AnyPlan,
+    DoctorPlan,
+    MemorizePlan,
+    Outputs,
+    ProfilePlan,
+    Schedule,
+    Settings,
+    decode_answer,
+    encode,
+)
 
-PLAN_VARIABLE = "DLCI_SCRIPT_PLAN"  # child.py reads it
+_Found = TypeVar("_Found")
 REPORT_NAME = "memorization.json"  # report/memorization.py's, without importing it here
 
 
@@ -53,7 +66,7 @@ def memorize_script(request: MemorizeRequest, words: list[str], say: Say) -> Mem
     json_path = request.json or str(Path(request.out) / REPORT_NAME)
     if json_path != "-":  # an earlier run's report must not stand for this one
         Path(json_path).unlink(missing_ok=True)
-    cap = plan["config"]["time_cap_s"]
+    cap = plan.settings.time_cap_s
     try:
         found = run_child(command, plan, timeout=cap * 1.5 + 120)
     except subprocess.TimeoutExpired:
@@ -63,37 +76,36 @@ def memorize_script(request: MemorizeRequest, words: list[str], say: Say) -> Mem
             file=command.script,
             hint="lower its epoch count, or raise the tier's time cap",
         ) from None
-    outcome = found["outcome"]
-    curve = Path(outcome["curve"]) if outcome["curve"] else None
-    report = memorization_report.read(outcome["report"])  # the child's answer, as JSON
-    return MemorizeOutcome(outcome["exit_code"], report, outcome["json_path"], curve)
+    outcome = _expect(found.memorize, "memorize")
+    curve = Path(outcome.curve) if outcome.curve else None
+    return MemorizeOutcome(outcome.exit_code, outcome.report, outcome.json_path, curve)
 
 
-def memorize_plan(request: MemorizeRequest, command: ScriptCommand, tier: Any) -> dict[str, Any]:
+def memorize_plan(request: MemorizeRequest, command: ScriptCommand, tier: Tier) -> MemorizePlan:
     """What the child needs for a memorization run (child.run_plan): the tier's numbers, the
     request's outputs, the command (its args for the hint on a script that ends first)."""
-    config = {
-        "max_epochs": tier.max_epochs,
-        "max_loss": tier.max_loss,
-        "time_cap_s": tier.time_cap_minutes * 60,
-        "batch_size": tier.batch_size,
-        "max_relative_loss": tier.max_relative_loss,
-        "seed": request.seed,
-        "early_stop": request.early_stop,
-    }
+    settings = Settings(
+        max_epochs=tier.max_epochs,
+        max_loss=tier.max_loss,
+        time_cap_s=tier.time_cap_minutes * 60,
+        batch_size=tier.batch_size,
+        max_relative_loss=tier.max_relative_loss,
+        seed=request.seed,
+        early_stop=request.early_stop,
+    )
     keep = ("out", "json", "seed", "tracker", "quiet", "early_stop")
-    return {
-        "mode": "memorize",
-        "config": config,
-        "label": f"memorize {tier.budget}/{tier.hardware_class}",
-        "quiet": request.quiet,
-        "request": {key: getattr(request, key) for key in keep},
-        "tier": tier.to_dict(),
-        "spec": command.text(),
-        "script": command.script,
-        "module": command.module,
-        "args": list(command.args),
-    }
+    return MemorizePlan(
+        settings=settings,
+        label=f"memorize {tier.budget}/{tier.hardware_class}",
+        quiet=request.quiet,
+        seed=request.seed,
+        request=Outputs(**{key: getattr(request, key) for key in keep}),
+        tier=tier,
+        spec=command.text(),
+        script=command.script,
+        module=command.module,
+        args=list(command.args),
+    )
 
 
 def profile_script(words: list[str], args: Any, schedule: Any, out: Path) -> Any:
@@ -104,25 +116,31 @@ def profile_script(words: list[str], args: Any, schedule: Any, out: Path) -> Any
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("trace.json.gz", "utilization.json"):
         (out / stale).unlink(missing_ok=True)
-    steps = {"wait": schedule.wait, "warmup": schedule.warmup, "steps": schedule.active}
-    plan: dict[str, Any] = {"mode": "profile", "schedule": steps, "out": str(out.resolve())}
-    plan.update(device=args.device, seed=args.seed, quiet=args.quiet, script=command.script)
-    plan.update(module=command.module, args=list(command.args))
-    found = run_child(command, plan, timeout=None)["profile"]
-    if found["trace"] is None:
+    plan = ProfilePlan(
+        schedule=Schedule(wait=schedule.wait, warmup=schedule.warmup, steps=schedule.active),
+        out=str(out.resolve()),
+        device=args.device,
+        seed=args.seed,
+        quiet=args.quiet,
+        script=command.script,
+        module=command.module,
+        args=list(command.args),
+    )
+    found = _expect(run_child(command, plan, timeout=None).profile, "profile")
+    if found.trace is None:
         raise DlciError(
-            f"the script ended after {found['steps_taken']} optimizer steps, before the "
-            f"{schedule.total} the schedule needs ({found['error'] or 'no trace'})",
+            f"the script ended after {found.steps_taken} optimizer steps, before the "
+            f"{schedule.total} the schedule needs ({found.error or 'no trace'})",
             file=command.script,
             hint="raise its epoch or step count, or lower --steps, --wait and --warmup",
         )
     return ProfileResult(
-        trace=Path(found["trace"]),
-        steps=found["steps"],
-        device=found["device"],
-        cpu_only=found["cpu_only"],
-        wall_time_s=found["wall_time_s"],
-        log=Path(found["log"]) if found["log"] else None,
+        trace=Path(found.trace),
+        steps=found.steps,
+        device=found.device,
+        cpu_only=found.cpu_only,
+        wall_time_s=found.wall_time_s,
+        log=Path(found.log) if found.log else None,
     )
 
 
@@ -139,57 +157,72 @@ def doctor_script(request: DoctorRequest, words: list[str]) -> DoctorOutcome:
             hint="leave them out, or drop the command after --",
         )
     plan = doctor_plan(request, command, request.tier.choose())
-    found = run_child(command, plan, timeout=None)["doctor"]
-    page = Path(found["html"]) if found["html"] else None
-    data = doctor_report.read(found["report"])  # the child's answer, read back as JSON
-    return DoctorOutcome(data, found["json_path"], found["exit_code"], page)
+    found = _expect(run_child(command, plan, timeout=None).doctor, "doctor")
+    page = Path(found.html) if found.html else None
+    return DoctorOutcome(found.report, found.json_path, found.exit_code, page)
 
 
-def doctor_plan(request: DoctorRequest, command: ScriptCommand, tier: Any) -> dict[str, Any]:
+def doctor_plan(request: DoctorRequest, command: ScriptCommand, tier: Tier) -> DoctorPlan:
     """What the child needs for the doctor (doctor.ScriptDoctor): the checks asked for, the
     tier, the project's policy, where the report goes."""
-    plan: dict[str, Any] = {"mode": "doctor", "tier": tier.to_dict(), "spec": command.text()}
-    plan.update(only=request.only, stop_on_fail=request.stop_on_fail, seed=request.seed)
-    plan.update(out=request.out, json=request.json, markdown=request.markdown, quiet=False)
-    plan.update(policy=(request.policy or Policy()).to_json(), today=request.today.isoformat())
-    plan.update(script=command.script, module=command.module, args=list(command.args))
-    return plan
+    return DoctorPlan(
+        tier=tier,
+        spec=command.text(),
+        only=request.only,
+        stop_on_fail=request.stop_on_fail,
+        seed=request.seed,
+        out=request.out,
+        json=request.json,
+        markdown=request.markdown,
+        policy=(request.policy or Policy()).to_json(),
+        today=request.today.isoformat(),
+        script=command.script,
+        module=command.module,
+        args=list(command.args),
+    )
 
 
-def run_child(command: ScriptCommand, plan: dict[str, Any], timeout: float | None) -> Any:
+def run_child(command: ScriptCommand, plan: AnyPlan, timeout: float | None) -> Answer:
     """Run the script under the hooks; what the child found (a located error raised)."""
     python = command.python
     if os.sep not in python:  # a bare python: the environment dl-ci runs in
         python = sys.executable
     with tempfile.TemporaryDirectory(prefix="dlci-script-") as folder:
-        plan = {**plan, "result": str(Path(folder) / "result.json")}
+        result_path = Path(folder) / "result.json"
+        plan = msgspec.structs.replace(plan, result=str(result_path))
         plan_path = Path(folder) / "plan.json"
-        jsonio.write(plan_path, plan)
+        plan_path.write_bytes(encode(plan))
         env = {**os.environ, PLAN_VARIABLE: str(plan_path)}
         child = [python, *command.flags, "-m", "dlci.script.child"]
         code = subprocess.run(child, env=env, timeout=timeout, check=False).returncode
-        result_path = Path(plan["result"])
         if not result_path.is_file():
             raise DlciError(
                 f"the script's process ended (exit status {code}) before dl-ci could judge it: "
                 "os._exit, a signal, or out of memory",
                 file=command.script,
             )
-        found = jsonio.decode(result_path.read_bytes())
-    if "error" in found:
-        where = str(found.get("where") or command.script)
+        found = decode_answer(result_path.read_bytes())
+    if found.error is not None:
+        where = found.where or command.script
         file, _, line = where.rpartition(":")
         located = line.isdigit()
         raise DlciError(
-            f"script mode: {found['error']}",
+            f"script mode: {found.error}",
             file=file if located else where,
             line=int(line) if located else None,
-            hint=found.get("hint"),
+            hint=found.hint,
         )
-    if "failure" in found:
+    if found.failure is not None:
         raise DlciError(
-            f"script mode: {found['failure']}; no verdict",
+            f"script mode: {found.failure}; no verdict",
             file=command.script,
             hint="the script's traceback is above; run it without dl-ci to see it fail alone",
         )
     return found
+
+
+def _expect(part: _Found | None, mode: str) -> _Found:
+    """The mode's result in the child's answer (an answer without one is dl-ci's bug)."""
+    if part is None:
+        raise DlciError(f"script mode: the child's answer has no {mode} result and no error")
+    return part
