@@ -15,6 +15,7 @@ import pytest
 
 from dlci.cli import main
 from dlci.report import history
+from dlci.report.fields import HistoryEntry
 from github_standin import StandIn, zipped
 
 TOKEN = "ghs_historyToken0123456789"  # pragma: allowlist secret (a test value)
@@ -134,8 +135,8 @@ def test_the_history_keeps_at_most_its_cap(monkeypatch) -> None:
     monkeypatch.setattr(history, "MAX_ENTRIES", 5)
     data = history.empty()
     for i in range(8):
-        data = history.append(data, night(i))
-    assert [e["run_id"] for e in data["entries"]] == ["1003", "1004", "1005", "1006", "1007"]
+        data = history.append(data, HistoryEntry(**night(i)))
+    assert [e.run_id for e in data.entries] == ["1003", "1004", "1005", "1006", "1007"]
 
 
 def test_the_trend_plot_is_svg_with_one_line_per_class_and_names_escaped(tmp_path) -> None:
