@@ -904,26 +904,24 @@ def test_the_profile_is_sized_from_the_baselines_scatter_before_the_job(
     from dlci.action.github.sizing import plan
 
     record = plan(json.loads(wild), tier, {"gpu_utilization_pct": 5.0})
-    assert record["steps"] == 5 and "too much for a bound of 5pt" in record["reason"]
-    assert "profile more steps on the base branch" in record["reason"]
+    assert record.steps == 5 and "too much for a bound of 5pt" in record.reason
+    assert "profile more steps on the base branch" in record.reason
     short = {**tier, "time_cap_minutes": 0.001}
     capped = plan(json.loads(noisy), short, {"gpu_utilization_pct": 5.0})
-    assert capped["steps"] == 5 and "capped" in capped["reason"]  # the time cap wins
+    assert capped.steps == 5 and "capped" in capped.reason  # the time cap wins
     # found by an attacker's review: never fewer steps than the tier's own; a subnormal step
     # time (a well-formed report) or a report nested 200,000 deep is a reason, not a crash
     assert (
-        plan(json.loads(noisy), {**tier, "profile_steps": 80}, {"gpu_utilization_pct": 5.0})[
-            "steps"
-        ]
+        plan(json.loads(noisy), {**tier, "profile_steps": 80}, {"gpu_utilization_pct": 5.0}).steps
         == 80
     )
     tiny = json.loads(noisy)
     for step in tiny["per_step"]:
         step["duration_us"] = 5e-324
-    assert plan(tiny, tier, {"duration_us": 5.0})["steps"] >= 5
+    assert plan(tiny, tier, {"duration_us": 5.0}).steps >= 5
     from dlci.action.github.sizing import size_preflight
 
     pre.write_text(json.dumps({"passed": True, "tier": tier}))
     (kept / "utilization.json").write_text("[" * 200_000 + "]" * 200_000)
     record = size_preflight(pre, kept, {"gpu_utilization_pct": 5.0})
-    assert record["reason"].startswith("not sized") and "DecodeError" in record["reason"]
+    assert record.reason.startswith("not sized") and "DecodeError" in record.reason
