@@ -743,6 +743,35 @@ def test_hostile_numbers_in_a_base_report_are_left_out(tmp_path, capsys, change,
     assert code == 0 and "| memorization: epochs to threshold | 5 | 7 |" in text
 
 
+@pytest.mark.parametrize(
+    ("kept", "why"),
+    [
+        (b"[1, ", "baseline-source.json: unreadable"),
+        (b'{"id": {"x": 1}, "head_sha": ["a"]}', "baseline-source.json: id is an object"),
+        (b'{"id": 7, "passed_over": [1.5]}', "baseline-source.json: passed_over[0] is a number"),
+        (b'{"id": 7, "passed_over": [1e999]}', "baseline-source.json: unreadable"),
+    ],
+)
+def test_a_hostile_baseline_source_is_named_and_the_folder_shown(
+    tmp_path, capsys, kept, why
+) -> None:
+    """baseline-source.json lies beside the reports (outside input): one that is not JSON
+    crashed dlci baseline; one of wrong types reached the comment as it was."""
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "utilization.json").write_bytes(utilization(10))
+    (base / "baseline-source.json").write_bytes(kept)
+    code, text = compare(tmp_path, {"utilization.json": utilization(10)}, "--base-dir", str(base))
+    assert code == 0 and f"base: the reports in `{base}`" in text
+    assert f"where it came from is unknown: {why}" in capsys.readouterr().err
+    # control: a sound one names the run it came from
+    (base / "baseline-source.json").write_text(json.dumps({"id": 7, "artifact": "dlci-a"}))
+    code, text = compare(tmp_path / "ok", {"utilization.json": utilization(10)}, "--base-dir",
+                         str(base))  # fmt: skip
+    assert code == 0 and "base: run 7, artifact `dlci-a`" in text
+    assert "where it came from" not in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("rate", ["1e999", "nan", "-0.5", "1.5"])
 def test_a_base_coverage_rate_out_of_range_is_left_out(tmp_path, rate) -> None:
     base = tmp_path / "base"

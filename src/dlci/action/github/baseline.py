@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 
+from dlci import jsonio
 from dlci.action.github.api import ApiError, GitHub
 from dlci.action.github.artifacts import JOB_ID, fetch
 from dlci.action.github.comment import sticky_comment
@@ -33,6 +34,7 @@ from dlci.action.github.sides import (
 from dlci.action.github.sizing import SOURCE_FILE
 from dlci.action.host.summary import collect
 from dlci.compare import diff
+from dlci.errors import DlciError
 from dlci.report.comparison import (
     MARKER,
     Comparison,
@@ -204,7 +206,7 @@ def against_baseline(
         source = BaselineSource(folder=str(base_dir)) if base_dir else BaselineSource()
         misread: list[str] = []
         if base_dir is not None and (base_dir / SOURCE_FILE).is_file():  # fetched before the job
-            source = _source(read_json(base_dir / SOURCE_FILE), source, misread)
+            source = _kept_source(base_dir / SOURCE_FILE, source, misread)
         folder, skipped, problem = base_dir, [], ""
         if base_dir is None or comment:
             try:
@@ -242,6 +244,17 @@ def against_baseline(
     elif comment:
         out.notes.append(f"no comment: {problem}")
     return out
+
+
+def _kept_source(path: Path, otherwise: BaselineSource, misread: list[str]) -> BaselineSource:
+    """baseline-source.json as the step before the job left it beside the reports (a file in
+    a folder: outside input), else ``otherwise``, with why in ``misread``."""
+    try:
+        raw = read_json(path)
+    except (DlciError, jsonio.DecodeError, RecursionError) as exc:
+        misread.append(f"{path.name}: unreadable ({str(exc)[:200]})")
+        return otherwise
+    return _source(raw, otherwise, misread)
 
 
 def _source(raw: Any, otherwise: BaselineSource, misread: list[str]) -> BaselineSource:
