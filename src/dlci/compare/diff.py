@@ -169,7 +169,10 @@ class Environments(msgspec.Struct, kw_only=True):
 
 
 class Diff(msgspec.Struct, kw_only=True):
-    """The comparison of two utilization reports (schema_version 2, kind utilization-diff)."""
+    """The comparison of two utilization reports (schema_version 2, kind utilization-diff).
+
+    Written (``--json``, ``dlci baseline --json``), never read back: its rows are of two
+    classes, told apart by the fields they hold, which msgspec writes but cannot decode."""
 
     schema_version: int = SCHEMA_VERSION
     kind: str = KIND
