@@ -743,6 +743,35 @@ def test_hostile_numbers_in_a_base_report_are_left_out(tmp_path, capsys, change,
     assert code == 0 and "| memorization: epochs to threshold | 5 | 7 |" in text
 
 
+@pytest.mark.parametrize(
+    ("kept", "why"),
+    [
+        (b"[1, ", "baseline-source.json: unreadable"),
+        (b'{"id": {"x": 1}, "head_sha": ["a"]}', "baseline-source.json: id is an object"),
+        (b'{"id": 7, "passed_over": [1.5]}', "baseline-source.json: passed_over[0] is a number"),
+        (b'{"id": 7, "passed_over": [1e999]}', "baseline-source.json: unreadable"),
+    ],
+)
+def test_a_hostile_baseline_source_is_named_and_the_folder_shown(
+    tmp_path, capsys, kept, why
+) -> None:
+    """baseline-source.json lies beside the reports (outside input): one that is not JSON
+    crashed dlci baseline; one of wrong types reached the comment as it was."""
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "utilization.json").write_bytes(utilization(10))
+    (base / "baseline-source.json").write_bytes(kept)
+    code, text = compare(tmp_path, {"utilization.json": utilization(10)}, "--base-dir", str(base))
+    assert code == 0 and f"base: the reports in `{base}`" in text
+    assert f"where it came from is unknown: {why}" in capsys.readouterr().err
+    # control: a sound one names the run it came from
+    (base / "baseline-source.json").write_text(json.dumps({"id": 7, "artifact": "dlci-a"}))
+    code, text = compare(tmp_path / "ok", {"utilization.json": utilization(10)}, "--base-dir",
+                         str(base))  # fmt: skip
+    assert code == 0 and "base: run 7, artifact `dlci-a`" in text
+    assert "where it came from" not in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("rate", ["1e999", "nan", "-0.5", "1.5"])
 def test_a_base_coverage_rate_out_of_range_is_left_out(tmp_path, rate) -> None:
     base = tmp_path / "base"
@@ -904,26 +933,24 @@ def test_the_profile_is_sized_from_the_baselines_scatter_before_the_job(
     from dlci.action.github.sizing import plan
 
     record = plan(json.loads(wild), tier, {"gpu_utilization_pct": 5.0})
-    assert record["steps"] == 5 and "too much for a bound of 5pt" in record["reason"]
-    assert "profile more steps on the base branch" in record["reason"]
+    assert record.steps == 5 and "too much for a bound of 5pt" in record.reason
+    assert "profile more steps on the base branch" in record.reason
     short = {**tier, "time_cap_minutes": 0.001}
     capped = plan(json.loads(noisy), short, {"gpu_utilization_pct": 5.0})
-    assert capped["steps"] == 5 and "capped" in capped["reason"]  # the time cap wins
+    assert capped.steps == 5 and "capped" in capped.reason  # the time cap wins
     # found by an attacker's review: never fewer steps than the tier's own; a subnormal step
     # time (a well-formed report) or a report nested 200,000 deep is a reason, not a crash
     assert (
-        plan(json.loads(noisy), {**tier, "profile_steps": 80}, {"gpu_utilization_pct": 5.0})[
-            "steps"
-        ]
+        plan(json.loads(noisy), {**tier, "profile_steps": 80}, {"gpu_utilization_pct": 5.0}).steps
         == 80
     )
     tiny = json.loads(noisy)
     for step in tiny["per_step"]:
         step["duration_us"] = 5e-324
-    assert plan(tiny, tier, {"duration_us": 5.0})["steps"] >= 5
+    assert plan(tiny, tier, {"duration_us": 5.0}).steps >= 5
     from dlci.action.github.sizing import size_preflight
 
     pre.write_text(json.dumps({"passed": True, "tier": tier}))
     (kept / "utilization.json").write_text("[" * 200_000 + "]" * 200_000)
     record = size_preflight(pre, kept, {"gpu_utilization_pct": 5.0})
-    assert record["reason"].startswith("not sized") and "DecodeError" in record["reason"]
+    assert record.reason.startswith("not sized") and "DecodeError" in record.reason

@@ -175,13 +175,13 @@ def test_compare_keeps_the_regression_rules() -> None:
     slower = {"gpu_utilization_pct": 80.0, "per_step": _steps(80.0, 1.06)}
     base, slower = read(base), read(slower)
     result = diff.compare(base, slower, 5.0)
-    assert [r["metric"] for r in result["regressions"]] == ["step_time_us"]
-    assert result["compared"] == 2
+    assert [r.metric for r in result.regressions] == ["step_time_us"]
+    assert result.compared == 2
     # control: a drop of about the bound, in points (not percent of 80), does not fail
     lower = read({"gpu_utilization_pct": 75.0, "per_step": _steps(75.0, 1.0)})
-    assert diff.compare(base, lower, 5.0)["passed"] is True
+    assert diff.compare(base, lower, 5.0).passed is True
     no_steps = read({"gpu_utilization_pct": None, "steps": {"mean_step_us": 0.0}})
-    assert diff.compare(base, no_steps, 5.0)["compared"] == 0
+    assert diff.compare(base, no_steps, 5.0).compared == 0
 
 
 def _gpu_steps(values_us: list[float]) -> list[dict]:

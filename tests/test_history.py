@@ -15,6 +15,7 @@ import pytest
 
 from dlci.cli import main
 from dlci.report import history
+from dlci.report.fields import HistoryEntry
 from github_standin import StandIn, zipped
 
 TOKEN = "ghs_historyToken0123456789"  # pragma: allowlist secret (a test value)
@@ -130,12 +131,41 @@ def test_a_broken_history_starts_afresh_with_a_warning(tmp_path, capsys) -> None
     assert "the previous history is unreadable, starting a new one" in capsys.readouterr().err
 
 
+def test_each_entry_left_out_is_named_with_its_field(tmp_path, capsys) -> None:
+    """history.json comes from an artifact: the warning names why each entry was left out
+    (at most five, then a count), by key path, never a traceback."""
+    bad = [
+        {**night(1), "gpu_utilization_pct": "high"},
+        {"hardware_class": 3},
+        {**night(2), "epochs_to_threshold": 2.5},
+        {**night(3), "step_time_us": 1e300},
+        [1],
+        {**night(4), "date": {"x": 1}},
+        {**night(5), "torch": True},
+    ]
+    previous = write_history(tmp_path / "h.json", [night(0), *bad])
+    code, data, _ = run_history(tmp_path, "--previous", str(previous))
+    err = capsys.readouterr().err
+    assert code == 0 and [e["run_id"] for e in data["entries"]] == ["1000"]  # the sound one
+    assert "7 malformed history entries were left out: " in err
+    for named in (
+        "history.json: entries[1].gpu_utilization_pct is 'high', expected a number or null",
+        "history.json: entries[2].hardware_class is 3, expected text",
+        "history.json: entries[3].epochs_to_threshold is 2.5, expected an integer or null",
+        "history.json: entries[4].step_time_us is 1e+300, beyond what a history plots",
+        "history.json: entries[5] is a list, expected an object",
+        "history.json: more entries left out",
+    ):
+        assert named in err
+    assert "entries[6]" not in err and "Traceback" not in err
+
+
 def test_the_history_keeps_at_most_its_cap(monkeypatch) -> None:
     monkeypatch.setattr(history, "MAX_ENTRIES", 5)
     data = history.empty()
     for i in range(8):
-        data = history.append(data, night(i))
-    assert [e["run_id"] for e in data["entries"]] == ["1003", "1004", "1005", "1006", "1007"]
+        data = history.append(data, HistoryEntry(**night(i)))
+    assert [e.run_id for e in data.entries] == ["1003", "1004", "1005", "1006", "1007"]
 
 
 def test_the_trend_plot_is_svg_with_one_line_per_class_and_names_escaped(tmp_path) -> None:

@@ -160,9 +160,13 @@ def rendered(
     tmp_path_factory: pytest.TempPathFactory, utilization: dict[str, Any]
 ) -> dict[str, str]:
     """The job summary, the comparison comment and the history, from hostile reports."""
+    import msgspec
+
     from dlci.action.github.baseline import against_baseline
     from dlci.action.github.history import update
     from dlci.report import comparison
+    from dlci.report.comparison import LeftOut
+    from dlci.report.fields import BaselineSource
 
     root = tmp_path_factory.mktemp("hostile")
     reports = {"memorization": memorization(), "doctor": doctor(), "utilization": utilization}
@@ -184,9 +188,12 @@ def rendered(
         assert compared.result is not None
         # the base run as the API names it (a branch name is the pushers' own text), and
         # what the comparison leaves out of a report: both reach the comment as text
-        result = {**compared.result, "warnings": [HOSTILE], "left_out": {"base": [HOSTILE]}}
-        result["source"] = dict.fromkeys(("id", "head_branch", "head_sha", "created_at"), HOSTILE)
-        result["source"]["artifact"] = HOSTILE
+        source = BaselineSource(
+            id=HOSTILE, head_branch=HOSTILE, head_sha=HOSTILE, created_at=HOSTILE, artifact=HOSTILE
+        )
+        result = msgspec.structs.replace(
+            compared.result, warnings=[HOSTILE], left_out=LeftOut(base=[HOSTILE]), source=source
+        )
         texts["comment"] = comparison.render(result)
         entry = {"date": HOSTILE, "run_id": HOSTILE, "sha": HOSTILE, "hardware_class": HOSTILE}
         entry |= {"torch": HOSTILE, "gpu_utilization_pct": 80.0, "final_loss": 0.1}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dlci.cli import main
-from dlci.report import figures, html
+from dlci.report import doctor, figures, html
 from dlci.report.memorization import plot_curve, read
 
 DATA = Path(__file__).parent / "data" / "reports"
@@ -27,29 +27,29 @@ def _report(name: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def drawn(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+def drawn(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, figures.Figures]:
     """A folder as dlci memorize, doctor and profile leave it (figures drawn from the report),
     drawn once for the module, and what doctor_figures said it drew."""
     out = tmp_path_factory.mktemp("drawn")
     for name in ("doctor", "memorization", "utilization"):
         shutil.copy(DATA / f"{name}.json", out / f"{name}.json")
     plot_curve(read(_report("memorization")), out / "memorization-curve.png")
-    return out, figures.doctor_figures(_report("doctor"), out)
+    return out, figures.doctor_figures(doctor.read(_report("doctor")), out)
 
 
 @pytest.fixture
-def folder(drawn: tuple[Path, dict], tmp_path: Path) -> Path:
+def folder(drawn: tuple[Path, figures.Figures], tmp_path: Path) -> Path:
     """The drawn folder, a copy of its own for each test."""
     return Path(shutil.copytree(drawn[0], tmp_path / "reports"))
 
 
-def test_every_instrument_is_drawn_from_a_real_report(drawn: tuple[Path, dict]) -> None:
+def test_every_instrument_is_drawn_from_a_real_report(drawn: tuple[Path, figures.Figures]) -> None:
     folder, said = drawn
-    assert [f["id"] for f in said["figures"]] == list(figures.DRAWERS)
-    assert said["skipped"] == {}
-    for entry in said["figures"]:
-        assert (folder / entry["file"]).read_bytes().startswith(PNG)
-        assert entry["healthy"].startswith("healthy: ")
+    assert [f.id for f in said.figures] == list(figures.DRAWERS)
+    assert said.skipped == {}
+    for entry in said.figures:
+        assert (folder / entry.file).read_bytes().startswith(PNG)
+        assert entry.healthy.startswith("healthy: ")
 
 
 def test_a_skipped_check_or_malformed_details_draw_nothing_and_say_why(tmp_path: Path) -> None:
@@ -59,17 +59,17 @@ def test_a_skipped_check_or_malformed_details_draw_nothing_and_say_why(tmp_path:
         "grad-flow": {"grad_norms": {"w": "nan", "v": [1]}},
         "update-ratio": {"ratio_by_step": {"w": "x"}, "median_ratio": 3},
         "activations": {"head": {"dead": "inf"}, "x": 4},
-        "weight-norms": "not a mapping",
+        "weight-norms": {"norm_by_step": "not a mapping"},
     }
     for check in report["checks"]:
         if check["id"] in hostile:
             check["details"] = hostile[check["id"]]
-    drawn = figures.doctor_figures(report, tmp_path)
-    assert drawn["figures"] == []
-    assert set(drawn["skipped"]) == set(figures.DRAWERS)
+    drawn = figures.doctor_figures(doctor.read(report), tmp_path)
+    assert drawn.figures == []
+    assert set(drawn.skipped) == set(figures.DRAWERS)
     assert not (tmp_path / "figures").exists()
     report["checks"] = [dict(c, status="skip") for c in report["checks"]]
-    assert set(figures.doctor_figures(report, tmp_path)["skipped"].values()) == {
+    assert set(figures.doctor_figures(doctor.read(report), tmp_path).skipped.values()) == {
         "the check was skipped"
     }
 

@@ -14,6 +14,7 @@ import msgspec
 import pytest
 
 from dlci.compare import diff
+from dlci.compare.runs import Changed, MetricPair, RunComparison
 from dlci.report import diff_render, doctor, runs, utilization
 from dlci.report.github import annotation
 from dlci.report.text import bullets, clean, label, md, md_code, table
@@ -213,7 +214,7 @@ def test_png_labels(name: str) -> None:
     assert re.search(r"(?<!\\)\$", text) is None, text  # every $ escaped: no mathtext
 
 
-def _diff_result() -> dict[str, Any]:
+def _diff_result() -> diff.Diff:
     base = {"gpu_utilization_pct": 80.0, "steps": {"mean_step_us": 1000.0}}
     head = {"gpu_utilization_pct": 70.0, "steps": {"mean_step_us": 1100.0}}
     return diff.compare(utilization.read(base), utilization.read(head), 5.0)
@@ -235,10 +236,9 @@ def test_diff_console(name: str, capsys) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_compare_runs_console(name: str, capsys) -> None:
-    result = {
-        "changed": {name: {"a": name, "b": 1.5}},
-        "metrics": {"verdict": {"a": name, "b": None}},
-    }
+    result = RunComparison(
+        changed={name: Changed(a=name, b=1.5)}, metrics={"verdict": MetricPair(a=name, b=None)}
+    )
     runs.print_table(result, name, name)
     assert_safe_console(capsys.readouterr().out, columns=3)
 

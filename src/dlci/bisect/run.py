@@ -306,18 +306,16 @@ def last_green(history: str | None) -> str:
     if not history:
         raise DlciError("--good last-green needs --history FILE (dlci history's history.json)")
     try:
-        data, _ = checked(jsonio.decode(read_input(history, what="the history")))
+        data, _, _ = checked(jsonio.decode(read_input(history, what="the history")))
     except jsonio.DecodeError as exc:
         raise DlciError(f"{history}: not JSON ({exc})") from None
-    green = [
-        e for e in data["entries"] if e.get("sha") and e.get("epochs_to_threshold") is not None
-    ]
+    green = [e for e in data.entries if e.sha and e.epochs_to_threshold is not None]
     if not green:
         raise DlciError(
             f"{history}: no night with a commit whose memorization passed",
             hint="give --good REV",
         )
-    return str(green[-1]["sha"])
+    return str(green[-1].sha)
 
 
 def github_client(token: str | None, say: Callable[[str], None]) -> GitHub | None:

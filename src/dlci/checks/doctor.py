@@ -130,9 +130,7 @@ def pictures(data: DoctorReport, folder: Path, target: Any) -> Path | None:
         print(f"doctor: {clean(line)}", file=sys.stderr, flush=True)
 
     try:
-        # the figures read each check's id, status and details (the instruments' own data)
-        checks = [msgspec.structs.asdict(check) for check in data.checks]
-        drawn = figures.doctor_figures({"checks": checks}, folder)["figures"]
+        drawn = figures.doctor_figures(data, folder).figures
     except ImportError as exc:  # matplotlib: dl-ci's train extra
         say(f"no figures: {exc} (pip install 'dl-ci[train]')")
         drawn = []
@@ -155,7 +153,7 @@ def pictures(data: DoctorReport, folder: Path, target: Any) -> Path | None:
         return None
 
 
-def _examples(target: Any, folder: Path) -> dict[str, str] | None:
+def _examples(target: Any, folder: Path) -> figures.Drawn | None:
     """The figure of the target's first training batch, or None for a layout it cannot draw."""
     for raw in target.train_loader:
         inputs, labels = as_pair(raw, 0)

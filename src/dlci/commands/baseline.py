@@ -77,7 +77,7 @@ class BaselineVerb(Verb):
             record = prepare(preflight=Path(args.size_profile), into=Path(args.base_dir or "."),
                              spec=args.baseline, prefix=args.artifact_prefix, token=token,
                              bounds=bounds)  # fmt: skip
-            print(f"baseline: profile: {record.get('reason', '')}", file=sys.stderr)
+            print(f"baseline: profile: {record.reason}", file=sys.stderr)
             return 0
         # numpy: off `dlci baseline --help` and the action's default, a baseline of none
         from dlci.action.github.baseline import against_baseline

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from dlci.commands import _common
 from dlci.commands._common import ArgumentParser
@@ -71,24 +70,24 @@ class CompareProfilesVerb(Verb):
             max_step_time_regression=args.max_step_time_regression,
             block_likely=args.block_likely,
         )
-        if not result["compared"]:
+        if not result.compared:
             raise DlciError(
                 "nothing to compare: neither GPU utilization nor step time is in both reports",
                 hint="compare reports of traces with ProfilerStep markers (dlci profile writes "
                 "them)",
             )
         _write(result, args)
-        if result["not_comparable"] or result["verdict"] in (
+        if result.not_comparable or result.verdict in (
             "inconclusive", "not comparable", "likely regressed",
         ):  # fmt: skip
-            why = "not comparable" if result["not_comparable"] else result["verdict"]
+            why = "not comparable" if result.not_comparable else result.verdict
             print_warning(f"nothing was gated: the runs are {why} (see the notes; --block-likely "
                           "fails a likely regression)" if why == "likely regressed" else
                           f"nothing was gated: the runs are {why} (see the notes)")  # fmt: skip
-        return 0 if result["passed"] else 1
+        return 0 if result.passed else 1
 
 
-def _write(result: dict[str, Any], args: argparse.Namespace) -> None:
+def _write(result: diff.Diff, args: argparse.Namespace) -> None:
     """The table on the terminal, and each file asked for, named once written."""
     names = {"base": args.base, "head": args.head}
     if args.json:

@@ -37,7 +37,7 @@ class CompareRunsVerb(Verb):
         else:
             with _common.stdout_guard():
                 print_table(result, args.run_a, args.run_b)
-        for warning in result["warnings"]:
+        for warning in result.warnings:
             print_warning(warning)
         return 0
 

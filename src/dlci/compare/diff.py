@@ -14,6 +14,11 @@ is read of one: the report's classes are a room above this one): a report read f
 (another run's, a baseline's) is checked first (:func:`check_report`: the ranges of the figures
 compared, then every field's type, with the checker the caller gives), then read into its
 classes (:func:`dlci.report.utilization.read`).
+
+The result is typed too (:class:`Diff`, its rows :class:`PlainRow` and :class:`JudgedRow`):
+:func:`compare` builds it, the renderers (dlci.report.diff_render, dlci.report.comparison) read
+its attributes, and msgspec writes it as the JSON above. A key that is absent unless it applies
+(a judged row's interval, when the runs are not comparable) is UNSET, which msgspec leaves out.
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import msgspec
+from msgspec import UNSET, UnsetType
+
 from dlci.compare import stats
 from dlci.jsonio import describe
 
@@ -29,6 +37,7 @@ SCHEMA_VERSION = 2
 KIND = "utilization-diff"
 DEFAULT_BOUND = 5.0  # points of utilization, percent of step time
 VERDICTS_JUDGED = ("ok", "regressed", "likely regressed", "inconclusive")
+METHOD = "Hodges-Lehmann shift, 95% Mann-Whitney (Moses) interval, per profiled step"
 MAX_STEPS = 100_000  # per_step entries a report may hold
 GPU = "gpu_utilization_pct"
 # Why a CPU-only trace's step time is shown, not gated: the steps time the host's CPU, which
@@ -86,6 +95,99 @@ class Report(Protocol):
     @property
     def trace(self) -> _Trace: ...
     def shares(self, part: str) -> dict[str, float]: ...
+
+
+class Environment(msgspec.Struct, kw_only=True):
+    """What a run ran on, as far as its report and its job say (None: unknown)."""
+
+    gpu: str | None = None
+    cpu_only: bool = False
+    torch: str | None = None
+    hardware_class: str | None = None
+
+
+class PlainRow(msgspec.Struct, kw_only=True):
+    """A figure shown side by side, not gated: its plain difference."""
+
+    metric: str
+    base: float | None
+    head: float | None
+    unit: str
+    change: float | None
+    verdict: str = "not gated"
+    reason: str = ""
+    regressed: bool = False
+
+    def interval(self) -> tuple[float, float] | None:
+        return None
+
+
+class JudgedRow(msgspec.Struct, kw_only=True):
+    """A gated figure: its verdict from the per-step samples of both runs (the statistics are
+    UNSET when the runs are not comparable: nothing was judged)."""
+
+    metric: str
+    base: float | None
+    head: float | None
+    unit: str
+    verdict: str
+    estimate: float | UnsetType | None = UNSET
+    low: float | UnsetType | None = UNSET
+    high: float | UnsetType | None = UNSET
+    n_base: int | UnsetType = UNSET
+    n_head: int | UnsetType = UNSET
+    spread_base: float | UnsetType | None = UNSET
+    spread_head: float | UnsetType | None = UNSET
+    reason: str = ""
+    change: float | UnsetType | None = UNSET
+    regressed: bool = False
+
+    def interval(self) -> tuple[float, float] | None:
+        """The 95% interval of the change, when there is one."""
+        low, high = self.low, self.high
+        if isinstance(low, float | int) and isinstance(high, float | int):
+            return float(low), float(high)
+        return None
+
+
+Row = PlainRow | JudgedRow
+
+
+def change_of(row: Row) -> float | None:
+    """A row's change (None: none, or nothing judged)."""
+    return None if isinstance(row.change, UnsetType) else row.change
+
+
+class Bounds(msgspec.Struct, kw_only=True):
+    utilization_drop_pt: float | None
+    step_time_regression_pct: float | None
+
+
+class Environments(msgspec.Struct, kw_only=True):
+    base: Environment
+    head: Environment
+
+
+class Diff(msgspec.Struct, kw_only=True):
+    """The comparison of two utilization reports (schema_version 2, kind utilization-diff).
+
+    Written (``--json``, ``dlci baseline --json``), never read back: its rows are of two
+    classes, told apart by the fields they hold, which msgspec writes but cannot decode."""
+
+    schema_version: int = SCHEMA_VERSION
+    kind: str = KIND
+    method: str = METHOD
+    bounds: Bounds
+    environment: Environments
+    not_comparable: list[str] = []
+    compared: int = 0
+    verdict: str
+    passed: bool
+    rows: list[Row] = []
+    regressions: list[Row] = []
+    likely_regressed: list[str] = []  # warned, or failed with block_likely (then regressions)
+    inconclusive: list[str] = []
+    block_likely_regressions: bool = False
 
 
 @dataclass(frozen=True)
@@ -226,9 +328,10 @@ def _check_steps(steps: Any) -> str | None:
     return None
 
 
-def environment(report: Report, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What a run ran on, as far as its report (and ``extra``: the job's hardware class and
-    torch version, when known) says: GPU name, CPU-only, torch, hardware class."""
+def environment(report: Report, known: Environment | None = None) -> Environment:
+    """What a run ran on, as far as its report (and ``known``: the job's hardware class and
+    torch version, when known; its None fields are unknown) says: GPU name, CPU-only, torch,
+    hardware class."""
     gpu = None
     for device in report.devices:
         if device.device == report.primary_device:
@@ -236,36 +339,38 @@ def environment(report: Report, extra: dict[str, Any] | None = None) -> dict[str
     names = report.trace.device_names
     if gpu is None and names:
         gpu = next(iter(names.values()))
-    env: dict[str, Any] = {
-        "gpu": gpu,
-        "cpu_only": report.gpu_utilization_pct is None,
-        "torch": report.trace.torch_version,
-        "hardware_class": None,
-    }
-    for key, value in (extra or {}).items():
-        if value is not None:
-            env[key] = value
+    env = Environment(
+        gpu=gpu, cpu_only=report.gpu_utilization_pct is None, torch=report.trace.torch_version
+    )
+    if known is not None:
+        env.gpu = env.gpu if known.gpu is None else known.gpu
+        env.torch = env.torch if known.torch is None else known.torch
+        env.hardware_class = known.hardware_class
     return env
 
 
-def not_comparable(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
+def not_comparable(base: Environment, head: Environment) -> list[str]:
     """Why two runs' timings cannot be compared: other hardware, another torch.
 
-    >>> not_comparable({"torch": "2.4.0", "gpu": "A100"}, {"torch": "2.5.1", "gpu": "A100"})
+    >>> not_comparable(Environment(torch="2.4.0", gpu="A100"),
+    ...                Environment(torch="2.5.1", gpu="A100"))
     ['torch 2.4.0 (base) and 2.5.1 (head)']
     """
     found = []
-    for key, what in (("hardware_class", "hardware class"), ("gpu", "GPU"), ("torch", "torch")):
-        b, h = base.get(key), head.get(key)
+    for what, b, h in (
+        ("hardware class", base.hardware_class, head.hardware_class),
+        ("GPU", base.gpu, head.gpu),
+        ("torch", base.torch, head.torch),
+    ):
         if b is not None and h is not None and str(b) != str(h):
             found.append(f"{what} {str(b)[:80]} (base) and {str(h)[:80]} (head)")
     return found
 
 
-def _plain_row(metric: Metric, b: float, h: float) -> dict[str, Any]:
+def _plain_row(metric: Metric, b: float, h: float) -> PlainRow:
     """A figure shown side by side, not gated: its plain difference."""
     change = h - b if metric.unit != "percent" else 100.0 * (h - b) / b
-    return {"change": round(change, 4), "verdict": "not gated", "reason": ""}
+    return PlainRow(metric=metric.key, base=b, head=h, unit=metric.unit, change=round(change, 4))
 
 
 def _judged_row(
@@ -274,17 +379,23 @@ def _judged_row(
     head: Report,
     bound: float | None,
     blocked: list[str],
-) -> dict[str, Any]:
+) -> JudgedRow:
     """A gated figure: its verdict from the per-step samples of both runs."""
+    row = JudgedRow(
+        metric=metric.key,
+        base=metric.value(base),
+        head=metric.value(head),
+        unit=metric.unit,
+        verdict="not comparable",
+    )
     cpu = [n for n, r in (("base", base), ("head", head)) if r.gpu_utilization_pct is None]
     which = "both" if len(cpu) == 2 else cpu[0] if cpu else ""
     if metric.key == GPU and cpu:
-        return {
-            "verdict": "not comparable",
-            "reason": f"CPU-only trace ({which}): no GPU utilization to compare",
-        }
+        row.reason = f"CPU-only trace ({which}): no GPU utilization to compare"
+        return row
     if blocked:
-        return {"verdict": "not comparable", "reason": "; ".join(blocked)}
+        row.reason = "; ".join(blocked)
+        return row
     assert metric.per_step is not None
     log = metric.unit == "percent"
     judged = stats.judge(
@@ -295,10 +406,13 @@ def _judged_row(
         worse=1 if log else -1,
         floor=2.0,
     )
-    row = judged.to_dict()
-    row["change"] = None if judged.estimate is None else round(judged.estimate, 4)
+    row.verdict, row.reason = judged.verdict, judged.reason
+    row.estimate, row.low, row.high = judged.estimate, judged.low, judged.high
+    row.n_base, row.n_head = judged.n_base, judged.n_head
+    row.spread_base, row.spread_head = judged.spread_base, judged.spread_head
+    row.change = None if judged.estimate is None else round(judged.estimate, 4)
     if cpu:  # measured, never gated: see CPU_STEPS
-        row["verdict"], row["reason"] = "not comparable", f"CPU-only trace ({which}): {CPU_STEPS}"
+        row.verdict, row.reason = "not comparable", f"CPU-only trace ({which}): {CPU_STEPS}"
     return row
 
 
@@ -309,13 +423,14 @@ def compare(
     *,
     max_utilization_drop: float | None = None,
     max_step_time_regression: float | None = None,
-    base_env: dict[str, Any] | None = None,
-    head_env: dict[str, Any] | None = None,
+    base_env: Environment | None = None,
+    head_env: Environment | None = None,
     block_likely: bool = False,
-) -> dict[str, Any]:
+) -> Diff:
     """What got worse from BASE to HEAD, judged on every profiled step of both.
 
     ``block_likely``: a ``likely regressed`` figure fails too (else it is a warning).
+    ``base_env``, ``head_env``: what each job knows of its run (:func:`environment`).
 
     ``bound`` is both bounds (points of utilization, percent of step time) unless one is
     given alone; a bound of None shows the figure with its interval, without a verdict.
@@ -326,7 +441,7 @@ def compare(
     >>> base = Utilization(gpu_utilization_pct=80.0, per_step=steps(80.0, 1.0))
     >>> head = Utilization(gpu_utilization_pct=60.0, per_step=steps(60.0, 1.02))
     >>> result = compare(base, head)
-    >>> result["verdict"], [r["metric"] for r in result["regressions"]]
+    >>> result.verdict, [r.metric for r in result.regressions]
     ('failed', ['gpu_utilization_pct'])
     """
     bounds = {
@@ -335,60 +450,56 @@ def compare(
     }
     benv, henv = environment(base, base_env), environment(head, head_env)
     blocked = not_comparable(benv, henv)
-    rows = []
+    rows: list[Row] = []
     for metric in METRICS:
         b, h = metric.value(base), metric.value(head)
-        row: dict[str, Any] = {"metric": metric.key, "base": b, "head": h, "unit": metric.unit}
+        row: Row
         if (metric.per_step is not None and (b, h) != (None, None)) or metric.key == GPU:
-            row |= _judged_row(metric, base, head, bounds[metric.key], blocked)
+            row = _judged_row(metric, base, head, bounds[metric.key], blocked)
         elif b is not None and h is not None and (metric.unit != "percent" or b > 0):
-            row |= _plain_row(metric, b, h)
+            row = _plain_row(metric, b, h)
         else:
             continue
-        row["regressed"] = row["verdict"] == "regressed" or (
-            block_likely and row["verdict"] == "likely regressed"
+        row.regressed = row.verdict == "regressed" or (
+            block_likely and row.verdict == "likely regressed"
         )
         rows.append(row)
-    result = _result(rows, bounds, blocked, benv, henv)
-    result["block_likely_regressions"] = block_likely
+    result = _result(rows, bounds, blocked, Environments(base=benv, head=henv))
+    result.block_likely_regressions = block_likely
     return result
 
 
 def _result(
-    rows: list[dict[str, Any]],
+    rows: list[Row],
     bounds: dict[str, float | None],
     blocked: list[str],
-    base_env: dict[str, Any],
-    head_env: dict[str, Any],
-) -> dict[str, Any]:
-    regressions = [row for row in rows if row["regressed"]]
-    inconclusive = [row["metric"] for row in rows if row["verdict"] == "inconclusive"]
-    likely = [row["metric"] for row in rows if row["verdict"] == "likely regressed"]
-    judged = [row for row in rows if row["verdict"] in VERDICTS_JUDGED]
+    environments: Environments,
+) -> Diff:
+    regressions = [row for row in rows if row.regressed]
+    inconclusive = [row.metric for row in rows if row.verdict == "inconclusive"]
+    likely = [row.metric for row in rows if row.verdict == "likely regressed"]
+    judged = [row for row in rows if row.verdict in VERDICTS_JUDGED]
     verdict = (
         "failed" if regressions else "likely regressed" if likely
         else "inconclusive" if inconclusive else "passed"
     )  # fmt: skip
-    if not judged and any(row["verdict"] == "not comparable" for row in rows):
+    if not judged and any(row.verdict == "not comparable" for row in rows):
         verdict = "not comparable"
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "kind": KIND,
-        "method": "Hodges-Lehmann shift, 95% Mann-Whitney (Moses) interval, per profiled step",
-        "bounds": {
-            "utilization_drop_pt": bounds["gpu_utilization_pct"],
-            "step_time_regression_pct": bounds["step_time_us"],
-        },
-        "environment": {"base": base_env, "head": head_env},
-        "not_comparable": blocked,
-        "compared": sum(
-            BY_KEY[row["metric"]].per_step is not None and None not in (row["base"], row["head"])
+    return Diff(
+        bounds=Bounds(
+            utilization_drop_pt=bounds["gpu_utilization_pct"],
+            step_time_regression_pct=bounds["step_time_us"],
+        ),
+        environment=environments,
+        not_comparable=blocked,
+        compared=sum(
+            BY_KEY[row.metric].per_step is not None and None not in (row.base, row.head)
             for row in rows
         ),
-        "verdict": verdict,
-        "passed": not regressions,
-        "rows": rows,
-        "regressions": regressions,
-        "likely_regressed": likely,  # warned, or failed with block_likely (then in regressions)
-        "inconclusive": inconclusive,
-    }
+        verdict=verdict,
+        passed=not regressions,
+        rows=rows,
+        regressions=regressions,
+        likely_regressed=likely,
+        inconclusive=inconclusive,
+    )

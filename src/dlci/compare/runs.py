@@ -1,8 +1,17 @@
-"""Two memorization runs compared: the differing configuration, the metrics side by side."""
+"""Two memorization runs compared: the differing configuration, the metrics side by side.
+
+The runs are memorization.json files as written (checked by :func:`check_run`, the fields
+compared only): their configuration is an open table, compared key by key, and a metric a
+file lacks is shown as missing, not as a default. The result is typed (:class:`RunComparison`):
+the console table (dlci.report.runs) reads its attributes, msgspec writes it as JSON.
+"""
 
 from __future__ import annotations
 
 from typing import Any
+
+import msgspec
+from msgspec import UNSET, UnsetType
 
 from dlci.jsonio import describe
 
@@ -17,6 +26,34 @@ TYPES: dict[str, tuple[type, ...]] = {
     "wall_time_s": (int, float),
 }
 MAX_DEPTH = 32  # of the configuration: a run's config is a few levels deep
+Metric = str | int | float | None  # a metric's value, as TYPES allows it
+
+
+class Changed(msgspec.Struct, kw_only=True):
+    """A configuration value that differs: RUN_A's and RUN_B's (None: not in the run's)."""
+
+    a: Any
+    b: Any
+
+
+class MetricPair(msgspec.Struct, kw_only=True):
+    """A metric side by side, and how RUN_B's differs from RUN_A's."""
+
+    a: Metric
+    b: Metric
+    difference: str | UnsetType = UNSET
+
+
+class RunComparison(msgspec.Struct, kw_only=True):
+    """Two memorization runs compared (schema_version 2, kind comparison)."""
+
+    schema_version: int = 2
+    kind: str = "comparison"
+    changed: dict[str, Changed] = {}
+    metrics: dict[str, MetricPair] = {}
+    not_comparable: list[str] = []
+    warnings: list[str] = []
+    warning: str = ""  # the warnings in one line
 
 
 def check_run(run: dict[str, Any]) -> str | None:
@@ -111,7 +148,7 @@ def difference(key: str, a: Any, b: Any) -> str:
     return f"{delta} (x{b / a:.2f})" if a else delta
 
 
-def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+def compare(a: dict[str, Any], b: dict[str, Any]) -> RunComparison:
     """The differing configuration values, the metrics side by side, and a warning if due.
 
     A run is seeded and deterministic on one machine, so with one configuration and one
@@ -120,16 +157,14 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """
     config_a, config_b = flatten(a["config"]), flatten(b["config"])
     changed = {
-        key: {"a": config_a.get(key), "b": config_b.get(key)}
+        key: Changed(a=config_a.get(key), b=config_b.get(key))
         for key in sorted(set(config_a) | set(config_b))
         if config_a.get(key) != config_b.get(key)
     }
     metrics = {
-        key: {
-            "a": a.get(key),
-            "b": b.get(key),
-            "difference": difference(key, a.get(key), b.get(key)),
-        }
+        key: MetricPair(
+            a=a.get(key), b=b.get(key), difference=difference(key, a.get(key), b.get(key))
+        )
         for key in METRICS
     }
     blocked = not_comparable(config_a, config_b)
@@ -144,15 +179,13 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
             "not comparable: " + "; ".join(blocked) + ": results differ across hardware and "
             "torch versions by themselves"
         )
-    return {
-        "schema_version": 2,
-        "kind": "comparison",
-        "changed": changed,
-        "metrics": metrics,
-        "not_comparable": blocked,
-        "warnings": warnings,
-        "warning": "; ".join(warnings),
-    }
+    return RunComparison(
+        changed=changed,
+        metrics=metrics,
+        not_comparable=blocked,
+        warnings=warnings,
+        warning="; ".join(warnings),
+    )
 
 
 def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -4,14 +4,22 @@ One table, base beside head, with an arrow and a verdict per figure; the notes s
 figure is not ok; a Mermaid chart draws both memorization curves (GitHub renders Mermaid in
 comments and summaries). Every name from a report goes through ``md``/``md_code``; the
 chart holds numbers only.
+
+The comparison is typed (:class:`Comparison`): dlci.action.github.baseline builds it, this
+module renders its attributes, and msgspec writes it as ``dlci baseline --json``'s JSON.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
 
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from dlci.compare.diff import Diff, change_of
+from dlci.report import fields
 from dlci.report.diff_render import cells, notes, shift_note
+from dlci.report.fields import BaselineSource
 from dlci.report.text import bullets, md, md_code, table
 
 MARKER = "<!-- dl-ci baseline comparison -->"  # finds the sticky comment again
@@ -29,6 +37,63 @@ TITLES = {
 }
 
 
+class SideRow(msgspec.Struct, kw_only=True):
+    """A figure shown side by side, not gated: memorization's, coverage's."""
+
+    metric: str  # a key of TITLES
+    base: float | None
+    head: float | None
+    change: float | None
+    unit: str  # count, loss, percentage points
+    verdict: str = "not gated"
+    reason: str = ""
+
+
+class Curves(msgspec.Struct, kw_only=True):
+    base: list[float] = []
+    head: list[float] = []
+
+
+class LeftOut(msgspec.Struct, kw_only=True):
+    base: list[str] = []
+    head: list[str] = []
+
+
+class Comparison(msgspec.Struct, kw_only=True):
+    """This run against its baseline (schema_version 1, kind baseline-comparison)."""
+
+    schema_version: int = 1
+    kind: str = "baseline-comparison"
+    memorization: list[SideRow] = []
+    utilization: Diff | None = None
+    coverage: list[SideRow] = []
+    curves: Curves = msgspec.field(default_factory=Curves)
+    left_out: LeftOut = msgspec.field(default_factory=LeftOut)
+    warnings: list[str] = []
+    verdict: str = "passed"  # passed, failed, likely regressed, inconclusive, not comparable
+    passed: bool = True
+    source: BaselineSource | UnsetType = UNSET  # where the baseline came from, once known
+
+
+def read_source(raw: object) -> BaselineSource:
+    """A decoded baseline-source.json (or a fetched run) as its class; ValueError naming each
+    field of a wrong type.
+
+    >>> read_source({"id": 7, "artifact": "dlci-a", "skipped": []}).id
+    7
+    >>> read_source({"id": 7, "head_sha": ["x"]})
+    Traceback (most recent call last):
+    ValueError: baseline-source.json: head_sha is a list, expected text or null
+    """
+    wrong = fields.problems("baseline-source", raw)
+    if wrong:
+        raise ValueError("; ".join(wrong))
+    try:
+        return msgspec.convert(raw, BaselineSource)
+    except msgspec.ValidationError as exc:  # the types are right: a value out of range
+        raise ValueError(f"baseline-source.json cannot be read: {exc}") from None
+
+
 def arrow(change: float | None) -> str:
     """Up, down or level, for a change.
 
@@ -40,36 +105,34 @@ def arrow(change: float | None) -> str:
     return "↑" if change > 0 else "↓" if change < 0 else "→"
 
 
-def _plain_cells(row: dict[str, Any]) -> list[str]:
+def _plain_cells(row: SideRow) -> list[str]:
     def show(value: float | None) -> str:
         if value is None:
             return "-"
-        if row["unit"] == "count":
+        if row.unit == "count":
             return f"{value:.0f}"
-        return f"{value:.1f} %" if row["unit"] == "percentage points" else f"{value:.4g}"
+        return f"{value:.1f} %" if row.unit == "percentage points" else f"{value:.4g}"
 
-    change = row["change"]
+    change = row.change
     text = "-"
     if change is not None:
         text = {"count": f"{change:+.0f}", "loss": f"{change:+.3g}"}.get(
-            row["unit"], f"{change:+.1f} pt"
+            row.unit, f"{change:+.1f} pt"
         )
-    if row["metric"] == "epochs_to_threshold" and row["base"] is not None and row["head"] is None:
+    if row.metric == "epochs_to_threshold" and row.base is not None and row.head is None:
         text = "not reached"
-    return [TITLES[row["metric"]], show(row["base"]), show(row["head"]), text, row["verdict"]]
+    return [TITLES[row.metric], show(row.base), show(row.head), text, row.verdict]
 
 
-def rows(result: dict[str, Any]) -> list[list[str]]:
+def rows(result: Comparison) -> list[list[str]]:
     """The table's rows as Markdown cells."""
     out = []
-    for row in result["memorization"]:
-        out.append(_with_arrow(_plain_cells(row), row["change"]))
-    utilization = result.get("utilization") or {}
-    for row in utilization.get("rows", []):
-        values = cells(row)
-        out.append(_with_arrow(values, row.get("change")))
-    for row in result["coverage"]:
-        out.append(_with_arrow(_plain_cells(row), row["change"]))
+    for row in result.memorization:
+        out.append(_with_arrow(_plain_cells(row), row.change))
+    for judged in result.utilization.rows if result.utilization is not None else []:
+        out.append(_with_arrow(cells(judged), change_of(judged)))
+    for row in result.coverage:
+        out.append(_with_arrow(_plain_cells(row), row.change))
     return out
 
 
@@ -82,18 +145,27 @@ def _with_arrow(values: list[str], change: float | None) -> list[str]:
     return [md(name), md(base), md(head), md(shown), marked]
 
 
-def source_line(source: dict[str, Any]) -> str:
-    """Where the baseline came from, in one Markdown line."""
-    if source.get("folder"):
-        return f"base: the reports in {md_code(source['folder'], limit=200)}"
-    parts = [f"run {md(source.get('id'))}"]
-    if source.get("head_branch"):
-        parts.append(f"on {md_code(source['head_branch'], limit=100)}")
-    if source.get("head_sha"):
-        parts.append(f"at {md_code(str(source['head_sha'])[:12])}")
-    if source.get("created_at"):
-        parts.append(f"({md(source['created_at'], limit=40)})")
-    return "base: " + " ".join(parts) + f", artifact {md_code(source.get('artifact', ''))}"
+def source_line(source: BaselineSource) -> str:
+    """Where the baseline came from, in one Markdown line.
+
+    >>> source_line(BaselineSource(id=7, head_sha="0123456789abcdef", artifact="dlci-a"))
+    'base: run 7 at `0123456789ab`, artifact `dlci-a`'
+    """
+    if _known(source.folder):
+        return f"base: the reports in {md_code(source.folder, limit=200)}"
+    parts = [f"run {md(_known(source.id))}"]
+    if _known(source.head_branch):
+        parts.append(f"on {md_code(source.head_branch, limit=100)}")
+    if _known(source.head_sha):
+        parts.append(f"at {md_code(str(source.head_sha)[:12])}")
+    if _known(source.created_at):
+        parts.append(f"({md(source.created_at, limit=40)})")
+    return "base: " + " ".join(parts) + f", artifact {md_code(_known(source.artifact) or '')}"
+
+
+def _known(value: object) -> object:
+    """A source's field, None when it is not known."""
+    return None if isinstance(value, UnsetType) else value
 
 
 def chart(base: list[float], head: list[float]) -> list[str]:
@@ -121,27 +193,27 @@ def chart(base: list[float], head: list[float]) -> list[str]:
     ]
 
 
-def render(result: dict[str, Any], *, title: str = "dl-ci against the baseline") -> str:
+def render(result: Comparison, *, title: str = "dl-ci against the baseline") -> str:
     """The comparison's Markdown section (also the PR comment's body, after MARKER)."""
-    verdict = result["verdict"]
+    verdict = result.verdict
+    source = BaselineSource() if isinstance(result.source, UnsetType) else result.source
     lines = [MARKER, f"## {ICON.get(verdict, '')} {md(title)}: {verdict}", ""]
-    lines += [source_line(result.get("source") or {}), ""]
+    lines += [source_line(source), ""]
     lines += [*table(HEADERS, rows(result), align="lrrrl"), ""]
-    for line in shift_note(result["utilization"]) if result.get("utilization") else []:
+    for line in shift_note(result.utilization) if result.utilization is not None else []:
         lines += [md(line), ""]
     found = [
-        f"{TITLES[row['metric']]}: {row['verdict']}: {row['reason']}"
-        for row in result["memorization"]
-        if row.get("reason")
+        f"{TITLES[row.metric]}: {row.verdict}: {row.reason}"
+        for row in result.memorization
+        if row.reason
     ][:1]  # the rows share their reason
-    found += notes(result["utilization"]) if result.get("utilization") else []
-    found += result.get("warnings") or []
-    for side, left in (result.get("left_out") or {}).items():
+    found += notes(result.utilization) if result.utilization is not None else []
+    found += result.warnings
+    for side, left in (("base", result.left_out.base), ("head", result.left_out.head)):
         found += [f"{side}: left out {item}" for item in left]
     if found:
         lines += [*bullets(md(note) for note in found), ""]
-    curves = result.get("curves") or {}
-    lines += chart(curves.get("base") or [], curves.get("head") or [])
+    lines += chart(result.curves.base, result.curves.head)
     return "\n".join(lines) + "\n"
 
 

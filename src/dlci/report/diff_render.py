@@ -6,9 +6,7 @@ the gated figures, its 95% interval in brackets.
 
 from __future__ import annotations
 
-from typing import Any
-
-from dlci.compare.diff import BY_KEY
+from dlci.compare.diff import BY_KEY, Diff, PlainRow, Row, change_of
 from dlci.report.console import table_console
 from dlci.report.text import bullets, clean, md, md_code, table
 
@@ -20,28 +18,35 @@ SHIFT = (
 )
 
 
-def shift_note(result: dict[str, Any]) -> list[str]:
+def shift_note(result: Diff) -> list[str]:
     """The line under the table that says what a change with an interval is, when one is."""
-    return [SHIFT] if any(row.get("low") is not None for row in result["rows"]) else []
+    return [SHIFT] if any(_has_low(row) for row in result.rows) else []
 
 
-def change_text(row: dict[str, Any]) -> str:
+def _has_low(row: Row) -> bool:
+    return not isinstance(row, PlainRow) and isinstance(row.low, float | int)
+
+
+def change_text(row: Row) -> str:
     """The change with its unit, and its interval when there is one.
 
-    >>> change_text({"unit": "percent", "change": 3.098, "low": 1.2, "high": 4.91})
+    >>> from dlci.compare.diff import JudgedRow
+    >>> change_text(JudgedRow(metric="step_time_us", base=1.0, head=1.0, unit="percent",
+    ...                       verdict="ok", change=3.098, low=1.2, high=4.91))
     '+3.1 % [+1.2, +4.9]'
-    >>> change_text({"unit": "per step", "change": 1.0})
+    >>> change_text(PlainRow(metric="syncs_per_step", base=1, head=2, unit="per step", change=1.0))
     '+1 per step'
-    >>> change_text({"unit": "percentage points", "change": None})
+    >>> change_text(PlainRow(metric="x", base=None, head=1, unit="percentage points", change=None))
     '-'
     """
-    change = row.get("change")
+    change = change_of(row)
     if change is None:
         return "-"
-    suffix = SUFFIX.get(row["unit"], "")
-    text = f"{change:+g} {suffix}" if row["unit"] == "per step" else f"{signed(change)} {suffix}"
-    if row.get("low") is not None and row.get("high") is not None:
-        text += f" [{signed(row['low'])}, {signed(row['high'])}]"
+    suffix = SUFFIX.get(row.unit, "")
+    text = f"{change:+g} {suffix}" if row.unit == "per step" else f"{signed(change)} {suffix}"
+    interval = row.interval()
+    if interval is not None:
+        text += f" [{signed(interval[0])}, {signed(interval[1])}]"
     return text
 
 
@@ -54,48 +59,48 @@ def signed(value: float) -> str:
     return f"{round(value, 1) or 0.0:+.1f}"
 
 
-def cells(row: dict[str, Any]) -> list[str]:
+def cells(row: Row) -> list[str]:
     """One result row as plain strings: title, base, head, change, verdict.
 
-    >>> cells({"metric": "step_time_us", "base": 53580.0, "head": 55240.0, "change": 3.098,
-    ...        "low": 1.2, "high": 4.9, "unit": "percent", "verdict": "ok"})
+    >>> from dlci.compare.diff import JudgedRow
+    >>> cells(JudgedRow(metric="step_time_us", base=53580.0, head=55240.0, change=3.098,
+    ...                 low=1.2, high=4.9, unit="percent", verdict="ok"))
     ['step time (median)', '53.58 ms', '55.24 ms', '+3.1 % [+1.2, +4.9]', 'ok']
     """
-    metric = BY_KEY.get(row["metric"])
+    metric = BY_KEY.get(row.metric)
     if metric is None:  # a metric this dl-ci does not know: show it as it is
-        return [str(row["metric"]), f"{row['base']}", f"{row['head']}", change_text(row), ""]
+        return [str(row.metric), f"{row.base}", f"{row.head}", change_text(row), ""]
 
     def show(value: float | None) -> str:
         return "-" if value is None else metric.show(value)
 
-    return [metric.title, show(row["base"]), show(row["head"]), change_text(row), row["verdict"]]
+    return [metric.title, show(row.base), show(row.head), change_text(row), row.verdict]
 
 
-def title(result: dict[str, Any]) -> str:
+def title(result: Diff) -> str:
     """The heading: the verdict and the bounds it was judged against."""
     verdict = {"failed": "FAILED"}
-    bounds = result["bounds"]
-    util, step = bounds["utilization_drop_pt"], bounds["step_time_regression_pct"]
+    util, step = result.bounds.utilization_drop_pt, result.bounds.step_time_regression_pct
     util_text = "GPU utilization not gated" if util is None else f"{util:g} pt of GPU utilization"
     step_text = "step time not gated" if step is None else f"{step:g} % of step time"
-    word = verdict.get(result["verdict"], result["verdict"])
+    word = verdict.get(result.verdict, result.verdict)
     return f"Utilization diff {word} (bounds: {util_text}, {step_text})"
 
 
-def notes(result: dict[str, Any]) -> list[str]:
+def notes(result: Diff) -> list[str]:
     """Why a figure is not ok, one line each (outside text: the caller escapes it)."""
     found = [
-        f"{cells(row)[0]}: {row['verdict']}: {row['reason']}"
-        for row in result["rows"]
-        if row["verdict"] in ("regressed", "inconclusive", "not comparable") and row.get("reason")
+        f"{cells(row)[0]}: {row.verdict}: {row.reason}"
+        for row in result.rows
+        if row.verdict in ("regressed", "inconclusive", "not comparable") and row.reason
     ]
     return found
 
 
-def render_markdown(result: dict[str, Any], *, base: str = "", head: str = "") -> str:
+def render_markdown(result: Diff, *, base: str = "", head: str = "") -> str:
     """The comparison as a Markdown section; ``base`` and ``head`` name the two reports."""
     rows = []
-    for row in result["rows"]:
+    for row in result.rows:
         name, b, h, change, verdict = cells(row)
         verdict = "**regressed**" if verdict == "regressed" else verdict
         rows.append([md(name), b, h, change, verdict])
@@ -111,7 +116,7 @@ def render_markdown(result: dict[str, Any], *, base: str = "", head: str = "") -
     return "\n".join(lines)
 
 
-def print_table(result: dict[str, Any], *, base: str = "", head: str = "") -> None:
+def print_table(result: Diff, *, base: str = "", head: str = "") -> None:
     """The comparison as a table on the terminal (standard output)."""
     from rich.table import Table
     from rich.text import Text
@@ -126,7 +131,7 @@ def print_table(result: dict[str, Any], *, base: str = "", head: str = "") -> No
         "not comparable": "yellow",
         "not gated": "dim",
     }
-    for row in result["rows"]:
+    for row in result.rows:
         values = cells(row)
         grid.add_row(
             *(Text(clean(v)) for v in values[:4]), Text(values[4], style=styles.get(values[4], ""))

@@ -711,3 +711,60 @@ def read_host_record(raw: Any) -> HostRecord:
 def read_cleanup(raw: Any) -> Cleanup:
     """A decoded cleanup.json as its classes; ValueError as :func:`read_run`."""
     return _read("cleanup", Cleanup, raw)
+
+
+# ---- comparison/history
+# history.json (dlci history) is typed end to end: report/history.py builds and reads these
+# classes, action/github/history.py appends tonight's entry and writes them. A history comes
+# from an artifact, so it is read entry by entry (report/history.checked): an entry with a field
+# of a wrong type is left out, named; every field of an entry is written, null when unknown.
+# baseline-source.json (which run a fetched baseline came from) is read the same way.
+
+
+class HistoryEntry(Shape, kw_only=True):
+    """One night of one hardware class: its figures, and the tier it was judged at (a changed
+    ladder is another tier, not drift)."""
+
+    date: str | None = None
+    run_id: str | None = None
+    sha: str | None = None
+    hardware_class: str
+    torch: str | None = None
+    gpu_utilization_pct: float | None = None
+    step_time_us: float | None = None
+    epochs_to_threshold: int | None = None
+    final_loss: float | None = None
+    coverage_pct: float | None = None
+    budget: str | None = None
+    ladder_revision: str | None = None
+    threshold_form: str | None = None
+    threshold: float | None = None
+    relative_threshold: float | None = None
+    max_epochs: int | None = None
+
+
+class History(Shape):
+    """history.json: at most report/history.MAX_ENTRIES entries, oldest first."""
+
+    schema_version: int = 1
+    kind: str = "history"
+    entries: list[HistoryEntry] = []
+
+
+class BaselineSource(Shape):
+    """Where a baseline's reports came from: a folder, or a run and its artifact (the run's
+    fields as GitHub's API names them); each key only when known."""
+
+    folder: str | UnsetType = UNSET
+    id: int | str | UnsetType | None = UNSET
+    head_sha: str | UnsetType | None = UNSET
+    head_branch: str | UnsetType | None = UNSET
+    created_at: str | UnsetType | None = UNSET
+    html_url: str | UnsetType | None = UNSET
+    artifact: str | UnsetType = UNSET
+    skipped: list[str] | UnsetType = UNSET
+    passed_over: list[int] | UnsetType = UNSET
+
+
+SHAPES["history"] = History
+SHAPES["baseline-source"] = BaselineSource

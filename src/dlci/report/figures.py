@@ -7,6 +7,8 @@ what healthy looks like on it (:data:`HEALTHY`), and the HTML report repeats it.
 
 A figure whose check did not run, or whose details are missing or malformed (a report is
 outside input), is not drawn: :func:`doctor_figures` says why in its ``skipped`` list.
+The report is read as its classes (:class:`~dlci.report.fields.DoctorReport`); each check's
+``details`` stay an open table (the instruments' own data), each value checked as it is drawn.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import contextlib
 import io
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dlci import jsonio
 from dlci.fsutil import atomic_write_bytes
+from dlci.report.fields import DoctorReport
 from dlci.report.text import clean, label
 
 FOLDER = "figures"
@@ -46,6 +50,25 @@ TITLES = {
     "examples": "training examples with their labels",
 }
 MAX_LINES = 12  # lines per over-steps figure: the most moving layers, the rest left out
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """One figure drawn: its kind, title, file (relative to the report's folder) and what
+    healthy looks like on it."""
+
+    id: str
+    title: str
+    file: str
+    healthy: str
+
+
+@dataclass
+class Figures:
+    """What :func:`doctor_figures` drew, and why each figure it did not draw was not."""
+
+    figures: list[Drawn] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # kind -> why
 
 
 def _num(value: Any) -> float | None:
@@ -251,36 +274,30 @@ DRAWERS: dict[str, Callable[[dict[str, Any]], bytes | None]] = {
 }
 
 
-def doctor_figures(report: dict[str, Any], folder: str | Path) -> dict[str, Any]:
-    """Draw the report's figures into ``folder``/figures/ and say what was drawn:
-    ``{"figures": [{"id", "title", "file", "healthy"}], "skipped": {id: why}}``."""
-    checks = {c.get("id"): c for c in report.get("checks", []) if isinstance(c, dict)}
-    drawn: list[dict[str, str]] = []
-    skipped: dict[str, str] = {}
+def doctor_figures(report: DoctorReport, folder: str | Path) -> Figures:
+    """Draw the report's figures into ``folder``/figures/ and say what was drawn, and why
+    each figure that was not drawn was not."""
+    checks = {check.id: check for check in report.checks}
+    done = Figures()
     for kind, draw in DRAWERS.items():
         check = checks.get(kind)
-        if check is None or check.get("status") == "skip":
-            skipped[kind] = "the check did not run" if check is None else "the check was skipped"
+        if check is None or check.status == "skip":
+            why = "the check did not run" if check is None else "the check was skipped"
+            done.skipped[kind] = why
             continue
-        details = check.get("details")
-        png = draw(details) if isinstance(details, dict) else None
+        png = draw(check.details)
         if png is None:
-            skipped[kind] = "the report holds no figures for it"
+            done.skipped[kind] = "the report holds no figures for it"
             continue
         path = Path(folder) / FOLDER / f"{kind}.png"
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(path, png)
-        drawn.append(_entry(kind, path, folder))
-    return {"figures": drawn, "skipped": skipped}
+        done.figures.append(_entry(kind, path, folder))
+    return done
 
 
-def _entry(kind: str, path: Path, folder: str | Path) -> dict[str, str]:
-    return {
-        "id": kind,
-        "title": TITLES[kind],
-        "file": path.relative_to(folder).as_posix(),
-        "healthy": HEALTHY[kind],
-    }
+def _entry(kind: str, path: Path, folder: str | Path) -> Drawn:
+    return Drawn(kind, TITLES[kind], path.relative_to(folder).as_posix(), HEALTHY[kind])
 
 
 # ---- the training examples, from the target's first batch ----------------------------------
@@ -290,7 +307,7 @@ MAX_EXAMPLES = 16
 
 def examples_figure(
     inputs: Any, labels: Any, folder: str | Path, *, vocab: Any = None
-) -> dict[str, str] | None:
+) -> Drawn | None:
     """The first examples of a batch with their labels, as a PNG in ``folder``/figures/:
     images (``(N, C, H, W)`` or ``(N, H, W)``) as a grid, token ids (integer ``(N, L)``) as
     text, decoded when ``vocab`` (a tokenizer with ``decode``, or a sequence of tokens) is

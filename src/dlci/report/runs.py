@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from msgspec import UnsetType
+
+from dlci.compare.runs import RunComparison
 from dlci.report.console import table_console
 from dlci.report.text import clean
 
 
-def print_table(result: dict[str, Any], name_a: str, name_b: str) -> None:
+def print_table(result: RunComparison, name_a: str, name_b: str) -> None:
     """The comparison as two tables on the terminal: what changed, and the results."""
     from rich.table import Table
     from rich.text import Text
@@ -20,21 +23,25 @@ def print_table(result: dict[str, Any], name_a: str, name_b: str) -> None:
         return table
 
     console = table_console()
-    if result["changed"]:
+    if result.changed:
         table = grid("configuration", "what changed")
-        for key, pair in result["changed"].items():
-            table.add_row(Text(clean(key)), Text(show(pair["a"])), Text(show(pair["b"])))
+        for key, change in result.changed.items():
+            table.add_row(Text(clean(key)), Text(show(change.a)), Text(show(change.b)))
         console.print(table)
     else:
         console.print("configurations are identical: metric differences come from nondeterminism")
     table = grid("metric", "results")
-    differences = any("difference" in pair for pair in result["metrics"].values())
+    differences = any(
+        not isinstance(side.difference, UnsetType) for side in result.metrics.values()
+    )
     if differences:
         table.add_column("difference")
-    for key, pair in result["metrics"].items():
-        cells = [key, Text(show(pair["a"])), Text(show(pair["b"]))]
+    for key, side in result.metrics.items():
+        cells: list[str | Text] = [key, Text(show(side.a)), Text(show(side.b))]
         if differences:
-            cells.append(Text(clean(pair.get("difference", ""))))
+            cells.append(
+                Text(clean("" if isinstance(side.difference, UnsetType) else side.difference))
+            )
         table.add_row(*cells)
     console.print(table)
 

@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
+from dlci import jsonio
 from dlci.action.github.api import ApiError, GitHub
 from dlci.action.github.artifacts import JOB_ID, fetch
 from dlci.action.github.comment import sticky_comment
@@ -31,8 +34,18 @@ from dlci.action.github.sides import (
 from dlci.action.github.sizing import SOURCE_FILE
 from dlci.action.host.summary import collect
 from dlci.compare import diff
-from dlci.report.comparison import MARKER, render, render_none
-from dlci.report.fields import Memorization
+from dlci.errors import DlciError
+from dlci.report.comparison import (
+    MARKER,
+    Comparison,
+    Curves,
+    LeftOut,
+    SideRow,
+    read_source,
+    render,
+    render_none,
+)
+from dlci.report.fields import BaselineSource, Memorization
 from dlci.report.github import in_github_actions
 from dlci.trust import host as trusted
 
@@ -56,9 +69,9 @@ def bound(given: float | None, head: Side, key: str) -> float | None:
     return given if given is not None else trusted.number(head.preflight, key)
 
 
-def memorization_rows(base: Side, head: Side) -> list[dict[str, Any]]:
+def memorization_rows(base: Side, head: Side) -> list[SideRow]:
     """Epochs to the threshold and the final loss, side by side (not gated)."""
-    rows: list[dict[str, Any]] = []
+    rows: list[SideRow] = []
     b, h = base.memorization, head.memorization
     if b is None and h is None:
         return rows
@@ -74,8 +87,8 @@ def memorization_rows(base: Side, head: Side) -> list[dict[str, Any]]:
     tb, th = (_criterion(b), _criterion(h)) if b is not None and h is not None else ("", "")
     if tb != th:  # another tier: other epochs to reach it
         for row in rows:
-            row["verdict"] = "not comparable"
-            row["reason"] = f"memorised means {tb} (base) and {th} (head): another tier"
+            row.verdict = "not comparable"
+            row.reason = f"memorised means {tb} (base) and {th} (head): another tier"
     return rows
 
 
@@ -100,17 +113,9 @@ def _criterion(report: Memorization) -> str:
     return ", ".join(parts) or "no threshold recorded"
 
 
-def _plain(metric: str, b: float | None, h: float | None, unit: str) -> dict[str, Any]:
+def _plain(metric: str, b: float | None, h: float | None, unit: str) -> SideRow:
     change = None if b is None or h is None else h - b
-    return {
-        "metric": metric,
-        "base": b,
-        "head": h,
-        "change": change,
-        "unit": unit,
-        "verdict": "not gated",
-        "reason": "",
-    }
+    return SideRow(metric=metric, base=b, head=h, change=change, unit=unit)
 
 
 def compare_sides(
@@ -120,7 +125,7 @@ def compare_sides(
     max_utilization_drop: float | None,
     max_step_time: float | None,
     block_likely: bool = False,
-) -> dict[str, Any]:
+) -> Comparison:
     """The side-by-side result: rows by section, the utilization diff, the verdict."""
     utilization = None
     if base.utilization is not None and head.utilization is not None:
@@ -137,7 +142,7 @@ def compare_sides(
     coverage = []
     if base.coverage is not None or head.coverage is not None:
         coverage.append(_plain("coverage", base.coverage, head.coverage, "percentage points"))
-    verdict = "passed" if utilization is None else utilization["verdict"]
+    verdict = "passed" if utilization is None else utilization.verdict
     warnings = []
     if utilization is None and (max_utilization_drop, max_step_time) != (None, None):
         # a bound was asked for and nothing was judged: never read as passed
@@ -149,21 +154,16 @@ def compare_sides(
             f"nothing was gated: the {' and the '.join(missing)} "
             f"{'has' if len(missing) == 1 else 'have'} no utilization report to compare"
         )
-    return {
-        "schema_version": 1,
-        "kind": "baseline-comparison",
-        "memorization": memorization_rows(base, head),
-        "utilization": utilization,
-        "coverage": coverage,
-        "curves": {
-            "base": _losses(base.memorization),
-            "head": _losses(head.memorization),
-        },
-        "left_out": {"base": base.left_out, "head": head.left_out},
-        "warnings": warnings,
-        "verdict": verdict,
-        "passed": utilization is None or bool(utilization["passed"]),
-    }
+    return Comparison(
+        memorization=memorization_rows(base, head),
+        utilization=utilization,
+        coverage=coverage,
+        curves=Curves(base=_losses(base.memorization), head=_losses(head.memorization)),
+        left_out=LeftOut(base=base.left_out, head=head.left_out),
+        warnings=warnings,
+        verdict=verdict,
+        passed=utilization is None or utilization.passed,
+    )
 
 
 def _losses(report: Memorization | None) -> list[float]:
@@ -182,7 +182,7 @@ class Outcome:
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what was done (the comment), for the log
     outputs: dict[str, str] = field(default_factory=dict)
-    result: dict[str, Any] | None = None
+    result: Comparison | None = None
 
 
 def against_baseline(
@@ -203,10 +203,10 @@ def against_baseline(
     head = head_side(artifacts, host_record)
     api: GitHub | None = None
     with tempfile.TemporaryDirectory(prefix="dlci-base-") as tmp:
-        source: dict[str, Any] = {"folder": str(base_dir)} if base_dir else {}
+        source = BaselineSource(folder=str(base_dir)) if base_dir else BaselineSource()
+        misread: list[str] = []
         if base_dir is not None and (base_dir / SOURCE_FILE).is_file():  # fetched before the job
-            kept = read_json(base_dir / SOURCE_FILE)
-            source = kept if isinstance(kept, dict) else source
+            source = _kept_source(base_dir / SOURCE_FILE, source, misread)
         folder, skipped, problem = base_dir, [], ""
         if base_dir is None or comment:
             try:
@@ -222,7 +222,8 @@ def against_baseline(
             rest = JOB_ID if head.hardware_class else None  # no other class's name goes on so
             fetched = fetch(api, spec, prefix=name, into=Path(tmp) / "base", rest=rest)
             folder, skipped, problem = fetched.folder, fetched.skipped, fetched.problem
-            source = {**fetched.run, "artifact": fetched.artifact}
+            run = {**fetched.run, "artifact": fetched.artifact}
+            source = _source(run, BaselineSource(artifact=fetched.artifact), misread)
             passed_over = fetched.passed_over
         if folder is None:
             reason = f"no baseline: {problem}"
@@ -232,6 +233,7 @@ def against_baseline(
                 base_side(folder), head, source, max_utilization_drop, max_step_time, block_likely
             )
             out.warnings += [f"baseline: left out {item}" for item in skipped]
+            out.warnings += [f"baseline: where it came from is unknown: {why}" for why in misread]
             if passed_over:
                 out.warnings.append(
                     f"baseline: passed over {len(passed_over)} newer run(s) without an artifact "
@@ -244,10 +246,33 @@ def against_baseline(
     return out
 
 
+def _kept_source(path: Path, otherwise: BaselineSource, misread: list[str]) -> BaselineSource:
+    """baseline-source.json as the step before the job left it beside the reports (a file in
+    a folder: outside input), else ``otherwise``, with why in ``misread``."""
+    try:
+        raw = read_json(path)
+    except (DlciError, jsonio.DecodeError, RecursionError) as exc:
+        misread.append(f"{path.name}: unreadable ({str(exc)[:200]})")
+        return otherwise
+    return _source(raw, otherwise, misread)
+
+
+def _source(raw: Any, otherwise: BaselineSource, misread: list[str]) -> BaselineSource:
+    """Where the baseline came from (a file of outside input, the API's run), else
+    ``otherwise``, with why in ``misread``; a file that holds no object: ``otherwise``."""
+    if not isinstance(raw, dict):
+        return otherwise
+    try:
+        return read_source(raw)
+    except ValueError as exc:
+        misread.append(str(exc)[:400])
+        return otherwise
+
+
 def _compared(
     base: Side,
     head: Side,
-    source: dict[str, Any],
+    source: BaselineSource,
     max_utilization_drop: float | None,
     max_step_time: float | None,
     block_likely: bool = False,
@@ -258,23 +283,24 @@ def _compared(
         base, head, max_utilization_drop=max_utilization_drop, max_step_time=max_step_time,
         block_likely=block_likely,
     )  # fmt: skip
-    result["source"] = source
-    out = Outcome(render(result), result["verdict"], result=result)
-    out.warnings += result["warnings"]
-    rows = (result["utilization"] or {}).get("rows", [])
+    result.source = source
+    out = Outcome(render(result), result.verdict, result=result)
+    out.warnings += result.warnings
+    utilization = result.utilization
     out.failures = [
-        f"{row['metric']} regressed against the baseline: {row['reason']}"
-        for row in (result["utilization"] or {}).get("regressions", [])
+        f"{row.metric} regressed against the baseline: {row.reason}"
+        for row in (utilization.regressions if utilization is not None else [])
     ]
     out.warnings += [
-        f"{row['metric']} likely regressed against the baseline (not blocking: the input "
-        f"block-likely-regressions): {row['reason']}"
-        for row in rows
-        if row.get("verdict") == "likely regressed" and not row.get("regressed")
+        f"{row.metric} likely regressed against the baseline (not blocking: the input "
+        f"block-likely-regressions): {row.reason}"
+        for row in (utilization.rows if utilization is not None else [])
+        if row.verdict == "likely regressed" and not row.regressed
     ]
-    out.outputs = _outputs(result["verdict"], source.get("id"))
+    run = None if isinstance(source.id, msgspec.UnsetType) else source.id
+    out.outputs = _outputs(result.verdict, run)
     return out
 
 
-def _outputs(verdict: str, run: Any = None) -> dict[str, str]:
+def _outputs(verdict: str, run: int | str | None = None) -> dict[str, str]:
     return {"comparison": verdict, "baseline-run": "" if run is None else str(run)}

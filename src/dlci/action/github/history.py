@@ -14,7 +14,6 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from dlci import jsonio
 from dlci.action.github.api import ApiError, GitHub
@@ -24,8 +23,8 @@ from dlci.compare.diff import median_step_us
 from dlci.errors import DlciError
 from dlci.fsutil import atomic_write_text, read_input
 from dlci.report import history as render
-from dlci.report.fields import Memorization
-from dlci.report.history import ENTRY_FIELDS, TIER_FIELDS, checked, empty
+from dlci.report.fields import History, HistoryEntry
+from dlci.report.history import NAMED, checked, empty
 
 HISTORY_NAME = "history.json"
 PLOT_NAME = "trend.svg"
@@ -36,14 +35,14 @@ MARKDOWN_NAME = "history.md"
 class Updated:
     """The history after tonight, its Markdown, drift found, warnings, the files written."""
 
-    history: dict[str, Any]
+    history: History
     markdown: str
     drift: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     written: list[Path] = field(default_factory=list)
 
 
-def entry(folder: Path, environ: dict[str, str] | os._Environ[str]) -> dict[str, Any] | None:
+def entry(folder: Path, environ: dict[str, str] | os._Environ[str]) -> HistoryEntry | None:
     """Tonight's figures from the reports in ``folder``; None when it holds none."""
     side = base_side(folder)
     if side.utilization is None and side.memorization is None:
@@ -52,44 +51,31 @@ def entry(folder: Path, environ: dict[str, str] | os._Environ[str]) -> dict[str,
     steps = mem.steps if mem is not None and mem.verdict == "pass" else None
     loss = mem.final_loss if mem is not None else None
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
-    return {
-        "date": environ.get("DLCI_HISTORY_DATE") or stamp,
-        "run_id": environ.get("GITHUB_RUN_ID") or None,
-        "sha": environ.get("GITHUB_SHA") or None,
-        "hardware_class": side.hardware_class or "unknown",
-        "torch": side.environment()["torch"],
-        "gpu_utilization_pct": util.gpu_utilization_pct if util else None,
-        "step_time_us": median_step_us(util) if util else None,
-        "epochs_to_threshold": steps,
-        "final_loss": loss if isinstance(loss, int | float) else None,
-        "coverage_pct": side.coverage,
-        **_tier_fields(mem),
-    }
-
-
-def _tier_fields(mem: Memorization | None) -> dict[str, Any]:
-    """The tier tonight's memorization was judged at (a field the report lacks: None)."""
-    values: dict[str, Any] = dict.fromkeys(TIER_FIELDS)
-    if mem is not None:
-        values.update(
-            budget=mem.tier.budget or None,
-            ladder_revision=mem.tier.ladder_revision or None,
-            threshold_form=mem.threshold_form or "absolute",
-            threshold=mem.threshold,
-            relative_threshold=mem.relative_threshold,
-            max_epochs=mem.tier.max_epochs or None,
-        )
-    out: dict[str, Any] = {}
-    for key in TIER_FIELDS:
-        value = values[key]
-        ok = isinstance(value, ENTRY_FIELDS[key]) and not isinstance(value, bool)
-        out[key] = (value[:200] if isinstance(value, str) else value) if ok else None
-    return out
+    night = HistoryEntry(
+        date=environ.get("DLCI_HISTORY_DATE") or stamp,
+        run_id=environ.get("GITHUB_RUN_ID") or None,
+        sha=environ.get("GITHUB_SHA") or None,
+        hardware_class=side.hardware_class or "unknown",
+        torch=side.environment().torch,
+        gpu_utilization_pct=util.gpu_utilization_pct if util else None,
+        step_time_us=median_step_us(util) if util else None,
+        epochs_to_threshold=steps,
+        final_loss=loss if isinstance(loss, int | float) else None,
+        coverage_pct=side.coverage,
+    )
+    if mem is not None:  # the tier tonight's memorization was judged at (unknown: None)
+        night.budget = mem.tier.budget[:200] or None
+        night.ladder_revision = mem.tier.ladder_revision[:200] or None
+        night.threshold_form = mem.threshold_form[:200] or "absolute"
+        night.threshold = mem.threshold
+        night.relative_threshold = mem.relative_threshold
+        night.max_epochs = mem.tier.max_epochs or None
+    return night
 
 
 def previous(
     spec: str, *, token: str, artifact: str, environ: dict[str, str] | os._Environ[str]
-) -> tuple[dict[str, Any], list[str]]:
+) -> tuple[History, list[str]]:
     """The history so far: ``none``, ``auto`` (the newest finished run of the branch's own that
     kept the history artifact: :func:`dlci.action.github.artifacts.fetch`) or a file."""
     if spec == "none":
@@ -121,8 +107,9 @@ def previous(
             data = jsonio.decode(read_input(path, what="history"))
         except (DlciError, jsonio.DecodeError, RecursionError) as exc:
             return empty(), [f"the previous history is unreadable, starting a new one: {exc}"]
-    history, dropped = checked(data)
-    warnings = [f"{dropped} malformed history entries were left out"] if dropped else []
+    history, dropped, named_entries = checked(data)
+    named = "; ".join(named_entries[: NAMED + 1])
+    warnings = [f"{dropped} malformed history entries were left out: {named}"] if dropped else []
     return history, notes + warnings
 
 
@@ -150,9 +137,9 @@ def update(
     markdown = render.render_markdown(history, found)
     done = Updated(history, markdown, warnings=warnings)
     done.drift = [
-        f"{f['hardware_class']}: {f['title']} drifted: {f['reason']}"
+        f"{f.hardware_class}: {f.title} drifted: {f.reason}"
         for f in found
-        if f["verdict"] == "regressed"
+        if f.verdict == "regressed"
     ]
     out.mkdir(parents=True, exist_ok=True)
     done.written.append(jsonio.write(out / HISTORY_NAME, history))

@@ -14,6 +14,7 @@ from typing import Any
 
 from dlci import jsonio
 from dlci.action.host.testfiles import coverage_rate
+from dlci.compare.diff import Environment
 from dlci.compare.runs import check_run
 from dlci.errors import DlciError
 from dlci.fsutil import read_input
@@ -36,10 +37,10 @@ class Side:
     left_out: list[str] = field(default_factory=list)
     preflight: dict[str, Any] | None = None  # this run's: the host's copy, with its config
 
-    def environment(self) -> dict[str, Any]:
+    def environment(self) -> Environment:
         """The hardware class and torch version this run reported (None: unknown)."""
         versions = self.memorization.config.versions if self.memorization else {}
-        return {"hardware_class": self.hardware_class, "torch": versions.get("torch")}
+        return Environment(hardware_class=self.hardware_class, torch=versions.get("torch"))
 
 
 def read_json(path: Path) -> Any:

@@ -20,7 +20,8 @@ so and names what would: the base branch's tier profiling more steps.
 The new count goes into the host's tier (preflight.json, read by the container step before
 any container starts; every report is then checked against it), with a reason in its
 ``reasons``. The baseline's artifact is a trusted run's (never a pull request's: see
-artifacts.trusted), and whatever it holds can only raise the count within these caps.
+artifacts.trusted), and whatever it holds can only raise the count within these caps. What
+was decided, and why, is a :class:`Sizing` (preflight.json's ``profile_sizing``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 from typing import Any
+
+import msgspec
+from msgspec import UNSET, UnsetType
 
 from dlci import jsonio
 from dlci.action.github.api import ApiError, GitHub
@@ -45,6 +49,33 @@ TIME_SHARE = 0.25  # of the tier's time cap, for the profiled steps at the base'
 Z = 1.96  # the 95% interval's normal quantile
 HL_FACTOR = 1.02  # the Hodges-Lehmann shift's spread over the mean's, at normal steps
 MIN_STEPS = 4  # the fewest steps a side for a 95% interval (dlci.compare.stats)
+
+
+class Needed(msgspec.Struct, kw_only=True):
+    """One gated figure: its bound, the base's scatter, the head steps that decide it."""
+
+    bound: float
+    base_scatter: float
+    needed: int | None  # None: no number of head steps can
+
+
+class SizedFrom(msgspec.Struct, kw_only=True):
+    """The baseline sized from: its run and the folder it was fetched into."""
+
+    run: int | str | None
+    folder: str
+
+
+class Sizing(msgspec.Struct, kw_only=True):
+    """The profile sized from the baseline, or why not (``reason`` alone, when nothing was
+    read); preflight.json's ``profile_sizing``."""
+
+    from_: int | UnsetType = msgspec.field(default=UNSET, name="from")  # the tier's steps
+    steps: int | UnsetType = UNSET  # the steps to profile
+    metrics: dict[str, Needed] | UnsetType = UNSET
+    time_cap_steps: int | UnsetType = UNSET
+    reason: str = ""
+    baseline: SizedFrom | UnsetType = UNSET
 
 
 def needed_steps(base_values: list[float], bound: float, *, log: bool) -> tuple[int | None, float]:
@@ -70,19 +101,19 @@ def needed_steps(base_values: list[float], bound: float, *, log: bool) -> tuple[
     return max(MIN_STEPS, math.ceil(1 / room)), sigma
 
 
-def plan(
-    base: dict[str, Any], tier: dict[str, Any], bounds: dict[str, float | None]
-) -> dict[str, Any]:
-    """How many steps the head should profile against ``base`` (its utilization.json)."""
+def plan(base: dict[str, Any], tier: dict[str, Any], bounds: dict[str, float | None]) -> Sizing:
+    """How many steps the head should profile against ``base`` (its utilization.json, as
+    decoded: it is checked and read here)."""
     current = int(tier.get("profile_steps") or 0)
-    record: dict[str, Any] = {"from": current, "steps": current, "metrics": {}}
+    metrics: dict[str, Needed] = {}
+    record = Sizing(from_=current, steps=current, metrics=metrics)
     problem = utilization.check_compared(base)
     try:
         report = None if problem else utilization.read(base)
     except ValueError as exc:  # the types are checked above: a required field is missing
         problem, report = str(exc).removeprefix("utilization.json is "), None
     if report is None:
-        record["reason"] = f"not sized: the baseline's utilization.json: {problem}"
+        record.reason = f"not sized: the baseline's utilization.json: {problem}"
         return record
     gpu = report.gpu_utilization_pct is not None
     wanted: list[int] = []
@@ -92,7 +123,7 @@ def plan(
         if bound is None or not gpu:  # a CPU-only trace's figures are never gated
             continue
         n, sigma = needed_steps(step_values(report, key), bound, log=log)
-        record["metrics"][key] = {"bound": bound, "base_scatter": round(sigma, 3), "needed": n}
+        metrics[key] = Needed(bound=bound, base_scatter=round(sigma, 3), needed=n)
         if n is None:
             count = len(step_values(report, key))
             short.append(
@@ -101,13 +132,13 @@ def plan(
             )
         else:
             wanted.append(n)
-    if not record["metrics"]:
+    if not metrics:
         why = "no bound set" if gpu else "a CPU-only baseline (nothing is gated)"
-        record["reason"] = f"not sized: {why}"
+        record.reason = f"not sized: {why}"
         return record
     cap = _time_cap_steps(report, tier)
     steps = max(current, min(max(wanted, default=current), MAX_STEPS, cap))  # never fewer
-    record.update(steps=steps, time_cap_steps=cap)
+    record.steps, record.time_cap_steps = steps, cap
     parts = [f"profile_steps {current} -> {steps}" if steps != current else
              f"profile_steps {current} kept"]  # fmt: skip
     if wanted:
@@ -118,7 +149,7 @@ def plan(
     parts += short
     if short:
         parts.append("profile more steps on the base branch (its tier's profile_steps)")
-    record["reason"] = "; ".join(parts)
+    record.reason = "; ".join(parts)
     return record
 
 
@@ -132,32 +163,30 @@ def _time_cap_steps(base: Utilization, tier: dict[str, Any]) -> int:
     return max(min(int(cap_s / step_s), MAX_STEPS), 1)
 
 
-def size_preflight(
-    preflight: Path, base_folder: Path, bounds: dict[str, float | None]
-) -> dict[str, Any]:
+def size_preflight(preflight: Path, base_folder: Path, bounds: dict[str, float | None]) -> Sizing:
     """Rewrite the host's tier in ``preflight`` with the sized profile_steps; the record."""
     data = jsonio.decode(read_input(preflight, what="preflight report"))
     tier = data.get("tier") if isinstance(data, dict) else None
     if not isinstance(tier, dict):
-        return {"reason": f"not sized: {preflight.name} holds no tier"}
+        return Sizing(reason=f"not sized: {preflight.name} holds no tier")
     utilization = base_folder / "utilization.json"
     if not utilization.is_file():
-        return {"reason": "not sized: the baseline has no utilization.json"}
+        return Sizing(reason="not sized: the baseline has no utilization.json")
     try:
         base = jsonio.decode(read_input(utilization, what="the baseline's utilization.json"))
     except (jsonio.DecodeError, DlciError, RecursionError) as exc:  # a note, not a failure
-        return {"reason": f"not sized: the baseline's utilization.json: {type(exc).__name__}"}
+        return Sizing(reason=f"not sized: the baseline's utilization.json: {type(exc).__name__}")
     if not isinstance(base, dict):
-        return {"reason": "not sized: the baseline's utilization.json is not an object"}
+        return Sizing(reason="not sized: the baseline's utilization.json is not an object")
     try:
         record = plan(base, tier, bounds)
     except (ArithmeticError, ValueError, RecursionError, TypeError) as exc:  # a hostile report
-        return {"reason": f"not sized: the baseline's utilization.json: {type(exc).__name__}"}
-    if record.get("steps") not in (None, tier.get("profile_steps")):
-        tier["profile_steps"] = record["steps"]
+        return Sizing(reason=f"not sized: the baseline's utilization.json: {type(exc).__name__}")
+    if record.steps != tier.get("profile_steps"):  # plan always sets steps
+        tier["profile_steps"] = record.steps
         reasons = tier.get("reasons")
         kept = list(reasons) if isinstance(reasons, list) else []
-        tier["reasons"] = [*kept, f"sized from the baseline: {record['reason']}"]
+        tier["reasons"] = [*kept, f"sized from the baseline: {record.reason}"]
     data["profile_sizing"] = record
     jsonio.write(preflight, data)
     return record
@@ -174,13 +203,13 @@ def prepare(
     prefix: str,
     token: str,
     bounds: dict[str, float | None],
-) -> dict[str, Any]:
+) -> Sizing:
     """Fetch the baseline into ``into`` (for the comparison after the job: ``--base-dir``)
     and size the profile from it; the record. A problem is a reason, never a failure."""
     try:
         data = jsonio.decode(read_input(preflight, what="preflight report"))
     except (jsonio.DecodeError, DlciError) as exc:
-        return {"reason": f"not sized: {exc}"}
+        return Sizing(reason=f"not sized: {exc}")
     keys = {"gpu_utilization_pct": "max-utilization-drop",
             "duration_us": "max-step-time-regression"}  # fmt: skip
     bounds = {  # the input's, else the trusted configuration's (the preflight's snapshot)
@@ -189,22 +218,24 @@ def prepare(
         for metric, key in keys.items()
     }  # fmt: skip
     if all(value is None for value in bounds.values()):
-        return {"reason": "not sized: no bound set (max-utilization-drop, "
-                "max-step-time-regression)"}  # fmt: skip
+        return Sizing(reason="not sized: no bound set (max-utilization-drop, "
+                "max-step-time-regression)")  # fmt: skip
     tier = data.get("tier") if isinstance(data, dict) else None
     hardware = tier.get("hardware_class") if isinstance(tier, dict) else None
     if not isinstance(hardware, str) or not hardware:
-        return {"reason": f"not sized: {preflight.name} names no hardware class"}
+        return Sizing(reason=f"not sized: {preflight.name} names no hardware class")
     try:
         api = GitHub.from_environment(token)
     except ApiError as exc:
-        return {"reason": f"not sized: {exc}"}
+        return Sizing(reason=f"not sized: {exc}")
     fetched = fetch(api, spec, prefix=f"{prefix}-{hardware}-", into=into, rest=JOB_ID)
     if fetched.folder is None:
-        return {"reason": f"not sized: no baseline: {fetched.problem}"}
+        return Sizing(reason=f"not sized: no baseline: {fetched.problem}")
     source = {**fetched.run, "artifact": fetched.artifact, "skipped": fetched.skipped,
               "passed_over": fetched.passed_over}  # fmt: skip
     jsonio.write(fetched.folder / SOURCE_FILE, source)
     record = size_preflight(preflight, fetched.folder, bounds)
-    record["baseline"] = {"run": source.get("id"), "folder": str(fetched.folder)}
+    run = fetched.run.get("id")
+    record.baseline = SizedFrom(run=run if isinstance(run, int | str) else None,
+                              folder=str(fetched.folder))  # fmt: skip
     return record
