@@ -581,16 +581,22 @@ def test_the_gates_read_their_reports(tmp_path: Path) -> None:
     assert nothing.verdicts == ["skip"]
 
     doctor = Gate("doctor", check="grad-flow")
-    checks = {"checks": [{"id": "grad-flow", "status": "fail", "measured": "0 of 4 reached"}]}
+    entry = {"id": "grad-flow", "status": "fail", "measured": "0 of 4 reached", "expected": "",
+             "cause": "", "fix": ""}  # fmt: skip
+    checks = {"verdict": "fail", "counts": {}, "checks": [entry]}  # a whole doctor.json
     judged = doctor.judge(_report(tmp_path / "g", "doctor.json", checks), 1, 1, "")
     assert judged.verdicts == ["fail"] and "0 of 4 reached" in judged.reason
-    checks["checks"][0]["status"] = "warn"
+    entry["status"] = "warn"
     assert doctor.judge(_report(tmp_path / "h", "doctor.json", checks), 0, 1, "").verdicts == [
         "pass"
     ]
     assert doctor.judge(
-        _report(tmp_path / "i", "doctor.json", {"checks": []}), 0, 1, ""
+        _report(tmp_path / "i", "doctor.json", {**checks, "checks": []}), 0, 1, ""
     ).verdicts == ["skip"]
+    hostile = {**checks, "checks": [{**entry, "status": ["fail"]}]}  # read, never a crash
+    judged = doctor.judge(_report(tmp_path / "j", "doctor.json", hostile), 1, 1, "")
+    assert judged.verdicts == ["skip"]
+    assert judged.reason == ("doctor.json: checks[0].status is a list, expected text (exit 1)")
 
 
 @pytest.mark.parametrize(
