@@ -8,7 +8,7 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from dlci import jsonio
 from dlci.calibration import runs
@@ -63,16 +63,18 @@ def _num(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else value
 
 
-def _rates(found: Bound) -> dict[str, Any]:
-    """The failure rates of one row, as its entry's keyword arguments."""
-    return {
-        "failures": found.failures,
-        "estimated_rate": _num(found.estimated_rate),
-        "upper_bound": _num(found.upper_rate),
-        "distribution_free_upper_bound": found.free_upper_rate,
-        "median_epochs": _num(found.median),
-        "slowest_epochs": found.slowest,
-    }
+def _rates(row: Row, found: Bound) -> Row:
+    """``row`` with the failure rates of ``found`` (the same seeds, its threshold)."""
+    row.failures = found.failures
+    row.estimated_rate = _num(found.estimated_rate)
+    row.upper_bound = _num(found.upper_rate)
+    row.distribution_free_upper_bound = found.free_upper_rate
+    row.median_epochs = _num(found.median)
+    row.slowest_epochs = found.slowest
+    return row
+
+
+Row = TypeVar("Row", CurrentRow, ProposedRow)
 
 
 def budget_entry(p: Proposal, curves: Sequence[Sequence[float]], rate: float) -> BudgetEntry:
@@ -84,10 +86,9 @@ def budget_entry(p: Proposal, curves: Sequence[Sequence[float]], rate: float) ->
         max_loss=tier.max_loss,
         max_relative_loss=current_share(tier),
         time_cap_minutes=tier.time_cap_minutes,
-        **_rates(p.current),
     )
     entry = BudgetEntry(
-        current=current,
+        current=_rates(current, p.current),
         notes=list(p.notes),
         thresholds_tried=p.tried,
         confidence_each=p.each,
@@ -107,18 +108,18 @@ def budget_entry(p: Proposal, curves: Sequence[Sequence[float]], rate: float) ->
     if p.row is None or p.bound is None or p.row.max_relative_loss is None:
         return entry
     limit = p.row.max_epochs
-    entry.proposal = ProposedRow(
+    proposal = ProposedRow(
         max_epochs=p.row.max_epochs,
         max_relative_loss=p.row.max_relative_loss,
         time_cap_minutes=p.row.time_cap_minutes,
         profile_steps=p.row.profile_steps,
         nproc=p.row.nproc,
         batch_size=p.row.batch_size,
-        **_rates(p.bound),
         seeds_needed=seeds_needed(rate, p.each),
         detectable_slowdown=p.slowdown,
         over_allowance=p.over_allowance,
     )
+    entry.proposal = _rates(proposal, p.bound)
     share = p.row.max_relative_loss
     entry.epochs_to_threshold = [epochs_to(c, share) for c in curves]
     entry.final_losses = [_num(c[min(limit, len(c)) - 1]) if c else None for c in curves]
