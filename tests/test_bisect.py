@@ -20,6 +20,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from dlci import cli
@@ -580,16 +581,22 @@ def test_the_gates_read_their_reports(tmp_path: Path) -> None:
     assert nothing.verdicts == ["skip"]
 
     doctor = Gate("doctor", check="grad-flow")
-    checks = {"checks": [{"id": "grad-flow", "status": "fail", "measured": "0 of 4 reached"}]}
+    entry = {"id": "grad-flow", "status": "fail", "measured": "0 of 4 reached", "expected": "",
+             "cause": "", "fix": ""}  # fmt: skip
+    checks = {"verdict": "fail", "counts": {}, "checks": [entry]}  # a whole doctor.json
     judged = doctor.judge(_report(tmp_path / "g", "doctor.json", checks), 1, 1, "")
     assert judged.verdicts == ["fail"] and "0 of 4 reached" in judged.reason
-    checks["checks"][0]["status"] = "warn"
+    entry["status"] = "warn"
     assert doctor.judge(_report(tmp_path / "h", "doctor.json", checks), 0, 1, "").verdicts == [
         "pass"
     ]
     assert doctor.judge(
-        _report(tmp_path / "i", "doctor.json", {"checks": []}), 0, 1, ""
+        _report(tmp_path / "i", "doctor.json", {**checks, "checks": []}), 0, 1, ""
     ).verdicts == ["skip"]
+    hostile = {**checks, "checks": [{**entry, "status": ["fail"]}]}  # read, never a crash
+    judged = doctor.judge(_report(tmp_path / "j", "doctor.json", hostile), 1, 1, "")
+    assert judged.verdicts == ["skip"]
+    assert judged.reason == ("doctor.json: checks[0].status is a list, expected text (exit 1)")
 
 
 @pytest.mark.parametrize(
@@ -717,9 +724,10 @@ def test_each_gates_command_line_is_one_its_verb_accepts(
 
 def test_the_markdown_of_a_range_lists_every_suspect(runs: dict[str, Any]) -> None:
     from dlci.bisect.render import markdown
+    from dlci.bisect.result import AnswerShape
 
     data, branch = runs["skipped"]["data"], runs["branch"]
-    text = markdown(data)
+    text = markdown(msgspec.convert(data, AnswerShape))  # bisect.json, as its readers take it
     assert text.startswith("### dl-ci bisect: range\n")
     for sha in branch[1:3]:
         assert f"- `{sha[:12]}` " in text
@@ -854,7 +862,8 @@ def test_the_hosts_checks_of_an_answer_it_did_not_write(
         with pytest.raises(DlciError, match="not a bisect answer"):
             read_answer(path)
     path.write_text(json.dumps({**data, "cost": {**data["cost"], "surprise": 1}, "x": [1]}))
-    assert "x" not in read_answer(path)  # rebuilt from the shape: nothing undeclared kept
+    kept = msgspec.to_builtins(read_answer(path))
+    assert "x" not in kept and "surprise" not in kept["cost"]  # nothing undeclared kept
 
     class Api:
         def __init__(self, states: dict[str, str]) -> None:

@@ -8,6 +8,7 @@ the sabotaged variants).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ import calibrate_targets
 from dlci.calibration import write
 from dlci.calibration.power import VARIANTS, sabotage
 from dlci.calibration.runs import Job, run_job
+from dlci.calibration.summary import CalibrationReport, PowerEntry, PowerRows
 from dlci.cli import main
 from dlci.errors import DlciError
 from dlci.report.text import md
@@ -140,19 +142,17 @@ def test_sys_exit_in_a_seed_is_a_mistake_not_a_result() -> None:
 
 def test_each_variant_changes_the_target_and_says_how() -> None:
     runs = {v: run_job(Job(TINY, 0, 30, 16, 60.0, v), "cpu") for v in ("healthy", *VARIANTS)}
-    assert runs["lr_x10"]["applied"] == "every parameter group's lr x10"
-    assert runs["lr_div100"]["applied"] == "every parameter group's lr x0.01"
-    assert runs["frozen_layer"]["applied"] == "0 frozen (352 of 484 parameters)"
-    assert (
-        runs["shuffled_labels"]["applied"] == "the labels given to loss_fn permuted at every step"
-    )
-    best = {v: min(r["losses"]) for v, r in runs.items()}
+    assert runs["lr_x10"].applied == "every parameter group's lr x10"
+    assert runs["lr_div100"].applied == "every parameter group's lr x0.01"
+    assert runs["frozen_layer"].applied == "0 frozen (352 of 484 parameters)"
+    assert runs["shuffled_labels"].applied == "the labels given to loss_fn permuted at every step"
+    best = {v: min(r.losses) for v, r in runs.items()}
     assert best["healthy"] < 0.05 < best["lr_div100"] and best["shuffled_labels"] > 0.5
     step = run_job(
         Job("calibrate_targets:own_train_step", 0, 30, 16, 60.0, "shuffled_labels"), "cpu"
     )
-    assert step["applied"] == "the labels given to train_step permuted at every step"
-    assert min(step["losses"]) > 0.5
+    assert step.applied == "the labels given to train_step permuted at every step"
+    assert min(step.losses) > 0.5
 
 
 def test_a_variant_that_cannot_apply_is_reported_not_guessed() -> None:
@@ -162,7 +162,7 @@ def test_a_variant_that_cannot_apply_is_reported_not_guessed() -> None:
         ("frozen_layer", "the model has fewer than two layers with trainable parameters"),
     ]:
         record = run_job(Job(spec, 0, 10, 16, 60.0, variant), "cpu")
-        assert (record["not_applicable"], record["losses"]) == (why, [])
+        assert (record.not_applicable, record.losses) == (why, [])
     target = calibrate_targets.tiny()
     sabotage(target, "shuffled_labels", 0)
     with pytest.raises(Exception, match="fewer than two examples"):
@@ -173,7 +173,7 @@ def test_seeds_that_give_one_curve_are_warned_about() -> None:
     records = [
         run_job(Job("calibrate_targets:ignores_the_seed", s, 10, 16, 60.0), "cpu") for s in (0, 1)
     ]
-    assert records[0]["losses"] == records[1]["losses"]
+    assert records[0].losses == records[1].losses
     assert "all 2 seeds gave the same loss curve" in write._warnings(records, [])[0]
     differ = [run_job(Job(TINY, s, 10, 16, 60.0), "cpu") for s in (0, 1)]
     assert write._warnings(differ, []) == []
@@ -217,24 +217,25 @@ def test_the_digits_example_calibrates_and_its_ladder_holds(tmp_path, monkeypatc
     capsys.readouterr()
 
 
-def _synthetic_report(tmp_path: Path) -> dict:
+def _synthetic_report(tmp_path: Path) -> CalibrationReport:
     """A whole report from made-up curves, through the same functions a calibration uses."""
     from dlci.calibration.propose import propose_budget
     from dlci.calibration.run import CalibrationRequest
-    from dlci.calibration.runs import Pool
+    from dlci.calibration.runs import Pool, Record
     from dlci.ladder.load import load_ladder, select_tier
 
     curves = [[2.0 * 0.9 ** (t * (1 + s / 20)) for t in range(60)] for s in range(6)]
     records = [
-        {"job": {"seed": s, "epochs": 60, "batch_size": 16}, "losses": c, "steps": 60,
-         "wall_time_s": 0.06, "setup_time_s": 0.01, "device": "cpu", "stopped_by": "epochs"}
+        Record(job=Job(TINY, s, 60, 16, 60.0), losses=list(c), steps=60, wall_time_s=0.06,
+               setup_time_s=0.01, device="cpu", stopped_by="epochs")
         for s, c in enumerate(curves)
     ]  # fmt: skip
     ladder = load_ladder()
     tier = select_tier(ladder, budget="pr", hardware_class="cpu")
     proposal = propose_budget(curves, tier, rate=0.01, confidence=0.95, step_s=0.001)
-    power = [{"variant": "lr_x10", "what": "learning rate x10", "runs": [records[0]],
-              "budgets": {"pr": {"current": [None], "proposed": [None]}}}]  # fmt: skip
+    power = [PowerEntry(variant="lr_x10", what="learning rate x10",
+                        runs=[write.run_entry(records[0])],
+                        budgets={"pr": PowerRows(current=[None], proposed=[None])})]  # fmt: skip
     return write.build_report(
         request=CalibrationRequest(),
         spec=TINY,
@@ -250,7 +251,7 @@ def _synthetic_report(tmp_path: Path) -> dict:
 def test_the_files_are_made_from_the_report_and_escape_outside_text(tmp_path) -> None:
     report = _synthetic_report(tmp_path)
     hostile = "`x`|<b>\x1b[31m\n::error::y"
-    report["device"] = report["power"][0]["what"] = hostile
+    report.device = report.power[0].what = hostile
     files = write.write_all(tmp_path, report, None)
     text = files["markdown"].read_text()
     assert "\x1b" not in text and "<b>" not in text and "\n::error" not in text
@@ -302,3 +303,22 @@ def test_a_kept_run_that_is_damaged_or_of_other_settings_is_run_again(tmp_path) 
         == [f"{path}: made with other settings; running it again"]
         + [f"{path}: not a calibration run dl-ci can read; running it again"] * 3
     )
+
+
+def test_a_report_read_back_renders_the_same_and_a_hostile_one_is_named(tmp_path) -> None:
+    from dlci import jsonio
+    from dlci.calibration import summary
+
+    files = write.write_all(tmp_path, _synthetic_report(tmp_path), None)
+    raw = jsonio.decode(files["json"].read_bytes())
+    again = summary.read(raw)
+    assert summary.render_markdown(again, files) == files["markdown"].read_text()
+    assert write.ladder_text(again, "default") == files["ladder"].read_text()
+    raw["budgets"]["pr"]["proposal"]["max_epochs"] = "43"
+    raw["runs"][0]["losses"] = [{"x": 1}]
+    words = (
+        "calibration.json: runs[0].losses[0] is an object, expected a number; "
+        "calibration.json: budgets.pr.proposal.max_epochs is '43', expected an integer"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(words)}$"):
+        summary.read(raw)

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 import pytest
 import torch
+from msgspec.structs import replace
 
 import dlci
 from dlci.cli import main
@@ -26,7 +27,7 @@ from dlci.profiling import batchfit, gate, memcapture
 from dlci.profiling import meter as meters
 from dlci.profiling.gate import memory_gate
 from dlci.profiling.session import Trainer
-from dlci.report.fields import Utilization
+from dlci.report.fields import Recommendation, Utilization
 from dlci.report.utilization import read
 from tracegen import training_trace
 
@@ -41,8 +42,8 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits"
 MIB = 2**20
 
 
-def _point(size: int, peak: int, spread: int = 0) -> dict[str, Any]:
-    return {"batch_size": size, "peak_bytes": peak, "spread_bytes": spread}
+def _point(size: int, peak: int, spread: int = 0) -> batchfit.Point:
+    return batchfit.Point(batch_size=size, peak_bytes=peak, spread_bytes=spread)
 
 
 # ------------------------------------------------------------------------------ the line fit
@@ -52,9 +53,9 @@ def test_fit_recovers_a_known_line() -> None:
     # fixed 1 GiB, 3 MiB per example, 8 GiB device, 10% margin
     a, b = _point(32, 2**30 + 32 * 3 * MIB), _point(64, 2**30 + 64 * 3 * MIB)
     r = batchfit.fit(a, b, 8 * 2**30, margin=0.1)
-    assert r["bytes_per_example"] == 3 * MIB and r["fixed_bytes"] == 2**30
-    assert r["largest_batch"] == int((8 * 2**30 * 0.9 - 2**30) // (3 * MIB))
-    assert r["confidence"] == "medium"
+    assert r.bytes_per_example == 3 * MIB and r.fixed_bytes == 2**30
+    assert r.largest_batch == int((8 * 2**30 * 0.9 - 2**30) // (3 * MIB))
+    assert r.confidence == "medium"
     assert batchfit.fit(b, a, 8 * 2**30, margin=0.1) == r  # the order of the points
 
 
@@ -68,21 +69,21 @@ def test_fit_recovers_a_known_line() -> None:
 )
 def test_fit_gives_no_number_without_a_measurable_slope(b: int, spread: int, words: str) -> None:
     r = batchfit.fit(_point(10, 1000, spread), _point(20, b, spread), 10**6)
-    assert r["largest_batch"] is None and r["confidence"] == "none"
-    assert words in r["confidence_reason"]
+    assert r.largest_batch is None and r.confidence == "none"
+    assert words in r.confidence_reason
 
 
 def test_fit_says_low_confidence_and_why() -> None:
     noisy = batchfit.fit(_point(10, 1000, 40), _point(20, 1100, 40), 10**5)
-    assert noisy["confidence"] == "low" and "three times" in noisy["confidence_reason"]
+    assert noisy.confidence == "low" and "three times" in noisy.confidence_reason
     convex = batchfit.fit(_point(10, 100), _point(20, 1100), 10**5)  # intercept -900
-    assert convex["confidence"] == "low" and "negative" in convex["confidence_reason"]
+    assert convex.confidence == "low" and "negative" in convex.confidence_reason
     far = batchfit.fit(_point(10, 1000), _point(20, 1100), 10**9)
-    assert far["confidence"] == "low" and "extrapolation" in far["confidence_reason"]
+    assert far.confidence == "low" and "extrapolation" in far.confidence_reason
     full = batchfit.fit(_point(10, 1000), _point(20, 1100), 900)
-    assert full["largest_batch"] == 0 and "over the usable" in full["confidence_reason"]
+    assert full.largest_batch == 0 and "over the usable" in full.confidence_reason
     unknown = batchfit.fit(_point(10, 1000), _point(20, 1100), None)
-    assert unknown["largest_batch"] is None and "unknown" in unknown["confidence_reason"]
+    assert unknown.largest_batch is None and "unknown" in unknown.confidence_reason
 
 
 def test_fit_on_the_cpu_needs_a_growth_above_the_heaps_granularity() -> None:
@@ -90,48 +91,43 @@ def test_fit_on_the_cpu_needs_a_growth_above_the_heaps_granularity() -> None:
     measured between 16 and 32 examples of an 8-feature model), not by activations."""
     heap = batchfit.fit(_point(16, 322_490_368), _point(32, 322_752_512), 25 * 2**30,
                         resolution=batchfit.CPU_RESOLUTION)  # fmt: skip
-    assert heap["largest_batch"] is None and heap["confidence"] == "none"
-    assert "under the 1,048,576 bytes" in heap["confidence_reason"]
+    assert heap.largest_batch is None and heap.confidence == "none"
+    assert "under the 1,048,576 bytes" in heap.confidence_reason
     # control: the same points on a GPU (exact allocator figures) give a number
-    assert batchfit.fit(_point(16, 322_490_368), _point(32, 322_752_512), 25 * 2**30)[
-        "largest_batch"
-    ]
+    assert batchfit.fit(_point(16, 322_490_368), _point(32, 322_752_512), 25 * 2**30).largest_batch
 
 
 def test_fit_says_so_when_the_peak_rises_at_every_step() -> None:
     """A target that allocates more on every step (a leak): the growth between the sizes
     mixes it in, so the number is only 'low'."""
     leak = 16 * MIB
-    a = {
-        **_point(64, 491 * MIB, 2 * leak),
-        "per_step_bytes": [457 * MIB, 457 * MIB + leak, 491 * MIB],
-    }
-    b = {
-        **_point(128, 558 * MIB, 2 * leak),
-        "per_step_bytes": [525 * MIB, 525 * MIB + leak, 558 * MIB],
-    }
+    a = replace(
+        _point(64, 491 * MIB, 2 * leak), per_step_bytes=[457 * MIB, 457 * MIB + leak, 491 * MIB]
+    )
+    b = replace(
+        _point(128, 558 * MIB, 2 * leak), per_step_bytes=[525 * MIB, 525 * MIB + leak, 558 * MIB]
+    )
     r = batchfit.fit(a, b, 25 * 2**30, resolution=batchfit.CPU_RESOLUTION)
-    assert (
-        r["confidence"] == "low"
-        and "rose at every measured step at 64 and 128" in (r["confidence_reason"])
+    assert r.confidence == "low" and "rose at every measured step at 64 and 128" in (
+        r.confidence_reason
     )
     # control: steps that rise by a few pages (noise, digits at 2B) are not a leak
-    flat = {**b, "per_step_bytes": [558 * MIB - 8192, 558 * MIB - 4096, 558 * MIB]}
-    assert "rose" not in batchfit.fit(a | {"per_step_bytes": [491 * MIB] * 3}, flat,
-                                      25 * 2**30)["confidence_reason"]  # fmt: skip
+    flat = replace(b, per_step_bytes=[558 * MIB - 8192, 558 * MIB - 4096, 558 * MIB])
+    assert "rose" not in batchfit.fit(replace(a, per_step_bytes=[491 * MIB] * 3), flat,
+                                      25 * 2**30).confidence_reason  # fmt: skip
 
 
 def test_the_advice_needs_low_utilization_and_room() -> None:
-    def report(util: float | None, largest: int | None) -> Utilization:
-        estimate = {"batch_size": 64, "largest_batch": largest, "confidence": "medium"}
-        return read({"gpu_utilization_pct": util, "memory": {"batch_estimate": estimate}})
+    def advice(util: float | None, largest: int | None) -> Recommendation | None:
+        estimate = batchfit.Estimate(batch_size=64, largest_batch=largest, confidence="medium")
+        return batchfit.advice(read({"gpu_utilization_pct": util}), estimate)
 
-    advice = batchfit.advice(report(20.0, 1000))
-    assert advice is not None and advice.id == "batch-size"
-    assert "about 1,000 examples (16x the current 64" in advice.finding
-    assert batchfit.advice(report(80.0, 1000)) is None  # control: the GPU is busy
-    assert batchfit.advice(report(20.0, 100)) is None  # control: little headroom
-    assert batchfit.advice(report(None, 1000)) is None  # control: no GPU
+    found = advice(20.0, 1000)
+    assert found is not None and found.id == "batch-size"
+    assert "about 1,000 examples (16x the current 64" in found.finding
+    assert advice(80.0, 1000) is None  # control: the GPU is busy
+    assert advice(20.0, 100) is None  # control: little headroom
+    assert advice(None, 1000) is None  # control: no GPU
 
 
 # --------------------------------------------------------------------------- peak measurement
@@ -210,7 +206,7 @@ def test_batches_that_cannot_be_joined_are_refused_clearly() -> None:
     with pytest.raises(batchfit.ResizeError, match="holds only 4"):
         batchfit.estimate(_target(too_few), device="cpu", seed=0)
     refused = batchfit.refused("x")
-    assert refused["largest_batch"] is None and refused["confidence"] == "none"
+    assert refused.largest_batch is None and refused.confidence == "none"
     assert issubclass(batchfit.ResizeError, DlciError)  # one clear line, not a traceback
 
 
@@ -377,19 +373,19 @@ def test_the_estimate_holds_for_a_larger_batch_on_the_cpu(digits: Any) -> None:
     trainer = Trainer(make_target(), "cpu", 0)
     meter = meters.PeakMeter(trainer.device)
     loader = trainer.target.train_loader
-    points = [batchfit._point(n, batchfit.measure(trainer, loader, n, meter)) for n in (64, 512)]
+    points = [batchfit.point(n, batchfit.measure(trainer, loader, n, meter)) for n in (64, 512)]
     total, _ = meters.device_total(trainer.device)
     line = batchfit.fit(points[0], points[1], total, resolution=batchfit.CPU_RESOLUTION)
-    assert line["largest_batch"] is not None and line["largest_batch"] > 1024, line
+    assert line.largest_batch is not None and line.largest_batch > 1024, line
     size = 1024
     measured = max(batchfit.measure(trainer, loader, size, meter))
-    predicted = line["fixed_bytes"] + line["bytes_per_example"] * size
+    predicted = line.fixed_bytes + line.bytes_per_example * size
     error = (predicted - measured) / measured
     print(f"batch {size}: predicted {predicted / MIB:.1f} MiB, measured {measured / MIB:.1f}"
           f" MiB, error {error:+.1%}")  # fmt: skip
     assert abs(error) < 0.10
-    activations = measured - line["fixed_bytes"]
-    assert 0.5 < line["bytes_per_example"] * size / activations < 2.0
+    activations = measured - line.fixed_bytes
+    assert 0.5 < line.bytes_per_example * size / activations < 2.0
 
 
 # ----------------------------------------------------------------------------- the gate
@@ -405,20 +401,21 @@ def _gpu_report(pct: float | None) -> Utilization:
 
 
 def test_the_memory_gate_reads_peak_reserved_against_the_device() -> None:
-    assert memory_gate(_gpu_report(40.0), 50)["passed"] is True
+    assert memory_gate(_gpu_report(40.0), 50).passed is True
     failed = memory_gate(_gpu_report(40.0), 30)
-    assert failed["passed"] is False
-    assert "40.0% of the device (cuda:0, measured by dlci profile)" in failed["message"]
-    assert memory_gate(_gpu_report(None), 50)["passed"] is False  # nothing to read
+    assert failed.passed is False
+    assert "40.0% of the device (cuda:0, measured by dlci profile)" in failed.message
+    assert memory_gate(_gpu_report(None), 50).passed is False  # nothing to read
 
 
 def test_the_combined_gate_passes_only_when_every_gate_passes() -> None:
-    util_ok = {"minimum": 50, "value": 60.0, "passed": True, "message": "ok", "hint": None}
-    util_bad = {**util_ok, "value": 40.0, "passed": False, "message": "util low", "hint": "h"}
+    ok = {"minimum": 50, "value": 60.0, "passed": True, "message": "ok", "hint": None}
+    util_ok = gate.Verdict(**ok)
+    util_bad = replace(util_ok, value=40.0, passed=False, message="util low", hint="h")
     report = _gpu_report(40.0)
     assert combined_gate(report, None, max_gpu_memory=None) is None
     alone = combined_gate(report, util_ok, max_gpu_memory=None)
-    assert alone is not None and {**alone, "checks": None} == {**util_ok, "checks": None}
+    assert alone is not None and {**alone, "checks": None} == {**ok, "checks": None}
     both = combined_gate(report, util_ok, max_gpu_memory=50)
     assert both is not None and both["passed"] is True and len(both["checks"]) == 2
     memory_fails = combined_gate(report, util_ok, max_gpu_memory=30)

@@ -184,7 +184,7 @@ def test_gpu_activity_not_recorded_cannot_pass_even_on_a_cpu_runner(
     assert "could not judge" in run.report["gate"]["message"]
     # dlci profile on a machine it takes for a CPU runner: still no pass (not "not applicable")
     on_cpu = evaluate_gate(read(run.report), 10.0, no_gpu="the hardware class is cpu")
-    assert on_cpu is not None and on_cpu["passed"] is False and "applicable" not in on_cpu
+    assert on_cpu is not None and on_cpu.passed is False and on_cpu.applicable is msgspec.UNSET
 
 
 def test_control_a_cpu_only_trace_stays_cpu_only(runs: dict[str, Run]) -> None:
@@ -194,7 +194,7 @@ def test_control_a_cpu_only_trace_stays_cpu_only(runs: dict[str, Run]) -> None:
     assert "### Trace profile (CPU-only trace: no GPU work recorded)" in run.markdown
     assert run.code == 1 and run.report["gate"]["judged"] is False  # analyze: no GPU work
     on_cpu = evaluate_gate(read(run.report), 10.0, no_gpu="the hardware class is cpu")
-    assert on_cpu is not None and on_cpu["passed"] is True and on_cpu["applicable"] is False
+    assert on_cpu is not None and on_cpu.passed is True and on_cpu.applicable is False
     # 12 of its 15 ops lie outside its one step; the console and the Markdown say so
     assert run.report["trace"]["read"]["outside_steps"] == 12
     assert "12 outside any profiled step" in run.console
@@ -219,7 +219,7 @@ def test_control_the_same_launches_with_their_kernels_are_a_gpu_trace(tmp_path: 
     assert report["devices"][0]["kernels"]["count"] == 77
     assert not any("not recorded" in w for w in report["warnings"])
     gate = evaluate_gate(read(report), 0.0)
-    assert gate is not None and gate["judged"] is True and gate["passed"] is True
+    assert gate is not None and gate.judged is True and gate.passed is True
 
 
 # ---------------------------------------------------------------------------- merged ranks

@@ -30,7 +30,7 @@ from dlci import jsonio
 from dlci.compare.diff import median_step_us
 from dlci.errors import DlciError
 from dlci.fsutil import read_input
-from dlci.report import utilization
+from dlci.report import doctor, utilization
 from dlci.report.fields import GateCheck, Utilization
 
 GATES = ("memorize", "profile", "doctor")
@@ -123,7 +123,7 @@ class Gate:
             return self._memorize(report, seeds)
         if self.kind == "profile":
             return self._profile(report, exit_code)
-        return self._doctor(report)
+        return self._doctor(report, exit_code)
 
     def _unjudged(self, seeds: int, why: str) -> Judged:
         verdict = "fail" if self.errors_fail else "skip"
@@ -191,19 +191,19 @@ class Gate:
         shown = f"{what} {value:.4g} against the bound {bound:g}"
         return Judged(["pass" if passed else "fail"], figures, near, shown)
 
-    def _doctor(self, report: dict[str, Any]) -> Judged:
-        checks = report.get("checks")
-        found = [
-            c for c in (checks if isinstance(checks, list) else [])
-            if isinstance(c, dict) and c.get("id") == self.check
-        ]  # fmt: skip
-        if not found or found[0].get("status") in ("skip", "crashed", None):
-            status = found[0].get("status") if found else "missing"
+    def _doctor(self, raw: dict[str, Any], exit_code: int) -> Judged:
+        try:
+            report = doctor.read(raw)
+        except ValueError as exc:  # a field of a wrong type, or a required one missing
+            return self._unjudged(1, f"{exc} (exit {exit_code})")
+        found = [c for c in report.checks if c.id == self.check]
+        if not found or found[0].status in ("skip", "crashed"):
+            status = found[0].status if found else "missing"
             return self._unjudged(1, f"check {self.check}: {status}")
         check = found[0]
-        figures = {"status": check.get("status"), "measured": check.get("measured")}
-        verdict = "fail" if check.get("status") == "fail" else "pass"
-        reason = f"{self.check}: {check.get('status')}: {check.get('measured') or ''}".rstrip(": ")
+        figures = {"status": check.status, "measured": check.measured}
+        verdict = "fail" if check.status == "fail" else "pass"
+        reason = f"{self.check}: {check.status}: {check.measured or ''}".rstrip(": ")
         return Judged([verdict], figures, False, reason)
 
 

@@ -1,12 +1,14 @@
 """The bisect's answer for people: console lines and Markdown (a job summary's top), from the
-result dict. Every commit subject, author and reason is outside text: escaped here, once per
-medium (dlci.report.text).
+answer's classes (dlci.bisect.result.AnswerShape). Every commit subject, author and reason is
+outside text: escaped here, once per medium (dlci.report.text).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from dlci.bisect.result import AnswerShape, RunShape, SuspectShape
 from dlci.report.text import clean, md, md_code, table
 
 ROWS = 60  # tested commits shown, suspects listed, runs per commit: the rest in bisect.json
@@ -37,96 +39,95 @@ def figures_text(figures: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def runs_text(runs: list[dict[str, Any]]) -> str:
+def runs_text(runs: list[RunShape]) -> str:
     """Every run of one commit: purpose, seeds, verdicts."""
     out = []
     for run in runs[:ROWS]:
-        seeds = run["seeds"]
+        seeds = run.seeds
         where = f" seed{'s' if len(seeds) > 1 else ''} {','.join(map(str, seeds))}" if seeds else ""
-        near = " near" if run.get("near") else ""
-        out.append(f"{run['purpose']}{where}: {','.join(run['verdicts'])}{near}")
+        near = " near" if run.near else ""
+        out.append(f"{run.purpose}{where}: {','.join(run.verdicts)}{near}")
     return "; ".join(out)
 
 
-def _who(entry: dict[str, Any]) -> str:
-    pull = entry.get("pull")
-    if pull and pull.get("number"):
-        by = f" by @{pull['author']}" if pull.get("author") else ""
-        return f"pull request #{pull['number']}{by}: {pull.get('title', '')}"
-    if entry.get("pull_number"):
-        return f"pull request #{entry['pull_number']} (from the commit's subject)"
+def _who(entry: SuspectShape) -> str:
+    pull = entry.pull
+    if pull and pull.number:
+        by = f" by @{pull.author}" if pull.author else ""
+        return f"pull request #{pull.number}{by}: {pull.title}"
+    if entry.pull_number:
+        return f"pull request #{entry.pull_number} (from the commit's subject)"
     return ""
 
 
-def console_lines(data: dict[str, Any]) -> list[str]:
-    cost = data["cost"]
-    lines = [f"bisect: {clean(data['message'])}"]
-    for entry in data["candidates"][:ROWS] if data["status"] != "not-reproduced" else []:
-        lines.append(f"  {clean(entry['sha'][:12])} {clean(entry['subject'], limit=100)}")
-        lines.append(f"    author {clean(entry['author'])}, {clean(entry['date'])}")
+def console_lines(data: AnswerShape) -> list[str]:
+    cost = data.cost
+    lines = [f"bisect: {clean(data.message)}"]
+    for entry in data.candidates[:ROWS] if data.status != "not-reproduced" else []:
+        lines.append(f"  {clean(entry.sha[:12])} {clean(entry.subject, limit=100)}")
+        lines.append(f"    author {clean(entry.author)}, {clean(entry.date)}")
         if _who(entry):
             lines.append(f"    {clean(_who(entry), limit=200)}")
     lines.append(
-        f"  last good: {clean(data['last_good']['sha'][:12])} "
-        f"{clean(data['last_good']['subject'], limit=100)}"
+        f"  last good: {clean(data.last_good.sha[:12])} {clean(data.last_good.subject, limit=100)}"
     )
     lines.append(
-        f"  {cost['gate_runs']:d} gate run(s) ({cost['seed_runs']:d} seed run(s)) in "
-        f"{cost['wall_s']:g} s, of at most {cost['max_runs']:d} and "
-        f"{cost['time_cap_minutes']:g} min"
+        f"  {cost.gate_runs:d} gate run(s) ({cost.seed_runs:d} seed run(s)) in "
+        f"{cost.wall_s:g} s, of at most {cost.max_runs:d} and "
+        f"{cost.time_cap_minutes:g} min"
     )
-    for entry in data["tested"][:ROWS]:
-        figures = figures_text(entry["runs"][-1]["figures"])
+    for tested in data.tested[:ROWS]:
+        figures = figures_text(tested.runs[-1].figures)
         lines.append(
-            f"  {clean(entry['sha'][:12])} {clean(str(entry['verdict']).upper()):<4} "
-            f"{clean(runs_text(entry['runs']), limit=300)}"
+            f"  {clean(tested.sha[:12])} {clean(str(tested.verdict).upper()):<4} "
+            f"{clean(runs_text(tested.runs), limit=300)}"
             f"{'; ' + clean(figures, limit=300) if figures else ''}"
         )
-        if entry["verdict"] == "skip":
-            lines.append(f"      {clean(entry['runs'][-1]['reason'], limit=300)}")
-    lines += _more(data["tested"], "tested commit(s)")
+        if tested.verdict == "skip":
+            lines.append(f"      {clean(tested.runs[-1].reason, limit=300)}")
+    lines += _more(data.tested, "tested commit(s)")
     return lines
 
 
-def _more(listed: list[Any], what: str) -> list[str]:
+def _more(listed: Sequence[Any], what: str) -> list[str]:
     left = len(listed) - ROWS
     return [f"  ... {left} more {what} in bisect.json"] if left > 0 else []
 
 
-def markdown(data: dict[str, Any]) -> str:
+def markdown(data: AnswerShape) -> str:
     """The answer first (a job summary's top), then every tested commit."""
-    status = data["status"]
-    if status == "found":
-        first = data["first_bad"]
-        head = f"### dl-ci bisect: first bad commit {md_code(first['sha'][:12])}"
-        body = [f"**{md(first['subject'], limit=200)}** by {md(first['author'], limit=200)}"]
+    status = data.status
+    if status == "found" and data.first_bad is not None:  # together (read_answer checks)
+        first = data.first_bad
+        head = f"### dl-ci bisect: first bad commit {md_code(first.sha[:12])}"
+        body = [f"**{md(first.subject, limit=200)}** by {md(first.author, limit=200)}"]
         if _who(first):
             body.append(md(_who(first), limit=300))
     else:
         head = f"### dl-ci bisect: {md(status)}"
-        body = [md(data["message"], limit=1000)]
+        body = [md(data.message, limit=1000)]
         suspects = [
-            f"- {md_code(c['sha'][:12])} {md(c['subject'], limit=200)} by "
-            f"{md(c['author'], limit=200)}" + (f"; {md(_who(c), limit=300)}" if _who(c) else "")
-            for c in data["candidates"][:ROWS]
-        ] + [md(line.strip()) for line in _more(data["candidates"], "suspect(s)")]
+            f"- {md_code(c.sha[:12])} {md(c.subject, limit=200)} by "
+            f"{md(c.author, limit=200)}" + (f"; {md(_who(c), limit=300)}" if _who(c) else "")
+            for c in data.candidates[:ROWS]
+        ] + [md(line.strip()) for line in _more(data.candidates, "suspect(s)")]
         body += ["\n".join(suspects)] if suspects else []
-    cost = data["cost"]
+    cost = data.cost
     body.append(
-        f"Gate {md_code(data['gate'], limit=300)}; last good "
-        f"{md_code(data['last_good']['sha'][:12])}; {cost['gate_runs']} gate run(s) "
-        f"({cost['seed_runs']} seed runs) in {cost['wall_s']:g} s."
+        f"Gate {md_code(data.gate, limit=300)}; last good "
+        f"{md_code(data.last_good.sha[:12])}; {cost.gate_runs} gate run(s) "
+        f"({cost.seed_runs} seed runs) in {cost.wall_s:g} s."
     )
     rows = [
         [
-            md_code(e["sha"][:12]),
-            md(e["subject"], limit=80),
-            md(str(e["verdict"])),
-            md(runs_text(e["runs"]), limit=300),
-            md(figures_text(e["runs"][-1]["figures"]) or e["runs"][-1]["reason"], limit=200),
+            md_code(e.sha[:12]),
+            md(e.subject, limit=80),
+            md(str(e.verdict)),
+            md(runs_text(e.runs), limit=300),
+            md(figures_text(e.runs[-1].figures) or e.runs[-1].reason, limit=200),
         ]
-        for e in data["tested"][:ROWS]
+        for e in data.tested[:ROWS]
     ]
     headers = ["commit", "subject", "verdict", "runs", "figures"]
-    more = [md(line.strip()) for line in _more(data["tested"], "tested commit(s)")]
+    more = [md(line.strip()) for line in _more(data.tested, "tested commit(s)")]
     return "\n\n".join([head, *body, "\n".join(table(headers, rows)), *more]) + "\n"

@@ -1,17 +1,19 @@
-"""The bisect's answer as one JSON-able dict: the first bad commit (or the range), the last
-good one, every tested commit's verdict and runs, the cost spent, and, with a GitHub token,
-each suspect's pull request and author. Its shape is declared once (``AnswerShape``): an
-answer read back from a file (the action's container wrote it) is checked against it before
-anything renders it.
+"""The bisect's answer: the first bad commit (or the range), the last good one, every tested
+commit's verdict and runs, the cost spent, and, with a GitHub token, each suspect's pull
+request and author. It is an :class:`AnswerShape` from the bisect that builds it
+(:func:`result`) to every reader: an answer read back from a file (the action's container
+wrote it) is checked against the same class (:func:`read_answer`) before anything renders it,
+and the renderers (dlci.bisect.render) read its attributes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from dlci import jsonio
 from dlci.action.github.api import ApiError
@@ -28,6 +30,8 @@ Verdict = Literal["pass", "fail", "skip"]
 
 
 class PullShape(msgspec.Struct, kw_only=True):
+    """A suspect's pull request and its author, as GitHub listed it."""
+
     number: int | None
     title: Short = ""
     url: Short = ""
@@ -36,36 +40,58 @@ class PullShape(msgspec.Struct, kw_only=True):
 
 
 class CommitShape(msgspec.Struct, kw_only=True):
+    """A commit, as dlci.bisect.git.Commit.to_dict writes it."""
+
     sha: Sha
     subject: Short
     author: Short
     date: Short
-    pull_number: int | None = None
+    pull_number: int | None = None  # the number its subject names (``(#12)``)
+
+
+class SuspectShape(CommitShape, kw_only=True):
+    """The first bad commit, or one of the commits it may be: with its pull request (null
+    when none was looked up or found)."""
+
     pull: PullShape | None = None
 
 
 class RunShape(msgspec.Struct, kw_only=True):
+    """One gate run of a tested commit (its first, a re-run or a confirmation)."""
+
     purpose: Literal["test", "recheck", "confirm"]
     seeds: Annotated[list[int], msgspec.Meta(max_length=50)]
     verdicts: Annotated[list[Verdict], msgspec.Meta(max_length=50)]
     near: bool = False
-    figures: dict[str, Any] = {}
+    figures: dict[str, Any] = {}  # the gate's figures: an open table (dlci.bisect.gates)
     reason: Short = ""
     exit_code: int | None = None
     seconds: float = 0.0
 
 
-class TestedShape(CommitShape, kw_only=True):
+class TestedShape(msgspec.Struct, kw_only=True):
+    """A tested commit: its place in the chain, the commit, its verdict and runs."""
+
+    __test__ = False  # not a test class, for pytest given this module's path (its doctests)
     index: int
+    sha: Sha
+    subject: Short
+    author: Short
+    date: Short
+    pull_number: int | None = None
     verdict: Verdict | None
     runs: Annotated[list[RunShape], msgspec.Meta(min_length=1, max_length=50)]
 
 
 class CostShape(msgspec.Struct, kw_only=True):
+    """The bound printed before the bisect started, and what it spent."""
+
     candidates: int = 0
     bisection_runs: int = 0
     max_runs: int
     time_cap_minutes: float
+    run_timeout_minutes: float | UnsetType = UNSET  # UNSET: an answer from before them
+    reruns: int | UnsetType = UNSET
     gate_runs: int
     seed_runs: int
     wall_s: float
@@ -73,7 +99,8 @@ class CostShape(msgspec.Struct, kw_only=True):
 
 
 class AnswerShape(msgspec.Struct, kw_only=True):
-    """Everything an answer holds and the renderers (dlci.bisect.render) read."""
+    """The answer (bisect.json): everything it holds and the renderers (dlci.bisect.render)
+    read, in the order the bisect writes it."""
 
     schema_version: Literal[1] = 1
     kind: Literal["bisect"]
@@ -84,16 +111,16 @@ class AnswerShape(msgspec.Struct, kw_only=True):
     good: CommitShape
     bad: CommitShape
     last_good: CommitShape
-    first_bad: CommitShape | None
-    candidates: Annotated[list[CommitShape], msgspec.Meta(max_length=MAX_COMMITS)]
+    first_bad: SuspectShape | None
+    candidates: Annotated[list[SuspectShape], msgspec.Meta(max_length=MAX_COMMITS)]
     tested: Annotated[list[TestedShape], msgspec.Meta(max_length=MAX_COMMITS)]
     cost: CostShape
 
 
-def read_answer(path: str | Path) -> dict[str, Any]:
-    """The answer in ``path``, checked against AnswerShape and rebuilt from it: every key the
-    renderers read is there with its declared type (defaults filled), nothing else is kept.
-    A file that does not hold one is a DlciError naming the file and what is wrong."""
+def read_answer(path: str | Path) -> AnswerShape:
+    """The answer in ``path``, checked against AnswerShape: every key the renderers read is
+    there with its declared type (defaults filled), nothing undeclared is kept. A file that
+    does not hold one is a DlciError naming the file and what is wrong."""
     try:
         data = read_input(path, what="bisect answer", limit=ANSWER_LIMIT)
     except OSError as exc:  # a folder the container made unreadable
@@ -106,25 +133,22 @@ def read_answer(path: str | Path) -> dict[str, Any]:
         raise DlciError(f"{path}: not JSON ({str(exc)[:200]})") from None
     if (answer.status == "found") != (answer.first_bad is not None):
         raise DlciError(f"{path}: not a bisect answer: status {answer.status!r} with first_bad")
-    built: dict[str, Any] = msgspec.to_builtins(answer)
-    return built
+    return answer
 
 
-def add_pulls(data: dict[str, Any], github: Any, say: Callable[[str], None]) -> dict[str, Any]:
+def add_pulls(answer: AnswerShape, github: Any, say: Callable[[str], None]) -> AnswerShape:
     """A checked answer (read_answer's) whose pull requests are the ones looked up now, for
     an answer made where no token was (the action's container): what the answer itself said
     of pull requests is dropped, the first bad commit is always looked up, and a number is
     kept only when GitHub gave it."""
-    first = [data["first_bad"]] if data["first_bad"] else []
-    entries = [*first, *data["candidates"]]
-    commits = {
-        e["sha"]: git.Commit(e["sha"], e["subject"], e["author"], e["date"]) for e in entries
-    }
+    first = [answer.first_bad] if answer.first_bad else []
+    entries = [*first, *answer.candidates]
+    commits = {e.sha: git.Commit(e.sha, e.subject, e.author, e.date) for e in entries}
     found = pulls(github, list(commits.values()), say)
     for entry in entries:
-        entry["pull"] = found.get(entry["sha"])
-        entry["pull_number"] = None  # the subject's number: the container's words
-    return data
+        entry.pull = found.get(entry.sha)
+        entry.pull_number = None  # the subject's number: the container's words
+    return answer
 
 
 MAX_LOOKUPS = 10  # pull requests looked up for one answer (a range of skipped commits)
@@ -152,53 +176,61 @@ def result(
     commits: list[git.Commit],
     search: Search,
     answer: Answer,
-    log: dict[int, list[dict[str, Any]]],
+    log: dict[int, list[RunShape]],
     cost: dict[str, Any],
     spent: dict[str, Any],
     say: Callable[[str], None],
-) -> dict[str, Any]:
+) -> AnswerShape:
+    """The answer: ``setup`` (the gate in words, the install), the commits, every tested one
+    with its runs (``log``), the cost bound (``cost``, less its text) and what was spent."""
     looked_up = pulls(github, [commits[i] for i in answer.candidates], say)
     tested = [
-        {
-            "index": index,
-            **commits[index].to_dict(),
-            "verdict": search.verdict(index),
-            "runs": log[index],
-        }
+        _shaped(
+            TestedShape, commits[index], index=index, verdict=search.verdict(index),
+            runs=log[index],
+        )
         for index in sorted(log)
-    ]
-    return {
-        "schema_version": 1,
-        "kind": "bisect",
-        "status": answer.status,
-        "message": message(answer, commits),
+    ]  # fmt: skip
+
+    def suspect(commit: git.Commit) -> SuspectShape:
+        return _shaped(SuspectShape, commit, pull=looked_up.get(commit.sha))
+
+    return AnswerShape(
+        schema_version=1,
+        kind="bisect",
+        status=answer.status,  # type: ignore[arg-type]  # one of the four: search.Answer
+        message=message(answer, commits),
         **setup,
-        "good": commits[0].to_dict(),
-        "bad": commits[-1].to_dict(),
-        "last_good": commits[answer.lo].to_dict(),
-        "first_bad": (
-            {**commits[answer.hi].to_dict(), "pull": looked_up.get(commits[answer.hi].sha)}
-            if answer.first_bad is not None
-            else None
-        ),
-        "candidates": [
-            {**commits[i].to_dict(), "pull": looked_up.get(commits[i].sha)}
-            for i in answer.candidates
-        ],
-        "tested": tested,
-        "cost": {**{k: v for k, v in cost.items() if k != "text"}, **spent},
-    }
+        good=_shaped(CommitShape, commits[0]),
+        bad=_shaped(CommitShape, commits[-1]),
+        last_good=_shaped(CommitShape, commits[answer.lo]),
+        first_bad=suspect(commits[answer.hi]) if answer.first_bad is not None else None,
+        candidates=[suspect(commits[i]) for i in answer.candidates],
+        tested=tested,
+        cost=CostShape(**{k: v for k, v in cost.items() if k != "text"}, **spent),
+    )
+
+
+Shaped = TypeVar("Shaped", CommitShape, SuspectShape, TestedShape)
+
+
+def _shaped(cls: type[Shaped], commit: git.Commit, **more: Any) -> Shaped:
+    """``commit`` as one of the shapes that hold a commit, with the shape's other fields."""
+    return cls(
+        sha=commit.sha, subject=commit.subject, author=commit.author, date=commit.date,
+        pull_number=commit.pull_number, **more,
+    )  # fmt: skip
 
 
 def pulls(
     github: Any, commits: list[git.Commit], say: Callable[[str], None]
-) -> dict[str, dict[str, Any] | None]:
+) -> dict[str, PullShape | None]:
     """Each commit's pull request and its author, from GitHub's "list pull requests associated
     with a commit"; a failed lookup is a line said, never a failed bisect."""
     if github is None:
         return {}
 
-    found: dict[str, dict[str, Any] | None] = {}
+    found: dict[str, PullShape | None] = {}
     for commit in commits[:MAX_LOOKUPS]:
         try:
             answer = github.get(f"/repos/{{repo}}/commits/{commit.sha}/pulls", per_page=10)
@@ -209,7 +241,7 @@ def pulls(
     return found
 
 
-def _pull(answer: Any, commit: git.Commit) -> dict[str, Any] | None:
+def _pull(answer: Any, commit: git.Commit) -> PullShape | None:
     """The merged pull request that brought ``commit`` (else the first listed)."""
     listed = [p for p in (answer if isinstance(answer, list) else []) if isinstance(p, dict)]
     merged = [p for p in listed if p.get("merged_at")]
@@ -222,10 +254,10 @@ def _pull(answer: Any, commit: git.Commit) -> dict[str, Any] | None:
     raw_user = chosen.get("user")
     user: dict[str, Any] = raw_user if isinstance(raw_user, dict) else {}
     number = chosen.get("number")
-    return {
-        "number": number if isinstance(number, int) and not isinstance(number, bool) else None,
-        "title": str(chosen.get("title") or "")[:300],
-        "url": str(chosen.get("html_url") or "")[:500],
-        "author": str(user.get("login") or "")[:100] or None,
-        "merged_at": str(chosen.get("merged_at") or "")[:40] or None,
-    }
+    return PullShape(
+        number=number if isinstance(number, int) and not isinstance(number, bool) else None,
+        title=str(chosen.get("title") or "")[:300],
+        url=str(chosen.get("html_url") or "")[:500],
+        author=str(user.get("login") or "")[:100] or None,
+        merged_at=str(chosen.get("merged_at") or "")[:40] or None,
+    )

@@ -22,7 +22,7 @@ from dlci.action.github.api import ApiError, GitHub
 from dlci.bisect import git
 from dlci.bisect.gates import Gate, Judged
 from dlci.bisect.install import INSTALLS, Installed, Unrunnable, install
-from dlci.bisect.result import result
+from dlci.bisect.result import AnswerShape, RunShape, result
 from dlci.bisect.search import Answer, Search, Step
 from dlci.errors import EXIT_USAGE, DlciError
 from dlci.fsutil import read_input
@@ -127,7 +127,7 @@ class _Runner:
     runs: int = 0
     seed_runs: int = 0
     installed: dict[int, Installed | str] = field(default_factory=dict)
-    log: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    log: dict[int, list[RunShape]] = field(default_factory=dict)
     next_seed: dict[int, int] = field(default_factory=dict)
 
     def worktree(self, index: int) -> Installed | str:
@@ -163,18 +163,16 @@ class _Runner:
         self.next_seed[index] = seed + seeds
         seconds = time.monotonic() - start
         self.seed_runs += len(judged.verdicts)
-        record = {
-            "purpose": step.purpose,
-            "seeds": list(range(seed, seed + len(judged.verdicts)))
-            if exit_code is not None
-            else [],
-            "verdicts": judged.verdicts,
-            "near": judged.near,
-            "figures": judged.figures,
-            "reason": judged.reason,
-            "exit_code": exit_code,
-            "seconds": round(seconds, 2),
-        }
+        record = RunShape(
+            purpose=step.purpose,  # type: ignore[arg-type]
+            seeds=list(range(seed, seed + len(judged.verdicts))) if exit_code is not None else [],
+            verdicts=judged.verdicts,  # type: ignore[arg-type]
+            near=judged.near,
+            figures=judged.figures,
+            reason=judged.reason,
+            exit_code=exit_code,
+            seconds=round(seconds, 2),
+        )
         self.log.setdefault(index, []).append(record)
         shown = ",".join(judged.verdicts) + (" (near its threshold)" if judged.near else "")
         self.say(f"{commit.short} {step.purpose}: {shown} in {seconds:.1f} s: {judged.reason}")
@@ -254,8 +252,8 @@ def _tail(path: Path) -> str:
     return " | ".join(line.strip() for line in lines[-TAIL_LINES:] if line.strip())[:500]
 
 
-def run_bisect(request: BisectRequest, say: Callable[[str], None]) -> dict[str, Any]:
-    """The bisect, start to answer (see the module docstring); the result as a dict."""
+def run_bisect(request: BisectRequest, say: Callable[[str], None]) -> AnswerShape:
+    """The bisect, start to answer (see the module docstring)."""
     request = request.checked()
     repo = Path(git.git(request.repo, "rev-parse", "--show-toplevel").strip())
     prefix = git.git(request.repo, "rev-parse", "--show-prefix").strip()  # a monorepo's project

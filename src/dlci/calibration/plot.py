@@ -7,37 +7,37 @@ from __future__ import annotations
 import io
 import logging
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dlci.calibration.summary import CalibrationReport
 from dlci.fsutil import atomic_write_bytes
 from dlci.report.text import label
 
 COLOURS = ("#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2")
 
 
-def _floats(values: list[Any]) -> list[float]:
+def _floats(values: Sequence[float | str]) -> list[float]:
     return [float(v) for v in values]
 
 
-def _limits(ax: Any, report: dict[str, Any]) -> None:
+def _limits(ax: Any, report: CalibrationReport) -> None:
     """Each budget's proposal: the threshold (dashed) and the epoch limit (dotted)."""
-    for index, (budget, entry) in enumerate(report["budgets"].items()):
-        row = entry["proposal"]
+    for index, (budget, entry) in enumerate(report.budgets.items()):
+        row = entry.proposal
         if not row:
             continue
         colour = COLOURS[index % len(COLOURS)]
         text = label(
-            f"{budget}: {row['max_relative_loss']:.3g} of the start by epoch {row['max_epochs']}"
+            f"{budget}: {row.max_relative_loss:.3g} of the start by epoch {row.max_epochs}"
         )
-        ax.axhline(
-            row["max_relative_loss"], color=colour, linestyle="--", linewidth=1.2, label=text
-        )
-        ax.axvline(row["max_epochs"], color=colour, linestyle=":", linewidth=1.2)
+        ax.axhline(row.max_relative_loss, color=colour, linestyle="--", linewidth=1.2, label=text)
+        ax.axvline(row.max_epochs, color=colour, linestyle=":", linewidth=1.2)
 
 
 def _axes(
-    ax: Any, title: str, curves: list[tuple[str | None, list[float]]], report: dict[str, Any]
+    ax: Any, title: str, curves: list[tuple[str | None, list[float]]], report: CalibrationReport
 ) -> None:
     positive = [v for _, c in curves for v in c if math.isfinite(v) and v > 0]
     for name, curve in curves:
@@ -56,7 +56,7 @@ def _axes(
     ax.legend(fontsize=7)
 
 
-def plot(report: dict[str, Any], path: Path) -> Path:
+def plot(report: CalibrationReport, path: Path) -> Path:
     """Draw the PNG (see the module docstring) and write it atomically."""
     import matplotlib
 
@@ -67,17 +67,17 @@ def plot(report: dict[str, Any], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     seeds: list[tuple[str | None, list[float]]] = [
-        (None, _floats(run["losses"])) for run in report["runs"]
+        (None, _floats(run.losses)) for run in report.runs
     ]
     variants: list[tuple[str | None, list[float]]] = [
-        (entry["what"], _floats(entry["runs"][0]["losses"]))
-        for entry in report["power"]
-        if entry["runs"] and entry["runs"][0]["losses"]
+        (entry.what, _floats(entry.runs[0].losses))
+        for entry in report.power
+        if entry.runs and entry.runs[0].losses
     ]
     panels = 2 if variants else 1
     fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.5), dpi=100, squeeze=False)
     try:
-        title = f"{len(seeds)} seeds of {report['target']} ({report['hardware_class']})"
+        title = f"{len(seeds)} seeds of {report.target} ({report.hardware_class})"
         _axes(axes[0][0], title, seeds, report)
         if variants:
             _axes(axes[0][1], "sabotaged variants (first power seed)", variants, report)

@@ -10,10 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from msgspec import UNSET
+
 from dlci.calibration import runs, write
 from dlci.calibration.power import VARIANTS
 from dlci.calibration.propose import Proposal, current_share, propose_budget, step_time
 from dlci.calibration.stats import epochs_to
+from dlci.calibration.summary import CalibrationReport, Judgement, PowerEntry, PowerRows
 from dlci.errors import DlciError
 from dlci.ladder.load import check_budget, load_ladder, select_tier
 from dlci.ladder.model import Ladder, Tier
@@ -49,7 +52,7 @@ class CalibrationRequest:
 
 @dataclass
 class CalibrationOutcome:
-    report: dict[str, Any]
+    report: CalibrationReport
     files: dict[str, Path]
 
 
@@ -120,13 +123,13 @@ def _propose(
     request: CalibrationRequest,
     tiers: Sequence[Tier],
     healthy: Sequence[runs.Job],
-    records: dict[str, dict[str, Any]],
+    records: dict[str, runs.Record],
 ) -> list[Proposal]:
     """Each budget's proposal from the seeds' curves."""
     curves = [runs.relative(records[job.name]) for job in healthy]
     step_s = step_time(
-        [records[j.name]["wall_time_s"] for j in healthy],
-        [records[j.name]["steps"] for j in healthy],
+        [records[j.name].wall_time_s or 0.0 for j in healthy],
+        [records[j.name].steps for j in healthy],
     )
     return [
         propose_budget(curves, t, rate=request.rate, confidence=request.confidence, step_s=step_s)
@@ -169,7 +172,7 @@ def _tiers(request: CalibrationRequest, ladder: Ladder) -> list[Tier]:
 
 def _run_phase(
     jobs: Sequence[runs.Job], workers: runs.Workers, out: Path, say: Say
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, runs.Record]:
     """Every job's record: those kept in OUT/runs/ from before, and the rest run now."""
     env = runs.environment(workers.pool.devices[0])
     records = runs.kept_runs(out, jobs, env, say)
@@ -178,16 +181,16 @@ def _run_phase(
         say(f"kept {len(records)} finished run(s) from {out / runs.RUNS_DIR}")
     started = time.perf_counter()
 
-    def done(record: dict[str, Any]) -> None:
+    def done(record: runs.Record) -> None:
         runs.save(out, record)
-        job = runs.Job(**record["job"])
+        job = record.job
         records[job.name] = record
         finished = len(records)
         best = min((v for v in runs.losses(record) if math.isfinite(v)), default=math.nan)
         say(
             f"{job.describe()} done ({finished}/{len(jobs)}, "
             f"{time.perf_counter() - started:.1f} s): best loss {best:.3g} "
-            f"in {record['steps']} steps"
+            f"in {record.steps} steps"
         )
 
     workers.run(todo, done)
@@ -204,7 +207,7 @@ def _power(
     workers: runs.Workers,
     out: Path,
     say: Say,
-) -> list[dict[str, Any]]:
+) -> list[PowerEntry]:
     """The sabotaged variants' curves, judged by each budget's proposed and current rows."""
     if not request.power_seeds:
         return []
@@ -221,34 +224,38 @@ def _power(
     table = []
     for variant, what in VARIANTS.items():
         mine = [records[j.name] for j in jobs if j.variant == variant]
-        entry: dict[str, Any] = {"variant": variant, "what": what, "runs": mine, "budgets": {}}
+        entry = PowerEntry(variant=variant, what=what, runs=[write.run_entry(r) for r in mine])
         for p in proposals:
-            rows = {"current": (p.tier.max_epochs, current_share(p.tier))}
+            judged = PowerRows(current=_judged(mine, p.tier.max_epochs, current_share(p.tier)))
             if p.row is not None and p.row.max_relative_loss is not None:
-                rows["proposed"] = (p.row.max_epochs, p.row.max_relative_loss)
-            entry["budgets"][p.budget] = {
-                key: [
-                    judge(runs.relative(r), *row) if "not_applicable" not in r else None
-                    for r in mine
-                ]
-                for key, row in rows.items()
-            }
+                judged.proposed = _judged(mine, p.row.max_epochs, p.row.max_relative_loss)
+            entry.budgets[p.budget] = judged
         table.append(entry)
     return table
 
 
-def judge(curve: Sequence[float], max_epochs: int, share: float) -> dict[str, Any]:
+def _judged(mine: Sequence[runs.Record], max_epochs: int, share: float) -> list[Judgement | None]:
+    """Each run judged by one row; None for a run the variant does not apply to."""
+    return [
+        judge(runs.relative(r), max_epochs, share) if r.not_applicable is UNSET else None
+        for r in mine
+    ]
+
+
+def judge(curve: Sequence[float], max_epochs: int, share: float) -> Judgement:
     """What the gate with this row does to one variant's relative curve: caught, and when.
 
-    >>> judge([2.0, 1.5, 0.8], 2, 1.0), judge([2.0, 0.5], 5, 1.0)
-    ({'caught': True, 'epoch': 2, 'how': 'epochs'}, {'caught': False, 'epoch': 2, 'how': 'passed'})
+    >>> judge([2.0, 1.5, 0.8], 2, 1.0)
+    Judgement(caught=True, epoch=2, how='epochs')
+    >>> judge([2.0, 0.5], 5, 1.0)
+    Judgement(caught=False, epoch=2, how='passed')
     """
     reached = epochs_to(curve[:max_epochs], share)
     if reached is not None:
-        return {"caught": False, "epoch": reached, "how": "passed"}
+        return Judgement(caught=False, epoch=reached, how="passed")
     bad = next((i + 1 for i, v in enumerate(curve[:max_epochs]) if not math.isfinite(v)), None)
     if bad is not None:
-        return {"caught": True, "epoch": bad, "how": "nonfinite"}
+        return Judgement(caught=True, epoch=bad, how="nonfinite")
     if len(curve) < max_epochs:  # the calibration run itself stopped early (its time cap)
-        return {"caught": True, "epoch": len(curve), "how": "time"}
-    return {"caught": True, "epoch": max_epochs, "how": "epochs"}
+        return Judgement(caught=True, epoch=len(curve), how="time")
+    return Judgement(caught=True, epoch=max_epochs, how="epochs")

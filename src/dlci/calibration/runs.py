@@ -19,13 +19,17 @@ import math
 import os
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import UNSET, UnsetType
 
 from dlci import jsonio
 from dlci.calibration.power import HEALTHY, VARIANTS, NotApplicable, sabotage
 from dlci.calibration.stats import relative_curve
+from dlci.calibration.summary import problems
 from dlci.errors import DlciError
 from dlci.fsutil import atomic_write_bytes, read_input
 from dlci.memorization.engine import MemorizeConfig, memorize, seed_everything
@@ -36,8 +40,7 @@ NEVER = 1e-300  # the engine's threshold in a calibration run: early stop is off
 POLL_S = 0.5  # how often the parent looks for a worker that died without a word
 
 
-@dataclass(frozen=True)
-class Job:
+class Job(msgspec.Struct, frozen=True):
     """One calibration run: what defines it, so a kept file is used only for the same run."""
 
     spec: str
@@ -63,16 +66,41 @@ def environment(device: str) -> dict[str, str]:
     return {"torch": str(torch.__version__), "device_type": device.split(":")[0]}
 
 
-def run_job(job: Job, device: str) -> dict[str, Any]:
+# A loss as a run's file holds it: a number, or text for NaN and the infinities (JSON has none)
+Loss = Annotated[float | Literal["nan", "inf", "-inf"], msgspec.Meta(extra={"words": "a number"})]
+
+
+class Record(msgspec.Struct, kw_only=True):
+    """One calibration run's record: ``OUT/runs/<variant>-seed-<seed>.json``. A variant that
+    does not apply to the target has ``not_applicable`` (why) and no curve; a run that trained
+    has the figures after ``stopped_by``, which the other lacks (UNSET: left out of the file)."""
+
+    schema_version: int = 1
+    kind: str = "calibration-run"
+    job: Job
+    environment: dict[str, str] = {}
+    applied: str | UnsetType = UNSET  # what the sabotage did: "" for a healthy run, UNSET
+    # when the variant does not apply
+    not_applicable: str | UnsetType = UNSET
+    losses: list[Loss] = []
+    steps: int = 0
+    stopped_by: str = ""
+    loss_floor: float | UnsetType | None = UNSET
+    blind_loss: float | UnsetType | None = UNSET
+    wall_time_s: float | UnsetType = UNSET
+    setup_time_s: float | UnsetType = UNSET
+    device: str | UnsetType = UNSET
+    changes: list[str] | UnsetType = UNSET
+
+
+def run_job(job: Job, device: str) -> Record:
     """Train one calibration run in this process; its record (raises DlciError on a mistake)."""
     seed_everything(job.seed)  # before the factory: the initial weights follow the seed
     target = load_target(job.spec)
-    record: dict[str, Any] = {"schema_version": 1, "kind": "calibration-run", "job": asdict(job)}
-    record["environment"] = environment(device)
+    environ = environment(device)
+    applied: str | UnsetType = UNSET
     try:
-        record["applied"] = (
-            sabotage(target, job.variant, job.seed) if job.variant != HEALTHY else ""
-        )
+        applied = sabotage(target, job.variant, job.seed) if job.variant != HEALTHY else ""
         config = MemorizeConfig(
             max_epochs=job.epochs,
             max_loss=NEVER,
@@ -84,10 +112,15 @@ def run_job(job: Job, device: str) -> dict[str, Any]:
         )
         result = memorize(target, config)
     except NotApplicable as exc:
-        record.update(not_applicable=str(exc), losses=[], steps=0, stopped_by="not applicable")
-        return record
-    record.update(
-        losses=[v if math.isfinite(v) else str(v) for v in result.losses],
+        return Record(
+            job=job, environment=environ, applied=applied, not_applicable=str(exc),
+            stopped_by="not applicable",
+        )  # fmt: skip
+    return Record(
+        job=job,
+        environment=environ,
+        applied=applied,
+        losses=[v if math.isfinite(v) else str(v) for v in result.losses],  # type: ignore[misc]
         steps=result.steps,
         stopped_by=result.stopped_by,
         loss_floor=result.loss_floor,
@@ -95,20 +128,19 @@ def run_job(job: Job, device: str) -> dict[str, Any]:
         wall_time_s=result.wall_time_s,
         setup_time_s=result.setup_time_s,
         device=result.device,
-        changes=result.changes,
+        changes=list(result.changes),
     )
-    return record
 
 
-def losses(record: dict[str, Any]) -> list[float]:
+def losses(record: Record) -> list[float]:
     """A record's loss curve as floats (JSON keeps NaN and infinity as text)."""
-    return [float(v) for v in record.get("losses", [])]
+    return [float(v) for v in record.losses]
 
 
-def relative(record: dict[str, Any]) -> list[float]:
+def relative(record: Record) -> list[float]:
     """A record's curve as shares of its reference (the start, or the input-blind baseline
     below it) above the loss's floor, smoothed as the gate smooths it: what a tier judges."""
-    floor, blind = record.get("loss_floor"), record.get("blind_loss")
+    floor, blind = record.loss_floor, record.blind_loss
     return relative_curve(
         losses(record),
         floor if isinstance(floor, int | float) else None,
@@ -116,50 +148,54 @@ def relative(record: dict[str, Any]) -> list[float]:
     )
 
 
+def read(raw: Any, name: str = "calibration run") -> Record:
+    """A decoded run's file as a :class:`Record`; ValueError naming each field of a wrong type
+    (with ``name``, the file), a required one missing, or a run that is neither trained nor
+    not applicable.
+
+    >>> read({"job": {"spec": "m:f", "seed": 0, "epochs": 2, "batch_size": 4,
+    ...      "time_cap_s": 60}, "losses": [1.0, "nan"], "steps": 2, "wall_time_s": 1}).losses
+    [1.0, 'nan']
+    >>> read({"job": {"seed": "0"}, "losses": ["x"]}, "r.json")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: r.json: job.seed is '0', expected an integer; r.json: losses[0] is 'x', ...
+    """
+    wrong = problems(Record, raw, name)
+    if wrong:
+        raise ValueError("; ".join(wrong))
+    try:
+        record = msgspec.convert(raw, Record)
+    except msgspec.ValidationError as exc:  # the types are right: a required one is missing
+        raise ValueError(f"{name} cannot be read: {exc}") from None
+    if record.not_applicable is UNSET and record.wall_time_s is UNSET:
+        raise ValueError(f"{name}: a run with neither wall_time_s nor not_applicable")
+    return record
+
+
 def kept_runs(
     out: Path, jobs: Sequence[Job], env: dict[str, str], say: Callable[[str], None]
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, Record]:
     """The records in OUT/runs/ made for exactly these jobs here; others are run again."""
-    kept: dict[str, dict[str, Any]] = {}
+    kept: dict[str, Record] = {}
     for job in jobs:
         path = out / RUNS_DIR / f"{job.name}.json"
         if not path.exists():
             continue
         try:
-            record = jsonio.decode(read_input(path, what="calibration run"))
-        except (DlciError, jsonio.DecodeError, RecursionError):
+            record = read(jsonio.decode(read_input(path, what="calibration run")), str(path))
+        except (DlciError, jsonio.DecodeError, RecursionError, ValueError):
             record = None
-        if not _well_formed(record):
+        if record is None or record.kind != "calibration-run":
             say(f"{path}: not a calibration run dl-ci can read; running it again")
-        elif record.get("job") == asdict(job) and record.get("environment") == env:
+        elif record.job == job and record.environment == env:
             kept[job.name] = record
         else:
             say(f"{path}: made with other settings; running it again")
     return kept
 
 
-def _well_formed(record: Any) -> bool:
-    """Whether a kept file has what the calibration reads from it, of the right types."""
-    if not isinstance(record, dict) or record.get("kind") != "calibration-run":
-        return False
-    numbers = (int, float)
-    try:
-        losses(record)
-    except (TypeError, ValueError):
-        return False
-    if "not_applicable" in record:
-        return isinstance(record["not_applicable"], str)
-    return (
-        isinstance(record.get("steps"), int)
-        and isinstance(record.get("wall_time_s"), numbers)
-        and isinstance(record.get("losses"), list)
-    )
-
-
-def save(out: Path, record: dict[str, Any]) -> None:
-    job = record["job"]
-    name = f"{job['variant']}-seed-{job['seed']}"
-    atomic_write_bytes(out / RUNS_DIR / f"{name}.json", jsonio.encode(record))
+def save(out: Path, record: Record) -> None:
+    atomic_write_bytes(out / RUNS_DIR / f"{record.job.name}.json", jsonio.encode(record))
 
 
 @dataclass(frozen=True)
@@ -250,7 +286,7 @@ class Workers:
             self.procs.append(proc)
             self.pipes[i] = reader
 
-    def run(self, jobs: Sequence[Job], on_done: Callable[[dict[str, Any]], None]) -> None:
+    def run(self, jobs: Sequence[Job], on_done: Callable[[Record], None]) -> None:
         """Run ``jobs``; ``on_done`` gets each record as it arrives."""
         from multiprocessing.connection import wait
 
@@ -282,7 +318,7 @@ class Workers:
         index: int,
         message: tuple[Any, ...],
         pending: set[int],
-        on_done: Callable[[dict[str, Any]], None],
+        on_done: Callable[[Record], None],
     ) -> None:
         kind, number = message[:2]
         if kind == "start":

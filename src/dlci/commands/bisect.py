@@ -90,7 +90,7 @@ class BisectVerb(Verb):
                 handle.write(markdown(data))
         stream = sys.stderr if args.json == "-" else sys.stdout
         print("\n".join(console_lines(data)), file=stream)
-        return 1 if data["status"] == "unfinished" else 0
+        return 1 if data.status == "unfinished" else 0
 
 
 def _passthrough(args: argparse.Namespace) -> tuple[str, ...]:

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from dlci.calibration.run import CalibrationRequest, run_calibration
+from dlci.calibration.summary import CalibrationReport
 from dlci.commands import _common
 from dlci.commands._common import ArgumentParser
 from dlci.commands.base import Verb
@@ -83,26 +84,26 @@ def _say(line: str) -> None:
     print(f"calibrate: {clean(line)}", file=sys.stderr, flush=True)
 
 
-def _print(report: dict[str, Any], stream: Any) -> int:
+def _print(report: CalibrationReport, stream: Any) -> int:
     """One line per budget: the proposal next to the current row; how many lack one."""
     missing = 0
-    for budget, entry in report["budgets"].items():
-        now, row = entry["current"], entry["proposal"]
-        head = f"{budget}/{report['hardware_class']}"
+    for budget, entry in report.budgets.items():
+        now, row = entry.current, entry.proposal
+        head = f"{budget}/{report.hardware_class}"
         if row is None:
             missing += 1
             print(
-                f"calibrate {clean(head)}: no proposal; {clean('; '.join(entry['notes']))}",
+                f"calibrate {clean(head)}: no proposal; {clean('; '.join(entry.notes))}",
                 file=stream,
             )
             continue
         print(
-            f"calibrate {clean(head)}: max_relative_loss {row['max_relative_loss']:g}, max_epochs "
-            f"{row['max_epochs']}, time cap {row['time_cap_minutes']:g} min (current "
-            f"{now['max_relative_loss']:g}, {now['max_epochs']}, {now['time_cap_minutes']:g}); "
+            f"calibrate {clean(head)}: max_relative_loss {row.max_relative_loss:g}, max_epochs "
+            f"{row.max_epochs}, time cap {row.time_cap_minutes:g} min (current "
+            f"{now.max_relative_loss:g}, {now.max_epochs}, {now.time_cap_minutes:g}); "
             "healthy "
-            f"failures {_rate(row['estimated_rate'])}, bound {_rate(row['upper_bound'])} at "
-            f"{report['confidence']:.0%}; catches a {row['detectable_slowdown']:.2f}x slowdown",
+            f"failures {_rate(row.estimated_rate)}, bound {_rate(row.upper_bound)} at "
+            f"{report.confidence:.0%}; catches a {row.detectable_slowdown or 0.0:.2f}x slowdown",
             file=stream,
         )
     return missing

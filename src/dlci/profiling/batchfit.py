@@ -16,6 +16,9 @@ import itertools
 import math
 from typing import Any
 
+import msgspec
+from msgspec import UNSET, UnsetType
+
 from dlci.errors import DlciError
 from dlci.profiling.meter import PeakMeter, device_label, device_total
 from dlci.report.fields import Recommendation, Utilization
@@ -42,68 +45,104 @@ class ResizeError(DlciError):
     """The target's batches cannot be joined or cut to the size the estimate needs."""
 
 
-def _point(size: int, peaks: list[int]) -> dict[str, Any]:
-    return {
-        "batch_size": size,
-        "peak_bytes": max(peaks),
-        "spread_bytes": max(peaks) - min(peaks),
-        "per_step_bytes": peaks,
-    }
+class Point(msgspec.Struct, kw_only=True):
+    """The peak measured at one batch size: the highest step, the steps' spread, each step."""
+
+    batch_size: int
+    peak_bytes: int
+    spread_bytes: int = 0
+    per_step_bytes: list[int] | UnsetType = UNSET
+
+
+class Line(msgspec.Struct, kw_only=True):
+    """The line through two points: slope, intercept, the largest batch under the usable
+    memory (None when the slope cannot be measured) and how far to trust it."""
+
+    bytes_per_example: float
+    fixed_bytes: float
+    usable_bytes: int | None
+    largest_batch: int | None = None
+    confidence: str = "none"  # none, low, medium
+    confidence_reason: str = ""
+
+
+class Estimate(msgspec.Struct, kw_only=True):
+    """report["memory"]["batch_estimate"]: the two points, the line through them and the
+    largest batch (docs/memory.md); an estimate refused (:func:`refused`) has only the keys
+    that say why, the rest UNSET (left out of the JSON)."""
+
+    device: str | UnsetType = UNSET
+    batch_size: int | None = None
+    points: list[Point] = []
+    device_total_bytes: int | UnsetType | None = UNSET
+    device_total_source: str | UnsetType = UNSET
+    margin: float | UnsetType = UNSET
+    measure: str | UnsetType = UNSET
+    bytes_per_example: float | UnsetType = UNSET
+    fixed_bytes: float | UnsetType = UNSET
+    usable_bytes: int | UnsetType | None = UNSET
+    largest_batch: int | None = None
+    confidence: str = "none"
+    confidence_reason: str = ""
+    method: str | UnsetType = UNSET
+    advice: str | None = None
+
+
+def point(size: int, peaks: list[int]) -> Point:
+    """The point of ``size`` from its steps' peaks."""
+    return Point(
+        batch_size=size,
+        peak_bytes=max(peaks),
+        spread_bytes=max(peaks) - min(peaks),
+        per_step_bytes=peaks,
+    )
 
 
 def fit(
-    a: dict[str, Any],
-    b: dict[str, Any],
-    total: int | None,
-    *,
-    margin: float = MARGIN,
-    resolution: int = 0,
-) -> dict[str, Any]:
+    a: Point, b: Point, total: int | None, *, margin: float = MARGIN, resolution: int = 0
+) -> Line:
     """Slope, intercept, largest batch and how far to trust it, from two measured points.
 
-    >>> small = {"batch_size": 10, "peak_bytes": 2000, "spread_bytes": 0}
-    >>> large = {"batch_size": 20, "peak_bytes": 3000, "spread_bytes": 0}
+    >>> small = Point(batch_size=10, peak_bytes=2000)
+    >>> large = Point(batch_size=20, peak_bytes=3000)
     >>> r = fit(small, large, 11000, margin=0.1)
-    >>> r["bytes_per_example"], r["fixed_bytes"], r["largest_batch"], r["confidence"]
+    >>> r.bytes_per_example, r.fixed_bytes, r.largest_batch, r.confidence
     (100.0, 1000.0, 89, 'medium')
-    >>> fit(small, dict(large, peak_bytes=2000), 11000)["largest_batch"] is None
+    >>> fit(small, Point(batch_size=20, peak_bytes=2000), 11000).largest_batch is None
     True
-    >>> fit(small, large, 11000, resolution=4096)["confidence_reason"][:44]
+    >>> fit(small, large, 11000, resolution=4096).confidence_reason[:44]
     'the peak grew by only 1,000 bytes from 10 to'
     """
-    a, b = sorted((a, b), key=lambda p: p["batch_size"])
-    growth = b["peak_bytes"] - a["peak_bytes"]
-    noise = max(a["spread_bytes"], b["spread_bytes"])
-    slope = growth / (b["batch_size"] - a["batch_size"])
-    fixed = a["peak_bytes"] - slope * a["batch_size"]
-    out: dict[str, Any] = {
-        "bytes_per_example": slope,
-        "fixed_bytes": fixed,
-        "usable_bytes": None if total is None else int(total * (1 - margin)),
-        "largest_batch": None,
-        "confidence": "none",
-        "confidence_reason": "",
-    }
-    if total is None:
-        out["confidence_reason"] = "the device's total memory is unknown"
+    a, b = sorted((a, b), key=lambda p: p.batch_size)
+    growth = b.peak_bytes - a.peak_bytes
+    noise = max(a.spread_bytes, b.spread_bytes)
+    slope = growth / (b.batch_size - a.batch_size)
+    fixed = a.peak_bytes - slope * a.batch_size
+    line = Line(
+        bytes_per_example=slope,
+        fixed_bytes=fixed,
+        usable_bytes=None if total is None else int(total * (1 - margin)),
+    )
+    if line.usable_bytes is None:
+        line.confidence_reason = "the device's total memory is unknown"
     elif 0 < growth < resolution and growth > noise:
-        out["confidence_reason"] = (
-            f"the peak grew by only {growth:,} bytes from {a['batch_size']} to "
-            f"{b['batch_size']} examples, under the {resolution:,} bytes a process's resident "
+        line.confidence_reason = (
+            f"the peak grew by only {growth:,} bytes from {a.batch_size} to "
+            f"{b.batch_size} examples, under the {resolution:,} bytes a process's resident "
             "memory resolves (the C heap grows in chunks): activation memory is too small to "
             "measure at these sizes"
         )
     elif growth <= noise or slope <= 0:
-        out["confidence_reason"] = (
+        line.confidence_reason = (
             f"the peak did not grow measurably with the batch ({growth:+,} bytes from "
-            f"{a['batch_size']} to {b['batch_size']} examples, step-to-step spread "
+            f"{a.batch_size} to {b.batch_size} examples, step-to-step spread "
             f"{noise:,} bytes): activation memory is too small to measure at these sizes"
         )
     else:
         least = max(resolution, growth // 10)  # a rise that moves the slope by 10% or more
-        rising = [p["batch_size"] for p in (a, b) if _rising(p.get("per_step_bytes"), least)]
-        out.update(_largest(out, slope, fixed, growth, noise, b["batch_size"], rising))
-    return out
+        rising = [p.batch_size for p in (a, b) if _rising(p.per_step_bytes or None, least)]
+        _largest(line, line.usable_bytes, growth, noise, b.batch_size, rising)
+    return line
 
 
 def _rising(peaks: list[int] | None, least: int) -> bool:
@@ -119,17 +158,11 @@ def _rising(peaks: list[int] | None, least: int) -> bool:
 
 
 def _largest(
-    out: dict[str, Any],
-    slope: float,
-    fixed: float,
-    growth: int,
-    noise: int,
-    biggest: int,
-    rising: list[int],
-) -> dict[str, Any]:
+    line: Line, usable: int, growth: int, noise: int, biggest: int, rising: list[int]
+) -> None:
     """The largest batch and the confidence words, once the slope is measurable."""
-    room = out["usable_bytes"] - fixed
-    largest = max(0, math.floor(room / slope))
+    slope, fixed = line.bytes_per_example, line.fixed_bytes
+    largest = max(0, math.floor((usable - fixed) / slope))
     doubts = []
     if growth < 3 * noise:
         doubts.append(
@@ -154,15 +187,12 @@ def _largest(
             "examples (memory that grows from step to step, such as a leak or a cache that "
             "fills, is mixed into the line)"
         )
-    reason = "; ".join(doubts) or (
+    line.largest_batch = largest
+    line.confidence = "low" if doubts else "medium"
+    line.confidence_reason = "; ".join(doubts) or (
         "two points, memory assumed linear in the batch size; the allocator's rounding and "
         "fragmentation are covered by the margin only"
     )
-    return {
-        "largest_batch": largest,
-        "confidence": "low" if doubts else "medium",
-        "confidence_reason": reason,
-    }
 
 
 def second_size(size: int, *, cuda: bool) -> int:
@@ -198,15 +228,15 @@ def measure(trainer: Any, loader: Any, size: int, meter: Any, steps: int = STEPS
     return peaks
 
 
-def _wide_cpu_point(trainer: Any, loader: Any, size: int, meter: Any) -> dict[str, Any]:
+def _wide_cpu_point(trainer: Any, loader: Any, size: int, meter: Any) -> Point:
     """The CPU's second point: 8 x B when the data set has that many examples, else 2 x B.
     A process's resident memory moves by a few MiB from step to step; 2 x B of a small model
     grows it by little more than that (the estimate then came out with no number on a loaded
     machine), 8 x B by several times as much."""
     try:
-        return _point(CPU_SPREAD * size, measure(trainer, loader, CPU_SPREAD * size, meter))
+        return point(CPU_SPREAD * size, measure(trainer, loader, CPU_SPREAD * size, meter))
     except ResizeError:
-        return _point(2 * size, measure(trainer, loader, 2 * size, meter))
+        return point(2 * size, measure(trainer, loader, 2 * size, meter))
 
 
 def batch_size_of_loader(loader: Any) -> int:
@@ -216,7 +246,7 @@ def batch_size_of_loader(loader: Any) -> int:
     raise DlciError("the target's train_loader yielded no batches", hint="check the data set")
 
 
-def estimate(target: Any, *, device: str | None, seed: int) -> dict[str, Any]:
+def estimate(target: Any, *, device: str | None, seed: int) -> Estimate:
     """report["memory"]["batch_estimate"] for ``target``, measured on ``device``."""
     # here, not at the top: dlci analyze reads this module's advice and never trains (session
     # brings memorization.engine and training.target, with yaml: ~45 modules)
@@ -232,49 +262,46 @@ def estimate(target: Any, *, device: str | None, seed: int) -> dict[str, Any]:
             if not cuda and n > size:
                 points.append(_wide_cpu_point(trainer, target.train_loader, size, meter))
             else:
-                points.append(_point(n, measure(trainer, target.train_loader, n, meter)))
+                points.append(point(n, measure(trainer, target.train_loader, n, meter)))
     total, total_source = device_total(trainer.device)
-    result = fit(points[0], points[1], total, resolution=0 if cuda else CPU_RESOLUTION)
-    sizes = " and ".join(str(p["batch_size"]) for p in points)
+    line = fit(points[0], points[1], total, resolution=0 if cuda else CPU_RESOLUTION)
+    sizes = " and ".join(str(p.batch_size) for p in points)
     cpu = ", and on the CPU the whole process: Python, libraries, data" if not cuda else ""
-    return {
-        "device": device_label(trainer.device),
-        "batch_size": size,
-        "points": points,
-        "device_total_bytes": total,
-        "device_total_source": total_source,
-        "margin": MARGIN,
-        "measure": ("peak allocated bytes; " if cuda else "peak RSS; ") + meter.method,
-        **result,
-        "method": METHOD.format(points=sizes, cpu=cpu, margin=MARGIN),
-        "advice": None,
-    }
+    return Estimate(
+        device=device_label(trainer.device),
+        batch_size=size,
+        points=points,
+        device_total_bytes=total,
+        device_total_source=total_source,
+        margin=MARGIN,
+        measure=("peak allocated bytes; " if cuda else "peak RSS; ") + meter.method,
+        bytes_per_example=line.bytes_per_example,
+        fixed_bytes=line.fixed_bytes,
+        usable_bytes=line.usable_bytes,
+        largest_batch=line.largest_batch,
+        confidence=line.confidence,
+        confidence_reason=line.confidence_reason,
+        method=METHOD.format(points=sizes, cpu=cpu, margin=MARGIN),
+    )
 
 
-def refused(why: str) -> dict[str, Any]:
+def refused(why: str) -> Estimate:
     """report["memory"]["batch_estimate"] when the batch size cannot be changed."""
-    return {
-        "batch_size": None,
-        "points": [],
-        "largest_batch": None,
-        "confidence": "none",
-        "confidence_reason": f"the batch size cannot be changed: {why}",
-        "advice": None,
-    }
+    return Estimate(confidence_reason=f"the batch size cannot be changed: {why}")
 
 
-def advice(report: Utilization) -> Recommendation | None:
+def advice(report: Utilization, est: Estimate | None) -> Recommendation | None:
     """A recommendation when the GPU is under-used and the batch could grow a lot."""
-    est = (report.memory.batch_estimate if report.memory else None) or {}
     util = report.gpu_utilization_pct
-    largest, size = est.get("largest_batch"), est.get("batch_size")
+    largest, size = (est.largest_batch, est.batch_size) if est else (None, None)
     if util is None or util >= 50.0 or not largest or not size or largest < 2 * size:
         return None
+    confidence = est.confidence if est else None
     return Recommendation(
         id="batch-size",
         finding=f"GPU utilization {util:.1f}% with room in memory for a batch of "
-        f"{shown(largest, est.get('confidence'))} examples ({largest / size:.2g}x the current "
-        f"{size}; confidence {est.get('confidence')})",
+        f"{shown(largest, confidence)} examples ({largest / size:.2g}x the current "
+        f"{size}; confidence {confidence})",
         advice="raise the batch size (a larger batch cuts Python and launch overhead per "
         "example), scaling the learning rate with it, and check the new peak with dlci profile",
     )

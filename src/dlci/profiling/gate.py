@@ -2,9 +2,9 @@
 --max-gpu-memory verdicts, and the report's memory figures from ``dlci profile``'s own passes.
 
 :func:`check_gate` refuses a bound that is not a percentage; :func:`evaluate_gate` judges the
-utilization, :func:`memory_gate` the memory (each verdict a dict of the keys the report's
-gate keeps); :func:`add_memory` puts the memory pass (its trace's memory section, its
-per-step figures) and the batch estimate into the report's ``memory``; :func:`combined_gate`
+utilization, :func:`memory_gate` the memory (each verdict a :class:`Verdict`);
+:func:`add_memory` puts the memory pass (its trace's memory section, its per-step figures,
+:class:`Capture`) and the batch estimate into the report's ``memory``; :func:`combined_gate`
 joins the verdicts of ``--min-gpu-util`` and ``--max-gpu-memory`` into the report's ``gate``
 (a :class:`~dlci.report.fields.Gate`): passed only when every gate asked for passes, each one
 listed under ``checks``. No torch here: ``dlci analyze`` runs on the runner host.
@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+from msgspec import UNSET, UnsetType
+
 from dlci.errors import DlciError
-from dlci.profiling.batchfit import advice
+from dlci.profiling.batchfit import Estimate, advice
 from dlci.profiling.reader import read_trace
 from dlci.report.fields import Gate, GateCheck, Memory, ReadCounts, Utilization
 
@@ -32,14 +35,38 @@ def check_gate(minimum: float | None, maximum_memory: float | None = None) -> No
             )
 
 
+class StepPeak(msgspec.Struct, kw_only=True):
+    """One recorded step's peaks (reserved: None where the device reserves nothing)."""
+
+    step: int
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int | None = None
+
+
+class Capture(msgspec.Struct, kw_only=True):
+    """report["memory"]["capture"]: the memory pass's per-step peaks, the highest of them, the
+    device's total and where the figures come from (docs/memory.md)."""
+
+    device: str
+    per_step: list[StepPeak] = []
+    peak_allocated_bytes: int = 0
+    peak_reserved_bytes: int | None = None
+    device_total_bytes: int | None = None
+    device_total_source: str = ""
+    method: str = ""
+    trace_file: str = ""
+    log_file: str | None = None
+    wall_time_s: float | UnsetType = UNSET  # the memory passes' time, once they are done
+
+
 @dataclass(frozen=True)
 class MemoryFigures:
     """What ``dlci profile`` measured beside the timed trace: the memory pass's trace, its
     per-step figures (report["memory"]["capture"]) and the batch size estimate."""
 
     trace: Path | None = None
-    capture: dict[str, Any] | None = None
-    batch_estimate: dict[str, Any] | None = None
+    capture: Capture | None = None
+    batch_estimate: Estimate | None = None
     # the option that left the memory pass out (``--no-memory``), said in the report's note
     skipped: str | None = None
 
@@ -60,7 +87,9 @@ def _trace_memory(path: Any, max_size: int) -> Memory:
 
 
 def add_memory(report: Utilization, figures: MemoryFigures, *, max_size: int) -> None:
-    """The report's memory with the memory pass's trace and figures, and the batch advice."""
+    """The report's memory with the memory pass's trace and figures, and the batch advice.
+    The figures go into the report's open tables (``capture``, ``batch_estimate``) as JSON
+    holds them."""
     section = report.memory
     if figures.trace is not None:
         section = _trace_memory(figures.trace, max_size)
@@ -68,20 +97,22 @@ def add_memory(report: Utilization, figures: MemoryFigures, *, max_size: int) ->
     if section is None:
         from dlci.profiling.memory import blank_section  # numpy: as in _trace_memory
 
-        section = Memory(**blank_section("none", "the trace's memory events were not read"))
+        section = blank_section("none", "the trace's memory events were not read")
     if figures.skipped and section.source == "none":  # not the pass it just turned off
         section.note = (
             f"no memory figures: the timed trace holds no [memory] events and the memory pass "
             f"was left out ({figures.skipped}); run dlci profile without {figures.skipped} to "
             "record them"
         )
-    section.capture = figures.capture
-    section.batch_estimate = figures.batch_estimate
-    report.memory = section
-    recommendation = advice(report)
-    if recommendation is not None and figures.batch_estimate is not None:
-        figures.batch_estimate["advice"] = f"{recommendation.finding}: {recommendation.advice}"
+    estimate = figures.batch_estimate
+    recommendation = advice(report, estimate)
+    if recommendation is not None and estimate is not None:
+        advised = f"{recommendation.finding}: {recommendation.advice}"
+        estimate = msgspec.structs.replace(estimate, advice=advised)
         report.recommendations.append(recommendation)
+    section.capture = None if figures.capture is None else msgspec.to_builtins(figures.capture)
+    section.batch_estimate = None if estimate is None else msgspec.to_builtins(estimate)
+    report.memory = section
 
 
 def memory_percent(report: Utilization) -> tuple[float | None, str]:
@@ -104,20 +135,35 @@ def memory_percent(report: Utilization) -> tuple[float | None, str]:
 STRICT_HINT = "pass --strict-gates to fail a run that has no GPU work"
 
 
-def not_applicable(name: str, bound: str, no_gpu: str) -> dict[str, Any]:
+class Verdict(msgspec.Struct, kw_only=True):
+    """One gate's verdict, as :func:`combined_gate` joins them into the report's gate:
+    ``judged`` when the figures supported a verdict, ``applicable`` (False) only for a GPU
+    gate on a run without a GPU; UNSET where it does not apply."""
+
+    name: str = ""
+    minimum: float | None = None  # --min-gpu-util's bound
+    value: float | None = None
+    passed: bool
+    judged: bool | UnsetType = UNSET
+    applicable: bool | UnsetType = UNSET
+    message: str = ""
+    hint: str | None = None
+
+
+def not_applicable(name: str, bound: str, no_gpu: str, minimum: float | None = None) -> Verdict:
     """A GPU gate on a run without a GPU: no verdict on the code, so no failure; the note
     says why (a laptop or a CPU runner gives the verdict CI gives on the same hardware)."""
-    return {
-        "name": name,
-        "passed": True,
-        "applicable": False,
-        "value": None,
-        "message": f"not applicable: {no_gpu}; the {name} gate ({bound}) judges GPU runs only",
-        "hint": STRICT_HINT,
-    }
+    return Verdict(
+        name=name,
+        minimum=minimum,
+        passed=True,
+        applicable=False,
+        message=f"not applicable: {no_gpu}; the {name} gate ({bound}) judges GPU runs only",
+        hint=STRICT_HINT,
+    )
 
 
-def memory_gate(report: Utilization, maximum: float, no_gpu: str = "") -> dict[str, Any]:
+def memory_gate(report: Utilization, maximum: float, no_gpu: str = "") -> Verdict:
     """The --max-gpu-memory check: passed, message, hint, value. ``no_gpu`` (why this run
     has no GPU, when the hardware has none) makes a missing figure not applicable."""
     value, where = memory_percent(report)
@@ -131,69 +177,70 @@ def memory_gate(report: Utilization, maximum: float, no_gpu: str = "") -> dict[s
             else "the report has no GPU memory figures (a CPU run, or a trace without "
             "[memory] events)"
         )
-        return {
-            "name": "max-gpu-memory",
-            "passed": False,
-            "judged": False,
-            "value": None,
-            "message": f"could not judge: the GPU memory gate cannot be evaluated: {why}",
-            "hint": unjudged[1] if unjudged else GATE_HINT,
-        }
+        return Verdict(
+            name="max-gpu-memory",
+            passed=False,
+            judged=False,
+            message=f"could not judge: the GPU memory gate cannot be evaluated: {why}",
+            hint=unjudged[1] if unjudged else GATE_HINT,
+        )
     passed = value <= maximum
     relation = "<=" if passed else "is above the maximum of"
-    return {
-        "name": "max-gpu-memory",
-        "passed": passed,
-        "judged": True,
-        "value": value,
-        "message": f"GPU peak memory {value:.1f}% of the device ({where}) {relation} {maximum:g}%",
-        "hint": None if passed else "lower the batch size, or see the memory section",
-    }
+    return Verdict(
+        name="max-gpu-memory",
+        passed=passed,
+        judged=True,
+        value=value,
+        message=f"GPU peak memory {value:.1f}% of the device ({where}) {relation} {maximum:g}%",
+        hint=None if passed else "lower the batch size, or see the memory section",
+    )
+
+
+def _check(verdict: Verdict, name: str) -> GateCheck:
+    """A verdict as the gate's ``checks`` lists it (judged: False unless it was)."""
+    judged = verdict.judged is True
+    return GateCheck(
+        name=name, passed=verdict.passed, judged=judged, message=verdict.message, hint=verdict.hint
+    )
 
 
 def combined_gate(
     report: Utilization,
-    util_gate: dict[str, Any] | None,
+    util_gate: Verdict | None,
     *,
     max_gpu_memory: float | None,
     no_gpu: str = "",
 ) -> Gate | None:
     """The report's gate: the --min-gpu-util gate's keys as before, "passed" only when every
     gate asked for passes, "message" the failing ones' messages, and "checks"."""
-    checks: list[dict[str, Any]] = []
-    if util_gate is not None:
-        checks.append(
-            {"name": "min-gpu-util", "passed": bool(util_gate["passed"]),
-             "judged": bool(util_gate.get("judged", False)),
-             "message": util_gate["message"], "hint": util_gate.get("hint")}
-        )  # fmt: skip
     memory = None if max_gpu_memory is None else memory_gate(report, max_gpu_memory, no_gpu)
-    if memory is not None:
-        checks.append(
-            {k: memory.get(k, False) for k in ("name", "passed", "judged", "message", "hint")}
-        )
+    checks = [_check(util_gate, "min-gpu-util")] if util_gate is not None else []
+    checks += [_check(memory, "max-gpu-memory")] if memory is not None else []
     if not checks:
         return None
-    gate: dict[str, Any] = {"minimum": None, "value": None, **(util_gate or {})}
-    failed = [c for c in checks if not c["passed"]]
-    gate["passed"] = not failed
-    gate["message"] = "; ".join(c["message"] for c in failed or checks)
-    gate["hint"] = next((c["hint"] for c in failed if c["hint"]), None)
-    if memory is not None:
-        gate["max_gpu_memory"] = max_gpu_memory
-        gate["gpu_memory_pct"] = memory["value"]
-    gate["checks"] = checks
-    idle = [c for c in (util_gate, memory) if c is not None and c.get("applicable") is False]
-    if idle:
-        gate["applicable"] = (
-            False  # one note for the gates that did not apply, the bounds named once each
-        )
-        named = [f"min-gpu-util {util_gate['minimum']:g}%"] if util_gate else []
+    failed = [c for c in checks if not c.passed]
+    gate = Gate(
+        minimum=util_gate.minimum if util_gate else None,
+        value=util_gate.value if util_gate else None,
+        passed=not failed,
+        judged=util_gate.judged if util_gate else UNSET,
+        applicable=util_gate.applicable if util_gate else UNSET,
+        message="; ".join(c.message for c in failed or checks),
+        hint=next((c.hint for c in failed if c.hint), None),
+        checks=checks,
+    )
+    if memory is not None and max_gpu_memory is not None:
+        gate.max_gpu_memory = max_gpu_memory
+        gate.gpu_memory_pct = memory.value
+    idle = [v for v in (util_gate, memory) if v is not None and v.applicable is False]
+    if idle:  # one note for the gates that did not apply, the bounds named once each
+        gate.applicable = False
+        named = [f"min-gpu-util {util_gate.minimum:g}%"] if util_gate else []
         named += [f"max-gpu-memory {max_gpu_memory:g}%"] if memory is not None else []
         bounds = ", ".join(named)
-        gate["message"] = f"not applicable: {no_gpu}; the GPU gates ({bounds}) judge GPU runs only"
-        gate["hint"] = STRICT_HINT
-    return Gate(**{**gate, "checks": [GateCheck(**check) for check in checks]})
+        gate.message = f"not applicable: {no_gpu}; the GPU gates ({bounds}) judge GPU runs only"
+        gate.hint = STRICT_HINT
+    return gate
 
 
 def cannot_judge(report: Utilization) -> tuple[str, str] | None:
@@ -219,51 +266,48 @@ def cannot_judge(report: Utilization) -> tuple[str, str] | None:
     return None
 
 
-def evaluate_gate(
-    report: Utilization, minimum: float | None, no_gpu: str = ""
-) -> dict[str, Any] | None:
+def evaluate_gate(report: Utilization, minimum: float | None, no_gpu: str = "") -> Verdict | None:
     """The --min-gpu-util verdict, with the reasons when it fails; ``no_gpu`` (why this run
     has no GPU, when the hardware has none) makes a trace without GPU work not applicable."""
     if minimum is None:
         return None
     value = report.gpu_utilization_pct
     unjudged = cannot_judge(report)
+    name = "min-gpu-util"
     if unjudged is not None:  # not even on a CPU runner: the trace itself says too little
-        return {
-            "minimum": minimum,
-            "value": None,
-            "passed": False,
-            "judged": False,
-            "message": "could not judge: the GPU utilization gate cannot be evaluated: "
-            f"{unjudged[0]}",
-            "hint": unjudged[1],
-        }
+        return Verdict(
+            name=name,
+            minimum=minimum,
+            passed=False,
+            judged=False,
+            message=f"could not judge: the GPU utilization gate cannot be evaluated: {unjudged[0]}",
+            hint=unjudged[1],
+        )
     if value is None and no_gpu:
-        entry = not_applicable("min-gpu-util", f"{minimum:g}%", no_gpu)
-        entry.pop("name")
-        return {"minimum": minimum, **entry}
+        return not_applicable(name, f"{minimum:g}%", no_gpu, minimum)
     if value is None:
-        return {
-            "minimum": minimum,
-            "value": None,
-            "passed": False,
-            "judged": False,
-            "message": "could not judge: the GPU utilization gate cannot be evaluated: the "
+        return Verdict(
+            name=name,
+            minimum=minimum,
+            passed=False,
+            judged=False,
+            message="could not judge: the GPU utilization gate cannot be evaluated: the "
             "trace has no GPU work (a CPU-only trace)",
-            "hint": "profile on a GPU runner; on a machine without one (hardware class cpu) "
+            hint="profile on a GPU runner; on a machine without one (hardware class cpu) "
             "dlci profile reads the gate (--min-gpu-util, or the configuration's "
             "min-gpu-util) as not applicable, unless --strict-gates",
-        }
+        )
     passed = value >= minimum
     reasons = [r.finding for r in report.recommendations]
     message = f"GPU utilization {value:.1f}% is below the minimum of {minimum:g}%"
     if reasons:
         message += ": " + "; ".join(reasons)
-    return {
-        "minimum": minimum,
-        "value": value,
-        "passed": passed,
-        "judged": True,
-        "message": message if not passed else f"GPU utilization {value:.1f}% >= {minimum:g}%",
-        "hint": "see the recommendations in utilization.md" if reasons else None,
-    }
+    return Verdict(
+        name=name,
+        minimum=minimum,
+        value=value,
+        passed=passed,
+        judged=True,
+        message=message if not passed else f"GPU utilization {value:.1f}% >= {minimum:g}%",
+        hint="see the recommendations in utilization.md" if reasons else None,
+    )

@@ -46,7 +46,7 @@ def memory_section(cols: Columns) -> Memory:
         why = "the trace holds no [memory] events, so there are no memory figures"
         if mem.skipped:
             why = f"none of the trace's {mem.skipped} [memory] events could be read"
-        return Memory(**blank_section("none", f"{why}; {HOW_TO_RECORD}."))
+        return blank_section("none", f"{why}; {HOW_TO_RECORD}.")
     kind, index, others = _device(mem)
     on = (mem.device_type == kind) & (mem.device_id == index)
     series, notes = _series(mem, on, kind)
@@ -55,22 +55,22 @@ def memory_section(cols: Columns) -> Memory:
     # next step's host side)
     ranges = [(s[0], s[1], s[2]) for s in cols.steps] or [(-1, -np.inf, np.inf)]
     section = blank_section("trace", None, device=device_label(kind, index))
-    section.update(_peaks(cols, series, ranges))
+    _peaks(section, cols, series, ranges)
     if not cols.steps:
         notes.append(
             "the trace has no ProfilerStep markers: the peak is over the whole trace, and "
             "there are no per-step figures"
         )
-    if section["peak_allocated_bytes"] is None:
+    if section.peak_allocated_bytes is None:
         notes.append(
-            f"none of the {int(np.count_nonzero(on))} [memory] events of {section['device']} "
+            f"none of the {int(np.count_nonzero(on))} [memory] events of {section.device} "
             "comes before the end of a profiled step with a readable 'Total Allocated', so "
             "there are no peak figures"
         )
     if kind == CUDA:
         notes += _add_device_total(section, cols.header, index)
     lo, hi = ranges[0][1], ranges[-1][2]
-    section["top_allocations"] = top_allocations(cols, mem, on, lo, hi)
+    section.top_allocations = top_allocations(cols, mem, on, lo, hi)
     if kind == CPU:
         notes.append(
             "on the CPU, torch counts only the blocks allocated while memory profiling was on, "
@@ -80,22 +80,22 @@ def memory_section(cols: Columns) -> Memory:
         shown = ", ".join(others[:MAX_OTHERS])
         more = f" and {len(others) - MAX_OTHERS:,} more" if len(others) > MAX_OTHERS else ""
         notes.append(
-            f"figures for {section['device']}; the trace also holds memory events of {shown}{more}"
+            f"figures for {section.device}; the trace also holds memory events of {shown}{more}"
         )
     if mem.skipped:
         notes.append(
             f"{mem.skipped} [memory] events with missing, odd or out-of-range fields were skipped"
         )
-    section["note"] = "; ".join(notes) + "." if notes else None
-    return Memory(**section)
+    section.note = "; ".join(notes) + "." if notes else None
+    return section
 
 
-def _add_device_total(section: dict[str, Any], header: dict[str, Any], index: int) -> list[str]:
+def _add_device_total(section: Memory, header: dict[str, Any], index: int) -> list[str]:
     """The GPU's total and the peak's share of it; a note instead of a total that is missing,
     unreadable, or below the trace's own peak (a bogus ``totalGlobalMem``)."""
     total = _device_total(header, index)
-    peak = section["peak_reserved_bytes"] or section["peak_allocated_bytes"]
-    where = f"totalGlobalMem of the trace's deviceProperties for {section['device']}"
+    peak = section.peak_reserved_bytes or section.peak_allocated_bytes
+    where = f"totalGlobalMem of the trace's deviceProperties for {section.device}"
     if total is None:
         return [f"no usable {where}, so no percentage of the device"]
     if peak is not None and peak > total:
@@ -103,9 +103,9 @@ def _add_device_total(section: dict[str, Any], header: dict[str, Any], index: in
             f"the {where} ({total:,} bytes) is below the trace's own peak ({peak:,} bytes): "
             "not a credible total, so no percentage of the device"
         ]
-    section["device_total_bytes"] = total
+    section.device_total_bytes = total
     if peak is not None:
-        section["peak_percent_of_device"] = round(100.0 * peak / total, 4)
+        section.peak_percent_of_device = round(100.0 * peak / total, 4)
     return []
 
 
@@ -138,41 +138,29 @@ def _series(mem: MemoryColumns, on: Any, kind: int) -> tuple[tuple[Any, Any, Any
 
 
 def _peaks(
-    cols: Columns, series: tuple[Any, Any, Any], ranges: list[tuple[int, float, float]]
-) -> dict[str, Any]:
-    """The per-step peaks and the highest of them, with its phase."""
+    section: Memory,
+    cols: Columns,
+    series: tuple[Any, Any, Any],
+    ranges: list[tuple[int, float, float]],
+) -> None:
+    """The per-step peaks and the highest of them, with its phase, into ``section``."""
     host = host_ops(cols, cols.steps[0][3] if cols.steps else None)
     phases = phase_sets(cols, NameMasks(cols.names), host)
     found = [_step(*series, phases, r) for r in ranges]
     steps = [s for s in found if s is not None]
     if not steps:
-        return {}
+        return
     top = max(steps, key=lambda s: s["peak_allocated_bytes"])
     known = [s["peak_reserved_bytes"] for s in steps if s["peak_reserved_bytes"] is not None]
-    return {
-        "peak_allocated_bytes": top["peak_allocated_bytes"],
-        "peak_reserved_bytes": max(known) if known else None,
-        "peak_phase": top["peak_phase"],
-        "steps": steps if cols.steps else [],
-    }
+    section.peak_allocated_bytes = top["peak_allocated_bytes"]
+    section.peak_reserved_bytes = max(known) if known else None
+    section.peak_phase = top["peak_phase"]
+    section.steps = steps if cols.steps else []
 
 
-def blank_section(source: str, note: str | None, device: str | None = None) -> dict[str, Any]:
+def blank_section(source: str, note: str | None, device: str | None = None) -> Memory:
     """A memory section with no figures yet (report["memory"], docs/profiling.md)."""
-    return {
-        "source": source,
-        "note": note,
-        "device": device,
-        "device_total_bytes": None,
-        "peak_allocated_bytes": None,
-        "peak_reserved_bytes": None,
-        "peak_percent_of_device": None,
-        "peak_phase": None,
-        "steps": [],
-        "top_allocations": [],
-        "capture": None,
-        "batch_estimate": None,
-    }
+    return Memory(source=source, note=note, device=device)
 
 
 def _device(mem: MemoryColumns) -> tuple[int, int, list[str]]:

@@ -50,7 +50,7 @@ from dlci.action.host.gitview import hide_credentials, host_temp
 from dlci.action.host.image import say
 from dlci.action.host.summary import read_report
 from dlci.bisect.render import console_lines, markdown
-from dlci.bisect.result import add_pulls, read_answer
+from dlci.bisect.result import AnswerShape, add_pulls, read_answer
 from dlci.bisect.run import github_client
 from dlci.errors import DlciError
 from dlci.policy import CHECK_IDS
@@ -233,8 +233,9 @@ def bisect(request: NightRequest, environ: Mapping[str, str] = os.environ) -> Ou
     data = _run(request, record or {}, inner_command(request, good, bad, gate), environ)
     asked = {"good": good, "bad": bad}
     for side, rev in asked.items():
-        if SHA.fullmatch(rev) and data[side]["sha"] != rev:
-            raise DlciError(f"the bisect's answer names {side} {data[side]['sha'][:12]}, "
+        named = (data.good if side == "good" else data.bad).sha
+        if SHA.fullmatch(rev) and named != rev:
+            raise DlciError(f"the bisect's answer names {side} {named[:12]}, "
                             f"not the {rev[:12]} it was asked for: not shown")  # fmt: skip
     if api is not None:
         add_pulls(data, api, lambda line: say(f"bisect: {line}"))
@@ -242,13 +243,14 @@ def bisect(request: NightRequest, environ: Mapping[str, str] = os.environ) -> Ou
     folder.mkdir(parents=True, exist_ok=True)
     jsonio.write(folder / ANSWER, data)
     _print(console_lines(data))
-    first = data["first_bad"] or {}
-    pull = (first.get("pull") or {}).get("number")
+    first = data.first_bad
+    culprit = first.sha if first else ""
+    pull = first.pull.number if first and first.pull else None
     if request.comment:
-        doubt = _between(api, data["good"]["sha"], first.get("sha", ""), data["bad"]["sha"])
+        doubt = _between(api, data.good.sha, culprit, data.bad.sha)
         say(f"bisect: {doubt or _comment(api, pull, data, environ)}")
-    status = str(data["status"])
-    return Outcome(status, str(first.get("sha", "")), str(pull or ""),
+    status = str(data.status)
+    return Outcome(status, culprit, str(pull or ""),
                    1 if status == "unfinished" else 0)  # fmt: skip
 
 
@@ -279,7 +281,7 @@ def _between(api: GitHub | None, good: str, sha: str, bad: str) -> str:
 
 def _run(
     request: NightRequest, record: Mapping[str, Any], inner: list[str], environ: Mapping[str, str]
-) -> dict[str, Any]:
+) -> AnswerShape:
     """The bisect's container; its answer, checked."""
     plan = record.get("preflight")
     if not isinstance(plan, dict):
@@ -326,12 +328,10 @@ def _run(
     return data
 
 
-def _comment(
-    api: GitHub | None, pull: Any, data: dict[str, Any], environ: Mapping[str, str]
-) -> str:
+def _comment(api: GitHub | None, pull: Any, data: AnswerShape, environ: Mapping[str, str]) -> str:
     """The answer as a comment on the culprit's pull request (updated in place when this run
     is re-run); what was done, in a line."""
-    if data["status"] != "found" or not isinstance(pull, int) or isinstance(pull, bool):
+    if data.status != "found" or not isinstance(pull, int) or isinstance(pull, bool):
         return "no comment: no single culprit with a pull request"
     if api is None:
         return "no comment: no token"
