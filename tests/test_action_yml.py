@@ -113,6 +113,34 @@ def test_cleanup_and_summary_always_run_after_the_container() -> None:
         assert names.index(s["name"]) > run_at
 
 
+def plan_writers(steps: list[dict]) -> list[str]:
+    """The steps that run dlci preflight, or name preflight.json other than to read it as the
+    job plan (``--plan FILE``)."""
+    found = []
+    for s in steps:
+        run = s.get("run", "")
+        if "dlci preflight" in run or "preflight.json" in re.sub(r"--plan \S+", "", run):
+            found.append(s["name"])
+    return found
+
+
+def test_the_job_plan_is_written_once_by_preflight_alone() -> None:
+    """Preflight sizes the profile from the baseline itself: no later step rewrites the plan
+    (the control: the separate sizing step that rewrote it is found)."""
+    pre = step("Preflight")
+    assert plan_writers(STEPS) == [pre["name"]]
+    assert {"DLCI_BASELINE", "DLCI_ARTIFACT_PREFIX", "DLCI_GITHUB_TOKEN"} <= set(pre["env"])
+    assert '--base-dir "$base"' in pre["run"] and "continue-on-error" not in pre
+    # the folder the comparison reads again is the one preflight keeps the baseline in
+    keep = re.search(r'base="([^"]+)"', pre["run"])
+    assert keep and f'base="{keep.group(1)}"' in step("Compare with the baseline")["run"]
+    old = {
+        "name": "Size the profile from the baseline",
+        "run": 'dlci baseline --size-profile "$GITHUB_WORKSPACE/dlci-artifacts/preflight.json"',
+    }
+    assert plan_writers([*STEPS, old]) == [pre["name"], old["name"]]
+
+
 def test_the_codecov_token_stays_on_the_host() -> None:
     for s in STEPS:
         if "uses" not in s:

@@ -507,13 +507,17 @@ def test_the_token_stays_on_the_host_in_the_baseline_step_alone() -> None:
         if "inputs.github-token" in json.dumps(step.get("env", {}))
     ]
     assert holders == [
-        "Size the profile from the baseline",
+        "Preflight (fork guard, GPU, tier, Docker)",
         "Bisect a red run (opt-in)",
         "Compare with the baseline",
     ]
-    for step in action["runs"]["steps"]:  # on the host: `dlci baseline`, no container
-        if step["name"] in holders[::2]:
-            assert "dlci baseline" in step["run"] and "container" not in step["run"]
+    steps = {step["name"]: step for step in action["runs"]["steps"]}
+    for name, verb in zip(holders[::2], ("dlci preflight", "dlci baseline"), strict=True):
+        assert verb in steps[name]["run"] and "container" not in steps[name]["run"]  # the host
+    # preflight fetches the baseline to size the profile: the token only when one is asked for
+    assert steps[holders[0]]["env"]["DLCI_GITHUB_TOKEN"] == (
+        "${{ inputs.baseline != 'none' && inputs.github-token || '' }}"
+    )
     # the bisect's container gets the allowlisted variables only: never the token's
     from dlci.action.host.inputs import ENV_ALLOWLIST
 
@@ -894,41 +898,60 @@ def _noisy(report: bytes, scatter: list[float]) -> bytes:
 SCATTER = [3.1, -2.8, 0.4, -4.0, 2.2, -0.9, 3.6, -3.3, 1.1, -1.7, 2.9, -2.5]  # ±3 points
 
 
+def sized_preflight(tmp_path: Path, *extra: str, bound: str = "5") -> tuple[int, dict, Path]:
+    """``dlci preflight`` on the CPU path (the default ladder's pr tier: 3 profiled steps) with
+    the baseline ``auto`` kept in ``tmp_path/baseline`` and max-utilization-drop ``bound`` (the
+    action's input); its exit code, preflight.json and the kept folder."""
+    project, out, kept = tmp_path / "project", tmp_path / "art", tmp_path / "baseline"
+    project.mkdir(parents=True, exist_ok=True)
+    argv = ["preflight", "--no-docker", "--budget", "pr", "--hardware", "cpu", "--out", str(out),
+            "--working-directory", str(project), "--baseline", "auto", "--base-dir", str(kept)]  # fmt: skip
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DLCI_INPUT_MAX_UTILIZATION_DROP", bound)
+        env.delenv("GITHUB_EVENT_NAME", raising=False)
+        code = main([*argv, *extra])
+    report = json.loads((out / "preflight.json").read_text()) if out.is_dir() else {}
+    return code, report, kept
+
+
 def test_the_profile_is_sized_from_the_baselines_scatter_before_the_job(
     standin, tmp_path, capsys, monkeypatch
 ) -> None:
     """12 base steps scattered ±3 points and a 5-point bound: the 95% interval needs about a
-    dozen head steps, not the tier's 5. The fetched baseline is kept for the comparison after
-    the job, which then asks GitHub for nothing more."""
+    dozen head steps, not the tier's 3. Preflight sizes the plan before its one write; the
+    fetched baseline is kept for the comparison after the job, which then asks GitHub for
+    nothing more."""
     from dlci.action.github.sizing import needed_steps
 
     noisy = _noisy(utilization(10), SCATTER)
     run = base_run(standin, {"utilization.json": noisy, "preflight.json": preflight()})
-    pre = tmp_path / "preflight.json"
-    tier = {**TIER, "hardware_class": "cpu", "profile_steps": 5, "time_cap_minutes": 3}
-    pre.write_text(json.dumps({"passed": True, "tier": tier}))
-    kept = tmp_path / "baseline"
-    argv = ["baseline", "--size-profile", str(pre), "--base-dir", str(kept)]
-    assert main([*argv, "--max-utilization-drop", "5"]) == 0
-    sized = json.loads(pre.read_text())
+    code, sized, kept = sized_preflight(tmp_path)
+    assert code == 0
     values = [s["gpu_utilization_pct"] for s in json.loads(noisy)["per_step"]]
     want, sigma = needed_steps(values, 5.0, log=False)
     assert want is not None and want > 5 and 2.5 < sigma < 4.0
+    assert sized["passed"] is True
     assert sized["tier"]["profile_steps"] == want == sized["profile_sizing"]["steps"]
-    assert f"profile_steps 5 -> {want}" in sized["tier"]["reasons"][-1]
-    assert f"profile_steps 5 -> {want}" in capsys.readouterr().err
+    assert f"profile_steps 3 -> {want}" in sized["tier"]["reasons"][-1]
+    assert sized["profile_sizing"]["baseline"] == {"run": run["id"], "folder": str(kept)}
+    assert f"baseline: profile: profile_steps 3 -> {want}" in capsys.readouterr().err
     assert json.loads((kept / "baseline-source.json").read_text())["id"] == run["id"]
+    assert standin.requests(pattern="/runs$")[0].authorization == f"Bearer {TOKEN}"
     requests = len(standin.seen)
     outputs = tmp_path / "outputs.txt"
     monkeypatch.setenv("GITHUB_OUTPUT", str(outputs))
     code, _text = compare(tmp_path / "job", {"utilization.json": noisy}, "--base-dir", str(kept))
     assert code == 0 and f"baseline-run={run['id']}" in outputs.read_text()
     assert len(standin.seen) == requests  # the kept baseline: no second download
-    # controls: no bound, nothing sized; a base too noisy for any head says what would do
-    pre.write_text(json.dumps({"passed": True, "tier": tier}))
-    assert main([*argv[:-2], "--base-dir", str(tmp_path / "b2")]) == 0
-    assert json.loads(pre.read_text())["tier"]["profile_steps"] == 5
-    assert "not sized: no bound set" in capsys.readouterr().err
+    # controls: no bound, nothing fetched nor sized; a base too noisy for any head says what
+    # would do
+    code, unsized, _ = sized_preflight(tmp_path / "b2", bound="")
+    assert code == 0 and unsized["tier"]["profile_steps"] == 3
+    assert unsized["profile_sizing"] == {"reason": "not sized: no bound set "
+                                         "(max-utilization-drop, max-step-time-regression)"}  # fmt: skip
+    assert "baseline: profile: not sized: no bound set" in capsys.readouterr().err
+    assert len(standin.seen) == requests and not (tmp_path / "b2" / "baseline").exists()
+    tier = {**TIER, "hardware_class": "cpu", "profile_steps": 5, "time_cap_minutes": 3}
     wild = _noisy(utilization(10), [5 * d for d in SCATTER])  # ±15 points
     from dlci.action.github.sizing import plan
 
@@ -948,9 +971,94 @@ def test_the_profile_is_sized_from_the_baselines_scatter_before_the_job(
     for step in tiny["per_step"]:
         step["duration_us"] = 5e-324
     assert plan(tiny, tier, {"duration_us": 5.0}).steps >= 5
-    from dlci.action.github.sizing import size_preflight
+    from dlci.action.github.sizing import size_tier
 
-    pre.write_text(json.dumps({"passed": True, "tier": tier}))
     (kept / "utilization.json").write_text("[" * 200_000 + "]" * 200_000)
-    record = size_preflight(pre, kept, {"gpu_utilization_pct": 5.0})
+    record = size_tier(dict(tier), kept, {"gpu_utilization_pct": 5.0})
     assert record.reason.startswith("not sized") and "DecodeError" in record.reason
+
+
+def test_preflight_writes_the_sized_plan_once(standin, tmp_path, monkeypatch, capsys) -> None:
+    """The job plan is written strictly once: preflight sizes the tier before its one write of
+    preflight.json, which nothing rewrites (the control: without a baseline, the same one
+    write, the tier's own steps and no sizing)."""
+    from dlci import jsonio
+
+    writes: list[dict] = []
+    real = jsonio.write
+
+    def counted(path, data, *args, **kwargs):
+        if Path(path).name == "preflight.json":
+            writes.append(json.loads(jsonio.encode(data)))
+        return real(path, data, *args, **kwargs)
+
+    monkeypatch.setattr(jsonio, "write", counted)
+    base_run(standin, {"utilization.json": _noisy(utilization(10), SCATTER)})
+    code, sized, _ = sized_preflight(tmp_path / "sized")
+    assert code == 0 and len(writes) == 1 and writes[0] == sized
+    assert sized["tier"]["profile_steps"] > 3 and "profile_sizing" in sized
+    assert "baseline: profile: profile_steps 3 -> " in capsys.readouterr().err
+    writes.clear()
+    code, plain, kept = sized_preflight(tmp_path / "none", "--baseline", "none")
+    assert code == 0 and len(writes) == 1 and writes[0] == plain
+    assert plain["tier"]["profile_steps"] == 3 and "profile_sizing" not in plain
+    assert not kept.exists()
+    assert "baseline: profile" not in capsys.readouterr().err
+
+
+def test_sizing_is_best_effort_and_never_fails_the_preflight(
+    standin, tmp_path, monkeypatch, capsys
+) -> None:
+    """No baseline to fetch, a wrong spec, no token, or sizing that crashes: a reason in the
+    plan and a line, the tier's own steps, and the preflight passes. A refused preflight (a
+    fork's pull request) fetches nothing."""
+    import os
+
+    from dlci.action.github import sizing
+
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+    code, report, kept = sized_preflight(tmp_path / "a")  # the stand-in has no run
+    assert code == 0 and report["passed"] is True and report["tier"]["profile_steps"] == 3
+    assert report["profile_sizing"]["reason"].startswith("not sized: no baseline: ")
+    assert "DLCI_GITHUB_TOKEN" not in os.environ  # read once, kept from git, docker, nvidia-smi
+    assert "baseline: profile: not sized: no baseline" in capsys.readouterr().err
+    code, report, _ = sized_preflight(tmp_path / "b", "--baseline", "latest")
+    assert code == 0 and report["tier"]["profile_steps"] == 3
+    assert "auto or a run id, got 'latest'" in report["profile_sizing"]["reason"]
+    code, report, _ = sized_preflight(tmp_path / "c")  # the token was taken from the env
+    assert code == 0 and report["profile_sizing"]["reason"].startswith("not sized: no token")
+    monkeypatch.setenv("DLCI_GITHUB_TOKEN", TOKEN)
+    base_run(standin, {"utilization.json": _noisy(utilization(10), SCATTER)})
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in the sizing")
+
+    monkeypatch.setattr(sizing, "SizedFrom", broken)  # after the tier was sized: undone
+    code, report, kept = sized_preflight(tmp_path / "d")
+    assert code == 0 and report["passed"] is True and report["tier"]["profile_steps"] == 3
+    assert not any("sized from" in reason for reason in report["tier"]["reasons"])
+    reason = report["profile_sizing"]["reason"]
+    assert reason == "not sized: RuntimeError: a bug in the sizing"
+    assert (kept / "baseline-source.json").is_file()  # fetched and kept all the same
+    assert "Traceback" not in capsys.readouterr().err
+    # a fork's pull request refused on a self-hosted runner: nothing fetched, no sizing
+    seen = len(standin.seen)
+    monkeypatch.setenv("DLCI_GITHUB_TOKEN", TOKEN)
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"pull_request": {"head": {"repo": {"full_name": "m/r"}}},
+                                 "repository": {"full_name": "org/project"}}))  # fmt: skip
+    monkeypatch.setenv("GITHUB_EVENT_PATH", str(event))
+    monkeypatch.setenv("RUNNER_ENVIRONMENT", "self-hosted")
+    monkeypatch.delenv("DLCI_ALLOW_FORK_PRS", raising=False)
+    project, out = tmp_path / "e" / "project", tmp_path / "e" / "art"
+    project.mkdir(parents=True)
+    argv = ["preflight", "--no-docker", "--hardware", "cpu", "--out", str(out),
+            "--working-directory", str(project), "--baseline", "auto",
+            "--base-dir", str(tmp_path / "e" / "baseline")]  # fmt: skip
+    monkeypatch.setenv("GITHUB_EVENT_NAME", "pull_request")
+    monkeypatch.setenv("DLCI_INPUT_MAX_UTILIZATION_DROP", "5")
+    assert main(argv) == 1
+    refused = json.loads((out / "preflight.json").read_text())
+    assert refused["passed"] is False and "profile_sizing" not in refused
+    assert refused["error"]["message"].startswith("refusing to run a pull request from a fork")
+    assert len(standin.seen) == seen and not (tmp_path / "e" / "baseline").exists()

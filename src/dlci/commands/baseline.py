@@ -53,9 +53,6 @@ class BaselineVerb(Verb):
         p.add_argument("--markdown", metavar="FILE", default=os.environ.get("GITHUB_STEP_SUMMARY")
                        or None, help="append the comparison to FILE (default: "
                        "$GITHUB_STEP_SUMMARY, else print it)")  # fmt: skip
-        p.add_argument("--size-profile", metavar="PREFLIGHT", help="before the job: fetch "
-                       "into --base-dir, size PREFLIGHT's profile_steps "
-                       "(docs/comparison.md)")  # fmt: skip
         _common.add_json(p, "the comparison")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -64,21 +61,13 @@ class BaselineVerb(Verb):
         if not (args.baseline == "auto" or args.baseline.isdigit() or args.base_dir):
             raise DlciError(f"--baseline: auto, none or a run id, got {args.baseline[:40]!r}")
         for flag, folder in (("--artifacts", args.artifacts), ("--base-dir", args.base_dir)):
-            if folder is not None and not Path(folder).is_dir() and not args.size_profile:
+            if folder is not None and not Path(folder).is_dir():
                 raise DlciError(
                     f"{flag} {folder[:200]}: not a folder", hint="a folder of dl-ci reports"
                 )
         token = os.environ.get("DLCI_GITHUB_TOKEN") or os.environ.get("GITHUB_TOKEN") or ""
         bounds = {"gpu_utilization_pct": _bound(args.max_utilization_drop),
                   "duration_us": _bound(args.max_step_time_regression)}  # fmt: skip
-        if args.size_profile:
-            from dlci.action.github.sizing import prepare  # numpy: only to size a profile
-
-            record = prepare(preflight=Path(args.size_profile), into=Path(args.base_dir or "."),
-                             spec=args.baseline, prefix=args.artifact_prefix, token=token,
-                             bounds=bounds)  # fmt: skip
-            print(f"baseline: profile: {record.reason}", file=sys.stderr)
-            return 0
         # numpy: off `dlci baseline --help` and the action's default, a baseline of none
         from dlci.action.github.baseline import against_baseline
         from dlci.report.console import print_warning  # msgspec: as above

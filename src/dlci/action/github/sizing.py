@@ -3,7 +3,7 @@
 Host-side (no torch), before any container runs. The pull-request tier profiles 3 to 5 steps,
 too few for a comparison with the base branch to tell a bound of 5 points from the steps' own
 scatter: such a comparison could only say "inconclusive". When the action compares with a
-baseline and a bound is set, this step fetches the baseline's reports first and reads, in its
+baseline and a bound is set, preflight fetches the baseline's reports first and reads, in its
 utilization.json, how much its steps scatter (a robust standard deviation: points of
 utilization, percent of step time). The 95% interval of the change (dlci.compare.stats) is
 about ``1.96 * 1.02 * sigma * sqrt(1/n + 1/m)`` on each side for n head and m base steps; the
@@ -17,11 +17,14 @@ TIME_SHARE of the tier's time cap at the base's median step time. When no n can 
 base itself profiled too few steps for its scatter), or the cap stops short, the reason says
 so and names what would: the base branch's tier profiling more steps.
 
-The new count goes into the host's tier (preflight.json, read by the container step before
-any container starts; every report is then checked against it), with a reason in its
-``reasons``. The baseline's artifact is a trusted run's (never a pull request's: see
-artifacts.trusted), and whatever it holds can only raise the count within these caps. What
-was decided, and why, is a :class:`Sizing` (preflight.json's ``profile_sizing``).
+`dlci preflight` sizes the plan before its one write (action/host/preflight.py): the new count
+goes into the tier (preflight.json, read by the container step before any container starts;
+every report is then checked against it), with a reason in its ``reasons``; the baseline is
+fetched into a folder the comparison after the job reads again (``dlci baseline --base-dir``).
+Best effort: whatever goes wrong is a reason, and the tier keeps its own steps. The baseline's
+artifact is a trusted run's (never a pull request's: see artifacts.trusted), and whatever it
+holds can only raise the count within these caps. What was decided, and why, is a
+:class:`Sizing` (preflight.json's ``profile_sizing``).
 """
 
 from __future__ import annotations
@@ -163,12 +166,9 @@ def _time_cap_steps(base: Utilization, tier: dict[str, Any]) -> int:
     return max(min(int(cap_s / step_s), MAX_STEPS), 1)
 
 
-def size_preflight(preflight: Path, base_folder: Path, bounds: dict[str, float | None]) -> Sizing:
-    """Rewrite the host's tier in ``preflight`` with the sized profile_steps; the record."""
-    data = jsonio.decode(read_input(preflight, what="preflight report"))
-    tier = data.get("tier") if isinstance(data, dict) else None
-    if not isinstance(tier, dict):
-        return Sizing(reason=f"not sized: {preflight.name} holds no tier")
+def size_tier(tier: dict[str, Any], base_folder: Path, bounds: dict[str, float | None]) -> Sizing:
+    """Raise ``tier``'s profile_steps in place (the plan's, before preflight writes it) to
+    what the baseline's reports in ``base_folder`` need, with a reason; the record."""
     utilization = base_folder / "utilization.json"
     if not utilization.is_file():
         return Sizing(reason="not sized: the baseline has no utilization.json")
@@ -187,43 +187,29 @@ def size_preflight(preflight: Path, base_folder: Path, bounds: dict[str, float |
         reasons = tier.get("reasons")
         kept = list(reasons) if isinstance(reasons, list) else []
         tier["reasons"] = [*kept, f"sized from the baseline: {record.reason}"]
-    data["profile_sizing"] = record
-    jsonio.write(preflight, data)
     return record
 
 
 SOURCE_FILE = "baseline-source.json"  # beside the fetched reports: which run they came from
+BOUNDS = {"gpu_utilization_pct": "max-utilization-drop",
+          "duration_us": "max-step-time-regression"}  # fmt: skip
 
 
-def prepare(
-    *,
-    preflight: Path,
-    into: Path,
-    spec: str,
-    prefix: str,
-    token: str,
-    bounds: dict[str, float | None],
-) -> Sizing:
-    """Fetch the baseline into ``into`` (for the comparison after the job: ``--base-dir``)
-    and size the profile from it; the record. A problem is a reason, never a failure."""
-    try:
-        data = jsonio.decode(read_input(preflight, what="preflight report"))
-    except (jsonio.DecodeError, DlciError) as exc:
-        return Sizing(reason=f"not sized: {exc}")
-    keys = {"gpu_utilization_pct": "max-utilization-drop",
-            "duration_us": "max-step-time-regression"}  # fmt: skip
-    bounds = {  # the input's, else the trusted configuration's (the preflight's snapshot)
-        metric: bounds.get(metric) if bounds.get(metric) is not None
-        else trusted.number(data if isinstance(data, dict) else None, key)
-        for metric, key in keys.items()
-    }  # fmt: skip
+def prepare(report: dict[str, Any], *, into: Path, spec: str, prefix: str, token: str) -> Sizing:
+    """Fetch the baseline ``spec`` (auto or a run id) into ``into``, kept for the comparison
+    after the job, and size the tier of ``report`` (dlci preflight's, before its one write)
+    from it; the record. A problem is a reason, never a failure."""
+    # the trusted configuration's bounds (the action's inputs first), as preflight resolved them
+    bounds = {metric: trusted.number(report, key) for metric, key in BOUNDS.items()}
     if all(value is None for value in bounds.values()):
         return Sizing(reason="not sized: no bound set (max-utilization-drop, "
                 "max-step-time-regression)")  # fmt: skip
-    tier = data.get("tier") if isinstance(data, dict) else None
+    tier = report.get("tier")
     hardware = tier.get("hardware_class") if isinstance(tier, dict) else None
-    if not isinstance(hardware, str) or not hardware:
-        return Sizing(reason=f"not sized: {preflight.name} names no hardware class")
+    if not isinstance(tier, dict) or not isinstance(hardware, str) or not hardware:
+        return Sizing(reason="not sized: the plan's tier names no hardware class")
+    if not (spec == "auto" or spec.isdigit()):
+        return Sizing(reason=f"not sized: the baseline is auto or a run id, got {spec[:40]!r}")
     try:
         api = GitHub.from_environment(token)
     except ApiError as exc:
@@ -234,7 +220,7 @@ def prepare(
     source = {**fetched.run, "artifact": fetched.artifact, "skipped": fetched.skipped,
               "passed_over": fetched.passed_over}  # fmt: skip
     jsonio.write(fetched.folder / SOURCE_FILE, source)
-    record = size_preflight(preflight, fetched.folder, bounds)
+    record = size_tier(tier, fetched.folder, bounds)
     run = fetched.run.get("id")
     record.baseline = SizedFrom(run=run if isinstance(run, int | str) else None,
                               folder=str(fetched.folder))  # fmt: skip

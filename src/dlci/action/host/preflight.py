@@ -7,7 +7,10 @@
 - the Docker engine, and the NVIDIA container runtime when a GPU is present, each with the
   message users search for (``could not select device driver "" with capabilities: [[gpu]]``);
 - the tier, selected from a ladder the pull request cannot raise (``trusted_ladder``,
-  ``ceiling``), written with the trusted configuration as the job plan (dlci.ladder.plan).
+  ``ceiling``), written with the trusted configuration as the job plan (dlci.ladder.plan);
+- with a baseline to compare with and a bound, the tier's profile_steps sized from the
+  baseline's step scatter (dlci.action.github.sizing), best effort, before the plan's one
+  write: preflight.json is never rewritten.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlci import jsonio
 from dlci.action.host.scratch import refuse_links
@@ -32,6 +35,9 @@ from dlci.ladder.plan import JobPlan
 from dlci.ladder.tiers import choose_tier
 from dlci.ladder.trust import cap_tier, ceiling_limits, ladder_at_commit
 from dlci.trust.basecommit import Unverifiable
+
+if TYPE_CHECKING:  # a type only: numpy (the sizing's arithmetic) only when a baseline is asked for
+    from dlci.action.github.sizing import Sizing
 
 PR_EVENTS = frozenset(
     {"pull_request", "pull_request_target", "pull_request_review", "pull_request_review_comment"}
@@ -56,6 +62,10 @@ class PreflightRequest:
     probes: tuple[str, ...] = ("nvml", "nvidia-smi")
     copies: tuple[str, ...] = field(default=())  # more places for the report ('-': stdout)
     workdir: Path | None = None  # the project's directory: its configuration (None: not read)
+    baseline: str = "none"  # the baseline to size the profile from: auto, a run id, or none
+    base_dir: Path | None = None  # where the fetched baseline is kept for the comparison
+    artifact_prefix: str = "dlci-artifacts"  # the baseline's artifact: PREFIX-<class>-<job id>
+    token: str = field(default="", repr=False)  # the job's token, for the baseline's download
 
 
 def preflight(request: PreflightRequest) -> dict[str, Any]:
@@ -65,6 +75,7 @@ def preflight(request: PreflightRequest) -> dict[str, Any]:
     written, so the job summary can say what happened.
     """
     report: dict[str, Any] = {"schema_version": 1, "kind": "preflight", "passed": False}
+    sizing: Sizing | None = None
     start = time.perf_counter()
     try:
         report["fork_guard"] = fork_guard(allow=request.allow_fork_prs)
@@ -83,15 +94,39 @@ def preflight(request: PreflightRequest) -> dict[str, Any]:
             report["runner_gpus"] = runner_gpus(request, report["tier"])
         if request.docker:
             report["docker"] = check_docker(gpu=report["gpu"], timeout=max(request.timeout, 5.0))
+        sizing = size_profile(request, report)  # the plan's tier, sized in place
         report["passed"] = True
     except DlciError as exc:
         report["error"] = {"message": exc.message, "hint": exc.hint}
         raise
     finally:
         report["wall_time_s"] = round(time.perf_counter() - start, 3)
+        if sizing is not None:
+            report["profile_sizing"] = sizing
         for dest in (str(request.out / REPORT_NAME), *request.copies):
             _emit(report, dest)
     return report
+
+
+def size_profile(request: PreflightRequest, report: dict[str, Any]) -> Sizing | None:
+    """Size the report's tier from the baseline (None: no baseline asked for, nothing
+    fetched). Best effort, as a step that may fail: whatever goes wrong is the record's
+    reason, the tier keeps its own steps, and preflight goes on."""
+    if request.baseline == "none":
+        return None
+    # numpy (the interval's arithmetic): only when a baseline is asked for
+    from dlci.action.github.sizing import Sizing, prepare
+
+    if request.base_dir is None:
+        return Sizing(reason="not sized: no folder to keep the baseline in (--base-dir)")
+    tier = report["tier"]
+    kept = {key: tier[key] for key in ("profile_steps", "reasons")}  # sizing replaces, never edits
+    try:
+        return prepare(report, into=request.base_dir, spec=request.baseline,
+                       prefix=request.artifact_prefix, token=request.token)  # fmt: skip
+    except Exception as exc:  # a bug in the sizing never fails the preflight: the tier is kept
+        tier.update(kept)
+        return Sizing(reason=f"not sized: {type(exc).__name__}: {str(exc)[:200]}")
 
 
 CONFIG_FILES = ("dlci.toml", "pyproject.toml")
