@@ -933,7 +933,7 @@ def test_the_profile_is_sized_from_the_baselines_scatter_before_the_job(
     assert sized["passed"] is True
     assert sized["tier"]["profile_steps"] == want == sized["profile_sizing"]["steps"]
     assert f"profile_steps 3 -> {want}" in sized["tier"]["reasons"][-1]
-    assert sized["profile_sizing"]["baseline"] == {"run": run["id"], "folder": str(kept)}
+    assert sized["profile_sizing"]["baseline"] == {"run": run["id"]}  # no runner path uploaded
     assert f"baseline: profile: profile_steps 3 -> {want}" in capsys.readouterr().err
     assert json.loads((kept / "baseline-source.json").read_text())["id"] == run["id"]
     assert standin.requests(pattern="/runs$")[0].authorization == f"Bearer {TOKEN}"

@@ -63,10 +63,10 @@ class Needed(msgspec.Struct, kw_only=True):
 
 
 class SizedFrom(msgspec.Struct, kw_only=True):
-    """The baseline sized from: its run and the folder it was fetched into."""
+    """The baseline sized from: its run (not the folder it was fetched into: preflight.json is
+    uploaded, and the runner's own paths are not the reader's business)."""
 
     run: int | str | None
-    folder: str
 
 
 class Sizing(msgspec.Struct, kw_only=True):
@@ -222,6 +222,5 @@ def prepare(report: dict[str, Any], *, into: Path, spec: str, prefix: str, token
     jsonio.write(fetched.folder / SOURCE_FILE, source)
     record = size_tier(tier, fetched.folder, bounds)
     run = fetched.run.get("id")
-    record.baseline = SizedFrom(run=run if isinstance(run, int | str) else None,
-                              folder=str(fetched.folder))  # fmt: skip
+    record.baseline = SizedFrom(run=run if isinstance(run, int | str) else None)
     return record
