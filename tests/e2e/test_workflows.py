@@ -226,7 +226,7 @@ def test_the_nightly_example_compares_with_last_night_and_keeps_a_history(
     status = [
         s.query.get("status") for s in standin.requests(pattern="/workflows/nightly.yml/runs$")
     ]
-    # the baseline before the job (the sizing step's: its download fails here, since "last
+    # the baseline before the job (preflight sizes the profile: its download fails here, since "last
     # night" is made from tonight's report, not there yet), again for the comparison, then
     # the history
     assert status == [["success"], ["success"], ["completed"]]
