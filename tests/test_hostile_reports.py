@@ -14,6 +14,7 @@ of the wrong shape crashes ``dlci summary``.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 from collections.abc import Iterator
@@ -268,14 +269,15 @@ def test_a_wrong_type_in_any_field_is_a_problem_never_a_crash(
 
     reports = {"memorization": memorization(), "doctor": doctor(), "utilization": utilization}
     base = collect(write_job(tmp_path, reports, dict(TIER)))
-    assert base["problems"] == [] and base["memorization"] is not None
+    assert base.problems == [] and base.memorization is not None
     swaps = 0
     for key, report in reports.items():
         for path in _paths(report):
             for wrong in (HOSTILE, [HOSTILE], {"x": HOSTILE}):
-                data = copy.deepcopy(base)
-                data[key] = _swapped(report, path, wrong)
-                data["problems"] = type_problems(data)
+                data = dataclasses.replace(base, **{key: None})  # the others as read
+                raw: dict[str, Any] = dict.fromkeys(reports)
+                raw[key] = _swapped(report, path, wrong)
+                data.problems = type_problems(raw, data)
                 text = render(data)  # never raises
                 assert holes(text) == [], (key, path)
                 swaps += 1

@@ -380,12 +380,11 @@ def test_the_checks_row_names_crashed_checks() -> None:
     """A check that crashed (dl-ci's own bug) is named in the summary's row; control: a
     report without crashes (or an older one without the key) reads as before."""
     from dlci.report.doctor import read
-    from dlci.report.summary import _report_facts
+    from dlci.report.summary import JobData, _report_facts
 
     def row(counts: dict) -> str:
-        data = {"memorization": None, "utilization": None, "cleanup": None}
         report = read({"verdict": "pass", "checks": [], "counts": counts})
-        found = _report_facts({**data, "doctor": report})
+        found = _report_facts(JobData(doctor=report))
         return next(text for name, text in found if name == "debugging checks")
 
     crashed = row({"fail": 0, "warn": 0, "pass": 15, "crashed": 1})

@@ -7,6 +7,7 @@ code: each goes through ``dlci.report.text`` (``md``, ``md_code``) and every tab
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from dlci.report.doctor import render_markdown as doctor_md
@@ -35,18 +36,44 @@ ICON = {
 MAX_FAILED_TESTS = 20
 
 
-def render(data: dict[str, Any], *, title: str = "dl-ci") -> str:
+@dataclass
+class JobData:
+    """What a job left, read and checked (dlci.action.host.summary.collect): each report in its
+    classes, or None when it is missing or was not shown (the problem named in ``problems``).
+
+    preflight.json stays a mapping (dlci.trust.host reads its configuration); the fields the
+    summary shows of it are checked first (fields.Preflight). ``tests`` is junit.xml's counts
+    (action.host.testfiles), ``waivers`` the trusted waivers' rows (dlci.trust.host).
+    """
+
+    preflight: dict[str, Any] | None = None
+    run: RunRecord | None = None
+    cleanup: Cleanup | None = None
+    memorization: Memorization | None = None
+    doctor: DoctorReport | None = None
+    utilization: Utilization | None = None
+    tests: dict[str, Any] | None = None
+    coverage: float | None = None
+    problems: list[str] = field(default_factory=list)
+    incomplete: list[str] = field(default_factory=list)  # reports too partial for a section
+    waivers: list[dict[str, Any]] = field(default_factory=list)
+    config_notes: list[str] = field(default_factory=list)
+    verified: list[str] = field(default_factory=list)  # what the host checked itself
+    verdict: str = "pass"
+
+
+def render(data: JobData, *, title: str = "dl-ci") -> str:
     """The job summary in Markdown; the reports' own sections are reused as they are."""
-    passed = data["verdict"] == "pass"
+    passed = data.verdict == "pass"
     lines = [f"## {'✅' if passed else '❌'} {md(title)}: {'passed' if passed else 'FAILED'}", ""]
-    if data["problems"]:
-        lines += [*bullets(md(problem) for problem in data["problems"]), ""]
+    if data.problems:
+        lines += [*bullets(md(problem) for problem in data.problems), ""]
     lines += [*table(["", ""], facts(data)), ""]
-    if data["run"]:
-        lines += ["### Steps", "", *table(["step", "status", "time"], _step_rows(data["run"])), ""]
-    lines += _failed_step_logs(data["run"])
+    if data.run:
+        lines += ["### Steps", "", *table(["step", "status", "time"], _step_rows(data.run)), ""]
+    lines += _failed_step_logs(data.run)
     lines += configuration_lines(data)
-    tests = data["tests"]
+    tests = data.tests
     if tests and tests["failed_cases"]:
         cases = tests["failed_cases"][:MAX_FAILED_TESTS]
         items = (f"{md_code(c['name'])}: {md(c['message'], limit=200)}" for c in cases)
@@ -84,16 +111,16 @@ def log_cause(step: RunStep, lines: int = 10) -> list[str]:
     return [line.rstrip()[:300] for line in tail if line.strip()][-lines:]
 
 
-def facts(data: dict[str, Any]) -> list[list[str]]:
+def facts(data: JobData) -> list[list[str]]:
     """The key-value rows at the top: tier, hardware, tests, coverage, the reports' verdicts."""
     rows: list[list[str]] = []
-    pre = data["preflight"] or {}
+    pre = data.preflight or {}
     tier = pre.get("tier") or {}
     if tier:
         rows.append(["tier", _tier_text(tier)])
         where = " (GPU)" if pre.get("gpu") else " (CPU path)"
         rows.append(["hardware", md(tier.get("hardware_class")) + where])
-    tests = data["tests"]
+    tests = data.tests
     if tests:
         rows.append(
             [
@@ -102,28 +129,27 @@ def facts(data: dict[str, Any]) -> list[list[str]]:
                 f"errors, {tests['skipped']} skipped",
             ]
         )
-    if data["coverage"] is not None:
-        rows.append(["coverage", f"{data['coverage']:.1f}% of lines"])
+    if data.coverage is not None:
+        rows.append(["coverage", f"{data.coverage:.1f}% of lines"])
     rows += _report_facts(data)
-    done = data.get("verified")
-    if done:
-        rows.append(["verified by the host", md("; ".join(done))])
-    elif "verified" in data:
+    if data.verified:
+        rows.append(["verified by the host", md("; ".join(data.verified))])
+    else:
         rows.append(["verified by the host", "nothing: no host record of the container run"])
     return rows
 
 
-def configuration_lines(data: dict[str, Any]) -> list[str]:
+def configuration_lines(data: JobData) -> list[str]:
     """The trusted configuration's waivers (each with its reason, expiry and where it was
     set) and its notes (what a pull request's own change to it does), from the host's
     preflight.json.
 
     >>> w = {"check": "lr", "mode": "skip", "reason": "r", "until": None, "source": "x:3"}
-    >>> configuration_lines({"waivers": [w], "config_notes": []})[2]
+    >>> configuration_lines(JobData(waivers=[w]))[2]
     '| check | mode | reason | until | set in |'
     """
     lines: list[str] = []
-    waivers = data.get("waivers") or []
+    waivers = data.waivers
     if waivers:
         rows = [
             [
@@ -137,7 +163,7 @@ def configuration_lines(data: dict[str, Any]) -> list[str]:
         ]
         lines += ["### Waived checks", ""]
         lines += [*table(["check", "mode", "reason", "until", "set in"], rows), ""]
-    notes = data.get("config_notes") or []
+    notes = data.config_notes
     if notes:
         lines += ["### Configuration", "", *bullets(md(note) for note in notes), ""]
     return lines
@@ -177,15 +203,15 @@ def _number(value: object, spec: str) -> str:
     return md(value)
 
 
-def _report_facts(data: dict[str, Any]) -> list[list[str]]:
+def _report_facts(data: JobData) -> list[list[str]]:
     rows: list[list[str]] = []
-    mem = data["memorization"]  # a Memorization, read by the host (action.host.summary)
+    mem = data.memorization
     if mem:
         loss = mem.best_loss
         best = "None" if loss is None else _number(loss, ".4g")
         verdict = md((mem.verdict or "?").upper())
         rows.append(["memorization", f"{verdict}: best loss {best} ({_goal(mem)})"])
-    util = data["utilization"]  # a Utilization, read by the host (action.host.summary)
+    util = data.utilization
     if util:
         value = util.gpu_utilization_pct
         shown = "CPU-only trace" if value is None else _number(value, ".1f") + "%"
@@ -195,7 +221,7 @@ def _report_facts(data: dict[str, Any]) -> list[list[str]]:
         memory = memory_fact(util.memory)
         if memory:
             rows.append(["memory", memory])
-    doctor = data["doctor"]  # a DoctorReport, read by the host (action.host.summary)
+    doctor = data.doctor
     if doctor:
         c = doctor.counts
         rows.append(
@@ -206,12 +232,12 @@ def _report_facts(data: dict[str, Any]) -> list[list[str]]:
                 + (f", {md(c['crashed'])} crashed (dl-ci's own bug)" if c.get("crashed") else ""),
             ]
         )
-    run: RunRecord | None = data.get("run")  # read by the host (action.host.summary)
+    run = data.run
     if run and run.threads and run.threads.source:
         rows.append(["CPU threads", md(run.threads.source, limit=200)])
     if run and run.timing:
         rows.append(["where the time went", _time_split(run.timing)])
-    cleanup: Cleanup | None = data["cleanup"]  # read by the host (action.host.summary)
+    cleanup = data.cleanup
     if cleanup:
         rows.append(
             [
@@ -255,12 +281,12 @@ def _step_rows(run: RunRecord) -> list[list[str]]:
     return rows
 
 
-def _report_sections(data: dict[str, Any]) -> list[str]:
+def _report_sections(data: JobData) -> list[str]:
     """The memorization, doctor and utilization reports' own Markdown, when they are there."""
     lines: list[str] = []
-    for key in ("memorization", "doctor", "utilization"):
-        report = data[key]
-        if key in data.get("incomplete", ()):
+    reports = {"memorization": data.memorization, "doctor": data.doctor}
+    for key, report in (*reports.items(), ("utilization", data.utilization)):
+        if key in data.incomplete:
             lines.append(f"({key}.json is incomplete)")
         elif report:
             try:
@@ -270,7 +296,7 @@ def _report_sections(data: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _section(key: str, report: dict[str, Any] | DoctorReport | Memorization | Utilization) -> str:
+def _section(key: str, report: DoctorReport | Memorization | Utilization) -> str:
     if isinstance(report, DoctorReport):
         return doctor_md(report)
     if isinstance(report, Utilization):

@@ -53,13 +53,13 @@ from dlci.trust import host as trusted
 def head_side(folder: Path, host_record: Path | None) -> Side:
     """This run's reports as the summary step verified them (the host's record), checked."""
     data = collect(folder, host_record)
-    side = Side(coverage=data["coverage"])
-    if data["utilization"] is not None:
+    side = Side(coverage=data.coverage)
+    if data.utilization is not None:
         side.utilization = checked_utilization(folder / "utilization.json", side)
-    if data["memorization"] is not None:
+    if data.memorization is not None:
         side.memorization = checked_memorization(folder / "memorization.json", side)
-    side.hardware_class = hardware_class(data["preflight"], side.memorization)
-    side.preflight = data["preflight"]
+    side.hardware_class = hardware_class(data.preflight, side.memorization)
+    side.preflight = data.preflight
     return side
 
 

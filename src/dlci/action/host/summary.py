@@ -23,6 +23,7 @@ raw on purpose: it judges a claim, including fields dl-ci never writes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -43,7 +44,7 @@ from dlci.report import fields, html
 from dlci.report import memorization as memorization_report
 from dlci.report import utilization as utilization_report
 from dlci.report.fields import HostRecord, RunRecord
-from dlci.report.summary import log_cause, render
+from dlci.report.summary import JobData, log_cause, render
 from dlci.report.text import md
 from dlci.trust import host as trusted
 
@@ -97,8 +98,8 @@ def summarize(
         into /= "dlci-artifacts"
         left = snapshot(folder, read_record(host_record)[0] if host_record else None, into)
         data = collect(into, host_record)
-        data["problems"] += [f"not copied: {why}" for why in left]
-        data["verdict"] = "fail" if data["problems"] else "pass"
+        data.problems += [f"not copied: {why}" for why in left]
+        data.verdict = "fail" if data.problems else "pass"
         # the job's HTML report, from the host's copies, with the host's verdict above the
         # gates' own claims: in the upload's folder, or (no host record, a local run) beside
         # the reports read
@@ -119,7 +120,7 @@ def summarize(
         markdown += f"\n\nThe job's HTML report, every figure inside it: `{page.name}` in {where}."
     else:
         markdown += f"\n\nNo HTML report for this job: {md(page, limit=300)}."
-    return Summary(cap(markdown), values, error_annotations(data), data["verdict"])
+    return Summary(cap(markdown), values, error_annotations(data), data.verdict)
 
 
 def cap(markdown: str, limit: int = MAX_SUMMARY_BYTES) -> str:
@@ -153,12 +154,12 @@ def bisect_top(folder: Path) -> str:
     return f"dl-ci bisect: its answer cannot be shown: {md(why, limit=300)}\n\n"
 
 
-def html_report(folder: Path, data: dict[str, Any], beside: Path | None) -> Path | str:
+def html_report(folder: Path, data: JobData, beside: Path | None) -> Path | str:
     """report.html from the reports in ``folder`` (the host's copies) and the host's verdict,
     into ``folder`` or, given, ``beside``; where it went, or why it could not be written: the
     summary, the outputs and the upload stand without it, whatever a report holds."""
     out = (beside if beside is not None else folder) / html.REPORT_NAME
-    job = {"verdict": data.get("verdict"), "problems": data.get("problems")}
+    job = {"verdict": data.verdict, "problems": data.problems}
     try:
         return html.write_report(folder, out, job=job)
     except Exception as exc:  # a page is never worth the job's summary
@@ -218,56 +219,61 @@ def read_job_file(path: Path, read: Callable[[Any], T], problems: list[str]) -> 
         return None
 
 
-def collect(folder: Path, host_record: Path | None = None) -> dict[str, Any]:
-    """Everything the job left, parsed; missing or broken files are None.
+def collect(folder: Path, host_record: Path | None = None) -> JobData:
+    """Everything the job left, read and checked; missing or broken files are None.
 
     ``host_record``: the host's record of the container run; when given, the reports are
     checked against it (and a missing record after a passed preflight is a problem).
     """
     wrong: list[str] = []
-    data: dict[str, Any] = {
-        "preflight": read_report(folder / "preflight.json"),
-        "run": read_job_file(folder / "run.json", fields.read_run, wrong),
-        "cleanup": read_job_file(folder / "cleanup.json", fields.read_cleanup, wrong),
-        "memorization": read_report(folder / "memorization.json"),
-        "doctor": read_report(folder / "doctor.json"),
-        "utilization": read_report(folder / "utilization.json"),
-        "tests": junit_counts(folder / "junit.xml"),
-        "coverage": coverage_rate(folder / "coverage.xml"),
-    }
+    data = JobData(
+        preflight=read_report(folder / "preflight.json"),
+        run=read_job_file(folder / "run.json", fields.read_run, wrong),
+        cleanup=read_job_file(folder / "cleanup.json", fields.read_cleanup, wrong),
+        tests=junit_counts(folder / "junit.xml"),
+        coverage=coverage_rate(folder / "coverage.xml"),
+    )
+    # the gate reports as decoded JSON (the edge): checked as claims and for their types
+    # before they are read into their classes
+    raw = {key: read_report(folder / f"{key}.json") for key in GATE_REPORTS}
     record, unread = read_record(host_record) if host_record is not None else (None, [])
     if record is not None:
         tier = record.tier
-        data["preflight"] = record.preflight or ({"passed": True, "tier": tier} if tier else None)
-        data["run"] = record.run or data["run"]
-    if data["preflight"] is not None and fields.problems("preflight", data["preflight"]):
-        wrong += fields.problems("preflight", data["preflight"])
+        data.preflight = record.preflight or ({"passed": True, "tier": tier} if tier else None)
+        data.run = record.run or data.run
+    if data.preflight is not None and fields.problems("preflight", data.preflight):
+        wrong += fields.problems("preflight", data.preflight)
         wrong.append("preflight.json is not shown: its fields are not the types dl-ci writes")
-        data["preflight"] = None
-    claims = claim_problems(data, folder, record, expected=host_record is not None)
-    claims += type_problems(data)
+        data.preflight = None
+    claims = claim_problems(data, raw, folder, record, expected=host_record is not None)
+    claims += type_problems(raw, data)
     run_unread = any(p.startswith("run.json") for p in wrong)  # named: not "did not run"
-    found = problems(data["preflight"], data["run"], unread=run_unread)
-    data["problems"] = unread + wrong + found + claims
-    data["problems"] += record.problems if record else []
-    data["problems"] += trusted.expired(data["preflight"])
-    data["waivers"] = trusted.waiver_rows(data["preflight"])
-    data["config_notes"] = trusted.notes(data["preflight"])
-    data["verified"] = verified(record)
-    data["verdict"] = "fail" if data["problems"] else "pass"
+    found = problems(data.preflight, data.run, unread=run_unread)
+    data.problems = unread + wrong + found + claims
+    data.problems += record.problems if record else []
+    data.problems += trusted.expired(data.preflight)
+    data.waivers = trusted.waiver_rows(data.preflight)
+    data.config_notes = trusted.notes(data.preflight)
+    data.verified = verified(record)
+    data.verdict = "fail" if data.problems else "pass"
     return data
 
 
 def claim_problems(
-    data: dict[str, Any], folder: Path, record: HostRecord | None, *, expected: bool
+    data: JobData,
+    raw: dict[str, Any],
+    folder: Path,
+    record: HostRecord | None,
+    *,
+    expected: bool,
 ) -> list[str]:
-    """The gate reports checked as claims: from the gate's own directory, at the host's tier.
-
-    A report that fails a check is dropped from ``data`` (its verdict is not shown as a fact).
+    """The gate reports (``raw``: each decoded, or None) checked as claims: from the gate's
+    own directory, at the host's tier. A report that fails a check is dropped from ``raw``
+    (its verdict is not shown as a fact).
     """
     found: list[str] = []
-    pre = data["preflight"]
-    ran = data["run"] is not None and (pre is None or pre.get("passed"))
+    pre = data.preflight
+    ran = data.run is not None and (pre is None or pre.get("passed"))
     if expected and record is None and ran:
         found.append(
             "the host's record of the container run is missing: the reports are unverified"
@@ -275,16 +281,16 @@ def claim_problems(
     host_tier = (record.tier if record else None) or (pre or {}).get("tier") or {}
     copied = record.reports if record else {}
     for key in GATE_REPORTS:
-        report, name = data[key], f"{key}.json"
+        report, name = raw[key], f"{key}.json"
         if report is None:
             continue
         if record is not None and name not in copied:
             found.append(f"{name} did not come from its gate's own step (left in the workspace?)")
-            data[key] = None
+            raw[key] = None
             continue
         if record is not None and _sha256(folder / name) != copied[name].sha256:
             found.append(f"{name} was changed after the host collected it")
-            data[key] = None
+            raw[key] = None
             continue
         claimed = report.get("tier")
         if isinstance(claimed, dict) and host_tier:
@@ -292,53 +298,48 @@ def claim_problems(
             if wrong:
                 values = ", ".join(f"{k} {claimed[k]!r}, host {host_tier.get(k)!r}" for k in wrong)
                 found.append(f"{name}: report does not match the tier the host chose ({values})")
-                data[key] = None
+                raw[key] = None
     return found
 
 
-def type_problems(data: dict[str, Any]) -> list[str]:
-    """Each gate report's rendered fields checked for dl-ci's types (dlci.report.fields),
-    before anything renders or reads them: a report with a wrong one is dropped from ``data``
-    and named, so a pull request's report can neither crash the summary nor reach it.
+def type_problems(raw: dict[str, Any], data: JobData) -> list[str]:
+    """Each gate report (``raw``: decoded, or None) checked for dl-ci's types
+    (dlci.report.fields) and read into its classes in ``data``: a report with a field of a
+    wrong type is left out and named, so a pull request's report can neither crash the
+    summary nor reach it.
 
-    doctor.json is then read into its classes (a DoctorReport in ``data``); one without a
-    field every reader needs is dropped too, and listed under ``incomplete`` (the summary
-    says so where its section would be). utilization.json is read into its classes too (a
-    Utilization): the fields an older report lacks take defaults, so its facts are shown;
-    one without a section the Markdown draws from is listed under ``incomplete``."""
+    A memorization.json is read even when partial (its section says it is incomplete); a
+    doctor.json without a field every reader needs is left out and listed under
+    ``incomplete`` (the summary says so where its section would be); a utilization.json's
+    fields an older report lacks take defaults, so its facts are shown, and one without a
+    section the Markdown draws from is listed under ``incomplete``."""
     found: list[str] = []
-    data["incomplete"] = []
+    data.incomplete = []
     for key in GATE_REPORTS:
-        wrong = fields.problems(key, data[key]) if data[key] is not None else []
+        wrong = fields.problems(key, raw[key]) if raw[key] is not None else []
         if wrong:
             found += [*wrong, f"{key}.json is not shown: its fields are not the types dl-ci writes"]
-            data[key] = None
-    # memorization.json is read into its classes (a Memorization in ``data``): a partial one
-    # still gives its facts, and its section says it is incomplete
-    if data["memorization"] is not None:
-        raw = data["memorization"]
+            raw[key] = None
+    mem = raw["memorization"]
+    if mem is not None:
         try:
-            data["memorization"] = memorization_report.read(raw)
+            data.memorization = memorization_report.read(mem)
         except ValueError as exc:  # the types are checked above: a value no field holds
             found += [str(exc), "memorization.json is not shown: it cannot be read"]
-            data["memorization"] = None
         else:
-            if memorization_report.missing(raw):
-                data["incomplete"].append("memorization")
-    if data["doctor"] is not None:
+            if memorization_report.missing(mem):
+                data.incomplete.append("memorization")
+    if raw["doctor"] is not None:
         try:
-            data["doctor"] = doctor_report.read(data["doctor"])
+            data.doctor = doctor_report.read(raw["doctor"])
         except ValueError:  # the types are checked above: a required field is missing
-            data["doctor"] = None
-            data["incomplete"].append("doctor")
-    raw = data["utilization"]
-    if raw is not None:
-        try:
-            data["utilization"] = utilization_report.read(raw)
-        except ValueError:  # the types are checked above: a required field is missing
-            data["utilization"] = None
-        if data["utilization"] is None or any(k not in raw for k in utilization_report.DRAWN):
-            data["incomplete"].append("utilization")
+            data.incomplete.append("doctor")
+    util = raw["utilization"]
+    if util is not None:
+        with contextlib.suppress(ValueError):  # the types are checked: a required one missing
+            data.utilization = utilization_report.read(util)
+        if data.utilization is None or any(k not in util for k in utilization_report.DRAWN):
+            data.incomplete.append("utilization")
     return found
 
 
@@ -449,13 +450,12 @@ def _junit(path: Path) -> tuple[str, str]:
 PASSED = {"pass": "true", "fail": "false"}  # output memorization-passed of a verdict
 
 
-def outputs(data: dict[str, Any]) -> dict[str, Any]:
+def outputs(data: JobData) -> dict[str, Any]:
     """The action's step outputs (GITHUB_OUTPUT) from the collected reports."""
-    tier = (data["preflight"] or {}).get("tier") or {}
-    mem = data["memorization"]  # a Memorization (type_problems read it) or None
-    util = data["utilization"]  # a Utilization (type_problems read it) or None
+    tier = (data.preflight or {}).get("tier") or {}
+    mem, util = data.memorization, data.utilization
     return {
-        "verdict": data["verdict"],
+        "verdict": data.verdict,
         "hardware-class": tier.get("hardware_class", ""),
         "tier": jsonio.encode(tier, indent=False).decode() if tier else "",
         "memorization-loss": "" if mem is None or mem.best_loss is None else mem.best_loss,
@@ -463,41 +463,41 @@ def outputs(data: dict[str, Any]) -> dict[str, Any]:
         "gpu-utilization": ""
         if util is None or util.gpu_utilization_pct is None
         else util.gpu_utilization_pct,
-        "coverage": "" if data["coverage"] is None else data["coverage"],
+        "coverage": "" if data.coverage is None else data.coverage,
     }
 
 
-def artifact_name(prefix: str, data: dict[str, Any]) -> str:
+def artifact_name(prefix: str, data: JobData) -> str:
     """``prefix-class-jobid``: artifacts are immutable (upload-artifact v4), so matrix legs and
     re-runs each need their own name.
 
-    >>> artifact_name("dlci", {"preflight": {"tier": {"hardware_class": "a100"}}})[:10]
+    >>> artifact_name("dlci", JobData(preflight={"tier": {"hardware_class": "a100"}}))[:10]
     'dlci-a100-'
     """
-    tier = (data.get("preflight") or {}).get("tier") or {}
+    tier = (data.preflight or {}).get("tier") or {}
     job = os.environ.get("DLCI_JOB_ID") or f"local-{os.getpid()}"
     name = f"{prefix}-{tier.get('hardware_class', 'unknown')}-{job}"
     return re.sub(r'[":<>|*?\\/\r\n]', "-", name)
 
 
-def error_annotations(data: dict[str, Any]) -> list[tuple[str, str, str]]:
+def error_annotations(data: JobData) -> list[tuple[str, str, str]]:
     """``(level, message, title)`` of every ``::error`` annotation the job earns."""
-    out: list[tuple[str, str, str]] = [("error", p, "dl-ci") for p in data["problems"]]
-    tests = data["tests"]
+    out: list[tuple[str, str, str]] = [("error", p, "dl-ci") for p in data.problems]
+    tests = data.tests
     if tests:
         for case in tests["failed_cases"][:MAX_TEST_ANNOTATIONS]:
             oom = "out of memory" in case["message"].lower()
             title = "test ran out of memory" if oom else "test failed"
             out.append(("error", f"{case['name']}: {case['message']}", title))
-    mem = data["memorization"]  # a Memorization (type_problems read it) or None
+    mem = data.memorization
     if mem and mem.verdict == "fail":
         out.append(("error", mem.reason or "the memorization test failed", "memorization"))
-    doctor = data["doctor"]  # a DoctorReport (type_problems read it) or None
+    doctor = data.doctor
     if doctor:
         failed = [c for c in doctor.checks if c.status == "fail"]
         for check in sorted(failed, key=lambda c: bool(c.follows))[:MAX_CHECK_ANNOTATIONS]:
             out.append(("error", f"{check.id}: {check.cause}", "dlci doctor"))  # roots first
-    util = data["utilization"]  # a Utilization (type_problems read it) or None
+    util = data.utilization
     if util and util.gate and not util.gate.passed:
         out.append(("error", util.gate.message, "GPU utilization"))
     return out
