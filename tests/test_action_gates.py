@@ -106,8 +106,10 @@ def test_finish_replaces_planted_reports_and_records_what_it_copied(tmp_path, mo
     job = parts(tmp_path, ["--plan", str(host_tier(tmp_path)), "--no-doctor"], monkeypatch)
     plan = job.plan()
     art = tmp_path / "ws" / "dlci-artifacts"
-    steps = [{"name": "install", "status": "passed"}, {"name": "tests", "status": "passed"}]
+    steps = [{"name": "install", "status": "passed"},
+             {"name": "tests", "status": "passed", "exit_code": 0}]  # fmt: skip
     (art / "run.json").write_text(json.dumps({"steps": steps}))
+    junit(art, 2)
     (art / "memorization.json").write_text('{"verdict": "pass"}')  # planted by the tests
     (art / "utilization.json").write_text('{"planted": true}')
     job.collect(plan[0], 0)
@@ -135,6 +137,68 @@ def test_finish_replaces_planted_reports_and_records_what_it_copied(tmp_path, mo
     assert run["failed_steps"] == ["memorize"] and run["verdict"] == "fail"
     assert json.loads((tmp_path / "record.json").read_text())["run"] == run
     job.close()
+
+
+TESTS_PASSED = {"name": "tests", "status": "passed", "exit_code": 0}
+
+
+@pytest.mark.parametrize(
+    ("claims", "code", "why"),
+    [
+        ([TESTS_PASSED], 0, ""),  # the control: pytest's exit code, junit.xml agrees
+        ([{"name": "tests", "status": "passed"}], 1, "with no exit code of pytest"),
+        ([], 1, "it records no tests step"),
+        ([{"name": "tests", "status": "skipped"}], 1, "its container skipped it"),
+        ([{"name": "tests", "status": "PASSED", "exit_code": 0}], 1, "never writes"),
+        ([TESTS_PASSED], 1, "its container exited 1"),
+    ],
+)
+def test_a_tests_container_cannot_pass_by_what_it_leaves_out(
+    tmp_path, monkeypatch, claims: list[dict], code: int, why: str
+) -> None:
+    """The tests step passes on pytest's exit code, the container's and junit.xml together;
+    a record that leaves its tests step out, gives no exit code, skips it after a passed
+    install or names a status dl-ci never writes is an error (each passed the job before)."""
+    job = parts(tmp_path, ["--no-doctor", "--no-profile", "--no-memorize"], monkeypatch)
+    plan = job.plan()
+    art = tmp_path / "ws" / "dlci-artifacts"
+    steps = [{"name": "install", "status": "passed"}, *claims]
+    (art / "run.json").write_text(json.dumps({"steps": steps}))
+    junit(art, 3)
+    job.collect(plan[0], code)
+    run = job.finish(plan).run
+    tests = run.step("tests")
+    assert tests is not None
+    if not why:
+        assert (tests.status, run.verdict) == ("passed", "pass")
+        return
+    assert tests.status == "error" and why in str(tests.reason), tests
+    assert run.verdict == "fail"
+
+
+@pytest.mark.parametrize("status", ["skipped", "ok", "passed"])
+def test_a_gate_container_cannot_drop_its_gate_by_its_status(tmp_path, monkeypatch, status) -> None:
+    """A planned gate's container runs its gate: a claim that it skipped it, or a status dl-ci
+    never writes, is an error whatever the exit code (a memorization that failed, claimed
+    skipped, passed the job before). Control: an honest "passed" with exit 0 and its report."""
+    job = parts(tmp_path, ["--no-doctor", "--no-profile"], monkeypatch)
+    plan = job.plan()
+    art = tmp_path / "ws" / "dlci-artifacts"
+    (art / "run.json").write_text(json.dumps({"steps": [TESTS_PASSED]}))
+    junit(art, 3)
+    job.collect(plan[0], 0)
+    assert plan[1].out is not None
+    verdict = "pass" if status == "passed" else "fail"
+    (plan[1].out / "memorization.json").write_text(json.dumps({"verdict": verdict}))
+    gate = [{"name": "memorize", "status": status, "exit_code": 0 if verdict == "pass" else 1}]
+    (plan[1].out / "run.json").write_text(json.dumps({"steps": gate}))
+    job.collect(plan[1], 0 if verdict == "pass" else 1)
+    memorize = job.finish(plan).run.step("memorize")
+    assert memorize is not None
+    if status == "passed":
+        assert memorize.status == "passed"
+        return
+    assert memorize.status == "error" and "its container" in str(memorize.reason)
 
 
 def test_a_gate_whose_install_failed_is_an_error(tmp_path, monkeypatch) -> None:

@@ -27,6 +27,7 @@ reads what the containers write as claims:
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import shutil
 import tempfile
@@ -254,13 +255,22 @@ class Parts:
 
     def _run_record(self, planned: Sequence[Part]) -> RunRecord:
         """run.json: the tests container's steps (its own claims), then each gate's step."""
-        tests, why = self._claims("tests") if "tests" in self.exit_codes else (None, "")
-        steps = [s for s in (tests.steps if tests else []) if s.name in ("install", "tests")]
-        steps = [self._tests_step(s) if s.name == "tests" else s for s in steps]
+        ran = "tests" in self.exit_codes
+        tests, why = self._claims("tests") if ran else (None, "")
+        # the last step of each name (a record repeats none): install and tests
+        named = {
+            s.name: s for s in (tests.steps if tests else []) if s.name in ("install", "tests")
+        }
+        if tests is not None and "tests" not in named:  # a record without its tests step
+            why = "it records no tests step"
         if "install" in self.exit_codes:  # the install container's step, not the tests' skip
-            steps = [s for s in steps if s.name != "install"] + [self._install_step()]
-        if tests is None:
-            ran = "tests" in self.exit_codes
+            named["install"] = self._install_step()
+        steps = list(named.values())
+        if "tests" in named:
+            install = named.get("install")
+            installed = install is not None and install.status in ("passed", "skipped")
+            steps = [self._tests_step(s, installed) if s.name == "tests" else s for s in steps]
+        else:
             steps.append(_missing("tests", self.exit_codes["tests"], why) if ran else
                          _skipped("tests", self.blocked))  # fmt: skip
         for part in planned:
@@ -297,6 +307,8 @@ class Parts:
         if install is not None and install.status in ("failed", "error", "interrupted"):
             step.status = "error"
             step.reason = "the install step failed in the gate's own container"
+        elif step.status not in STATUSES:  # a planned gate's container runs it: never skips it
+            step.apply(_unknown(step, code))
         elif code not in (0, 1) and step.status == "passed":
             step.apply({"status": "error", "reason": f"its container exited {code}"})
         elif code in (0, 1) and step.status in ("passed", "failed"):
@@ -337,10 +349,28 @@ class Parts:
         gpu = any(a.partition("=")[0] in asked for a in self.args) or trusted.gpu_gate(self.source)
         return {"gpu_gate": gpu, "allow_no_tests": allow}
 
-    def _tests_step(self, step: RunStep) -> RunStep:
-        """The tests container's claim that its tests passed, held against junit.xml."""
-        code = step.exit_code
-        if step.status != "passed" or not isinstance(code, int):
+    def _tests_step(self, step: RunStep, installed: bool) -> RunStep:
+        """The tests container's claim that its tests passed, held against its exit code and
+        junit.xml; a skip stands only where its install did not pass (not run: blocked)."""
+        code, container = step.exit_code, self.exit_codes.get("tests")
+        if step.status == "skipped" and not installed:
+            return step
+        if step.status not in STATUSES:
+            step.apply(_unknown(step, container))
+            return step
+        if step.status != "passed":
+            return step
+        if not isinstance(code, int):
+            step.apply(
+                {
+                    "status": "error",
+                    "reason": "its container claims the tests passed "
+                    f"with no exit code of pytest (the container exited {container})",
+                }
+            )
+            return step
+        if container != 0:  # a passing tests step leaves its container nothing to fail on
+            step.apply({"status": "error", "reason": f"its container exited {container}"})
             return step
         allow = self.rules()["allow_no_tests"]
         step.apply(judge("tests", code, "passed", self.base / "kept-tests", allow_no_tests=allow))
@@ -390,7 +420,9 @@ def where_the_time_went(parts: dict[str, dict[str, float]], steps: Sequence[RunS
     work = {}
     for step in steps:
         value = step.duration_s
-        if not isinstance(value, UnsetType) and value >= 0:
+        part = parts.get(step.name) or parts.get("tests" if step.name == "install" else "") or {}
+        bound = part.get("container_s", math.inf)  # a claim longer than its container ran
+        if not isinstance(value, UnsetType) and 0 <= value <= bound and math.isfinite(value):
             work[step.name] = float(value)
     kit = {"copies_s": 0.0, "containers_s": 0.0, "commit_s": 0.0}
     for name, part in parts.items():
@@ -475,6 +507,18 @@ def _split(inner: list[str]) -> tuple[list[str], str, str]:
             args.append(arg)
         index += 1
     return args, found["--plan"], found["--out"]
+
+
+# The statuses a step of a container that ran it can end in (dlci.action.job.run): a
+# skipped, or any other word, in a part's own record is the host's to question.
+STATUSES = ("passed", "failed", "error", "interrupted", "running")
+
+
+def _unknown(step: RunStep, code: int | None) -> dict[str, Any]:
+    """A planned step its container says it did not run, or gives a status dl-ci never
+    writes: an error, whatever the container's exit code (``code``)."""
+    said = "skipped it" if step.status == "skipped" else "gives a status dl-ci never writes"
+    return {"status": "error", "reason": f"its container {said} (exit code {code})"}
 
 
 def _skipped(name: str, why: str) -> RunStep:

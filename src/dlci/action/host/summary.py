@@ -23,7 +23,6 @@ raw on purpose: it judges a claim, including fields dl-ci never writes.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import re
@@ -332,15 +331,28 @@ def type_problems(raw: dict[str, Any], data: JobData) -> list[str]:
     if raw["doctor"] is not None:
         try:
             data.doctor = doctor_report.read(raw["doctor"])
-        except ValueError:  # the types are checked above: a required field is missing
-            data.incomplete.append("doctor")
+        except ValueError as exc:  # the types are checked above: missing, or out of range
+            found += _unread("doctor", exc, data)
     util = raw["utilization"]
     if util is not None:
-        with contextlib.suppress(ValueError):  # the types are checked: a required one missing
+        try:
             data.utilization = utilization_report.read(util)
-        if data.utilization is None or any(k not in util for k in utilization_report.DRAWN):
-            data.incomplete.append("utilization")
+        except ValueError as exc:
+            found += _unread("utilization", exc, data)
+        else:
+            if any(k not in util for k in utilization_report.DRAWN):
+                data.incomplete.append("utilization")
     return found
+
+
+def _unread(key: str, error: ValueError, data: JobData) -> list[str]:
+    """A gate report whose types are right that still cannot be read: one lacking a field
+    every reader needs is incomplete (its section says so); one holding a value no field
+    holds (an integer beyond 64 bits) is a problem, named, as a field of a wrong type is."""
+    if "is incomplete" in str(error):
+        data.incomplete.append(key)
+        return []
+    return [str(error), f"{key}.json is not shown: it cannot be read"]
 
 
 def verified(record: HostRecord | None) -> list[str]:
@@ -376,6 +388,8 @@ def problems(
     >>> run = fields.read_run({"steps": [{"name": "tests", "status": "failed"}]})
     >>> problems({"passed": True}, run)
     ['step tests failed']
+    >>> problems({"passed": True}, fields.read_run({"steps": [{"name": "m", "status": "ok"}]}))
+    ['step m: a status dl-ci never writes (ok)']
     """
     found: list[str] = []
     if pre is not None and not pre.get("passed"):
@@ -392,6 +406,8 @@ def problems(
             last = log_cause(step)
             cause = f": {last[-1]}" if last and not reason else ""
             found.append(f"step {step.name or '?'} {how}{reason}{cause}")
+        elif status not in ("passed", "skipped"):  # a record dl-ci did not write
+            found.append(f"step {step.name or '?'}: a status dl-ci never writes ({status[:40]})")
     return found
 
 
