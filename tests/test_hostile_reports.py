@@ -412,3 +412,34 @@ def test_a_run_cleanup_or_preflight_record_of_the_wrong_types_is_named_never_a_c
     text = (tmp_path / "summary.md").read_text().replace("\\", "")  # md's escapes
     assert named in text and f"{name} is not shown" in text
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_report_too_big_or_beyond_any_number_is_named_quickly(tmp_path: Path) -> None:
+    """A run.json of millions of empty steps (63 MB took a minute and 4 GB to walk) is refused
+    by its size in values, and a doctor.json holding an integer no field holds (10**400) is
+    named: it used to read as merely incomplete, its failing checks unannotated and the job
+    passing. Control: the same doctor.json with a sound number is shown."""
+    import time
+
+    from dlci.action.host.summary import collect
+    from dlci.report.fields import MAX_VALUES
+
+    sound = doctor()
+    sound["checks"][0]["seconds"] = 1.5
+    data = collect(write_job(tmp_path / "sound", {"doctor": sound}, dict(TIER)))
+    assert data.doctor is not None and "doctor" not in data.incomplete
+    huge = doctor()
+    huge["checks"][0]["seconds"] = 10**400
+    folder = write_job(tmp_path / "huge", {"doctor": huge}, dict(TIER))
+    steps = ',{"name":"tests","status":"passed"}' * (MAX_VALUES // 2)
+    (folder / "run.json").write_text('{"steps":[{"name":"tests","status":"passed"}' + steps + "]}")
+    start = time.monotonic()
+    data = collect(folder)
+    seconds = time.monotonic() - start
+    assert data.doctor is None and "doctor" not in data.incomplete
+    assert "doctor.json is not shown: it cannot be read" in data.problems
+    assert f"run.json holds more than {MAX_VALUES:,} values: not a report dl-ci writes" in (
+        data.problems
+    )
+    assert data.verdict == "fail"
+    print(f"a run.json of {MAX_VALUES:,} values refused in {seconds:.2f} s")

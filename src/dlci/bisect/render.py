@@ -20,6 +20,8 @@ def figures_text(figures: dict[str, Any]) -> str:
     >>> figures_text({"case": "flat", "steps": 26, "max_epochs": 60, "relative_loss": 1.0,
     ...               "relative_threshold": 0.1})
     'flat, 26/60 steps, relative loss 1 (goal 0.1)'
+    >>> figures_text({"relative_loss": 10**400, "step_time_ms": 2.0})
+    '2 ms a step'
     """
     parts = []
     if figures.get("case"):
@@ -27,16 +29,22 @@ def figures_text(figures: dict[str, Any]) -> str:
     if figures.get("steps") is not None:
         epochs = figures.get("max_epochs")
         parts.append(f"{figures['steps']}{f'/{epochs}' if epochs else ''} steps")
-    if isinstance(figures.get("relative_loss"), int | float):
+    if _number(figures.get("relative_loss")):
         goal = figures.get("relative_threshold")
         shown = f"relative loss {figures['relative_loss']:.3g}"
-        parts.append(shown + (f" (goal {goal:.3g})" if isinstance(goal, int | float) else ""))
+        parts.append(shown + (f" (goal {goal:.3g})" if _number(goal) else ""))
     for key, unit in (("gpu_utilization_pct", "% GPU"), ("step_time_ms", " ms a step")):
-        if isinstance(figures.get(key), int | float):
+        if _number(figures.get(key)):
             parts.append(f"{figures[key]:.4g}{unit}")
     if figures.get("status"):
         parts.append(f"{figures['status']} {figures.get('measured') or ''}".strip())
     return ", ".join(parts)
+
+
+def _number(value: object) -> bool:
+    """Whether ``value`` formats as a float: a figure of the container's, which may hold an
+    integer no float holds (10**400 crashed the step that prints the answer)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and abs(value) < 1e300
 
 
 def runs_text(runs: list[RunShape]) -> str:

@@ -83,7 +83,7 @@ class Record(msgspec.Struct, kw_only=True):
     # when the variant does not apply
     not_applicable: str | UnsetType = UNSET
     losses: list[Loss] = []
-    steps: int = 0
+    steps: Annotated[int, msgspec.Meta(ge=0, le=2**53)] = 0  # a kept file's: never beyond
     stopped_by: str = ""
     loss_floor: float | UnsetType | None = UNSET
     blind_loss: float | UnsetType | None = UNSET

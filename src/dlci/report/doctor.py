@@ -13,7 +13,6 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-import msgspec
 from msgspec import UNSET
 
 from dlci.report import fields
@@ -46,13 +45,7 @@ def read(raw: Any) -> DoctorReport:
     Traceback (most recent call last):
     ValueError: doctor.json is incomplete: Object missing required field `counts`
     """
-    wrong = fields.problems("doctor", raw)
-    if wrong:
-        raise ValueError("; ".join(wrong))
-    try:
-        return msgspec.convert(raw, DoctorReport)
-    except msgspec.ValidationError as exc:  # the types are right: a required field is missing
-        raise ValueError(f"doctor.json is incomplete: {exc}") from None
+    return fields.read_as("doctor", DoctorReport, raw)
 
 
 def build(

@@ -505,10 +505,28 @@ def _describe(value: Any) -> str:
     return "null" if value is None else "a number"
 
 
+# Values (list items and object members, at any depth) a report may hold: dl-ci's hold far
+# fewer (a curve of 100,000 losses is one list), and the walk below costs a microsecond each:
+# 21 million empty steps in 63 MB of run.json took a minute and 4 GB before this bound.
+MAX_VALUES = 2_000_000
+
+
 def problems(kind: str, report: Any, *, limit: int = 5) -> list[str]:
-    """Each rendered field of ``report`` (a ``kind`` report) whose type is not dl-ci's."""
+    """Each rendered field of ``report`` (a ``kind`` report) whose type is not dl-ci's.
+
+    >>> problems("run", {"steps": [{}] * (MAX_VALUES + 1)})
+    ['run.json holds more than 2,000,000 values: not a report dl-ci writes']
+    """
     if not isinstance(report, dict):
         return [f"{kind}.json is not an object"]
+    if _values_over(report, MAX_VALUES):
+        return [f"{kind}.json holds more than {MAX_VALUES:,} values: not a report dl-ci writes"]
+    try:  # the common case, in msgspec's own time: every field of the declared types
+        msgspec.convert(report, SHAPES[kind])
+    except msgspec.ValidationError:
+        pass  # a field of a wrong type, a missing one, or a value out of range: the walk says
+    else:
+        return []
     # the walk stops at the first problem past the limit: a report the pull request's code
     # wrote can hold millions of wrong items, and the host reads it before the summary
     found = [
@@ -520,6 +538,25 @@ def problems(kind: str, report: Any, *, limit: int = 5) -> list[str]:
     if len(found) > limit:
         found = [*found[:limit], f"{kind}.json: more fields of wrong types"]
     return found
+
+
+def _values_over(report: Any, budget: int) -> bool:
+    """Whether ``report`` holds more than ``budget`` values, counted without recursion and
+    given up as soon as it does."""
+    stack, seen = [report], 0
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        seen += len(children)
+        if seen > budget:
+            return True
+        stack.extend(children)
+    return False
 
 
 # --------------------------------------------------------------------------- run.json
@@ -673,17 +710,28 @@ class Preflight(Shape):
 SHAPES.update(
     {"run": RunRecord, "host-record": HostRecord, "cleanup": Cleanup, "preflight": Preflight}
 )
-R = TypeVar("R", RunRecord, HostRecord, Cleanup)
+R = TypeVar("R", bound=msgspec.Struct)
 
 
-def _read(kind: str, cls: type[R], raw: Any) -> R:
+def read_as(kind: str, cls: type[R], raw: Any) -> R:
+    """``raw`` (a decoded ``kind`` report) as ``cls``: the one way every report is read back.
+
+    ValueError naming each field of a wrong type (:func:`problems`); else, for a report whose
+    types are right, the first required field it lacks (it "is incomplete") or a value no
+    field holds, such as an integer beyond 64 bits (it "cannot be read"). msgspec reads a
+    sound report in one pass; only a report it refuses is walked for the names.
+    """
+    if not isinstance(raw, dict) or _values_over(raw, MAX_VALUES):
+        raise ValueError("; ".join(problems(kind, raw)))
+    try:
+        return msgspec.convert(raw, cls)
+    except msgspec.ValidationError as exc:
+        error = exc
     wrong = problems(kind, raw)
     if wrong:
         raise ValueError("; ".join(wrong))
-    try:
-        return msgspec.convert(raw, cls)
-    except msgspec.ValidationError as exc:  # the types are right: a value no field holds
-        raise ValueError(f"{kind}.json cannot be read: {exc}") from None
+    how = "is incomplete" if "missing required field" in str(error) else "cannot be read"
+    raise ValueError(f"{kind}.json {how}: {error}")
 
 
 def read_run(raw: Any) -> RunRecord:
@@ -700,17 +748,17 @@ duration_s=2.0, log_tail=UNSET, killed=UNSET, test=UNSET, container_exit_code=UN
     Traceback (most recent call last):
     ValueError: run.json cannot be read: Number out of range - at `$.steps[0].duration_s`
     """
-    return _read("run", RunRecord, raw)
+    return read_as("run", RunRecord, raw)
 
 
 def read_host_record(raw: Any) -> HostRecord:
     """A decoded host record as its classes; ValueError as :func:`read_run`."""
-    return _read("host-record", HostRecord, raw)
+    return read_as("host-record", HostRecord, raw)
 
 
 def read_cleanup(raw: Any) -> Cleanup:
     """A decoded cleanup.json as its classes; ValueError as :func:`read_run`."""
-    return _read("cleanup", Cleanup, raw)
+    return read_as("cleanup", Cleanup, raw)
 
 
 # ---- comparison/history
@@ -751,19 +799,25 @@ class History(Shape):
     entries: list[HistoryEntry] = []
 
 
+# A word of baseline-source.json: the file sits in an artifact, and its words reach the
+# summary, the comment and the baseline-run output (a 20 MiB id went there whole).
+Word = Annotated[str, msgspec.Meta(max_length=1000)]
+
+
 class BaselineSource(Shape):
     """Where a baseline's reports came from: a folder, or a run and its artifact (the run's
-    fields as GitHub's API names them); each key only when known."""
+    fields as GitHub's API names them); each key only when known, each word 1,000 characters
+    at most (a longer one: the file cannot be read, and the baseline is shown as its folder)."""
 
-    folder: str | UnsetType = UNSET
-    id: int | str | UnsetType | None = UNSET
-    head_sha: str | UnsetType | None = UNSET
-    head_branch: str | UnsetType | None = UNSET
-    created_at: str | UnsetType | None = UNSET
-    html_url: str | UnsetType | None = UNSET
-    artifact: str | UnsetType = UNSET
-    skipped: list[str] | UnsetType = UNSET
-    passed_over: list[int] | UnsetType = UNSET
+    folder: Word | UnsetType = UNSET
+    id: Annotated[int, msgspec.Meta(ge=0, le=2**53)] | Word | UnsetType | None = UNSET
+    head_sha: Word | UnsetType | None = UNSET
+    head_branch: Word | UnsetType | None = UNSET
+    created_at: Word | UnsetType | None = UNSET
+    html_url: Word | UnsetType | None = UNSET
+    artifact: Word | UnsetType = UNSET
+    skipped: Annotated[list[Word], msgspec.Meta(max_length=100)] | UnsetType = UNSET
+    passed_over: Annotated[list[int], msgspec.Meta(max_length=100)] | UnsetType = UNSET
 
 
 SHAPES["history"] = History

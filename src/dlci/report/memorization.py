@@ -69,13 +69,7 @@ def read(raw: Any) -> Memorization:
     Traceback (most recent call last):
     ValueError: memorization.json: verdict is a number, expected text
     """
-    wrong = fields.problems("memorization", raw)
-    if wrong:
-        raise ValueError("; ".join(wrong))
-    try:
-        return msgspec.convert(raw, Memorization)
-    except msgspec.ValidationError as exc:  # the types are right: a value out of range
-        raise ValueError(f"memorization.json cannot be read: {exc}") from None
+    return fields.read_as("memorization", Memorization, raw)
 
 
 # what the Markdown shows of a report, which a partial one may lack (every dl-ci writes them)

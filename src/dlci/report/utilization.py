@@ -12,8 +12,6 @@ import io
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from dlci.fsutil import atomic_write_bytes
 from dlci.report import fields
 from dlci.report.fields import Device, Gate, Memory, Process, Syncs, Trace, Utilization
@@ -54,13 +52,7 @@ def read(raw: Any) -> Utilization:
     Traceback (most recent call last):
     ValueError: utilization.json is incomplete: Object missing required field `device`...
     """
-    wrong = fields.problems("utilization", raw)
-    if wrong:
-        raise ValueError("; ".join(wrong))
-    try:
-        return msgspec.convert(raw, Utilization)
-    except msgspec.ValidationError as exc:  # the types are right: a required field is missing
-        raise ValueError(f"utilization.json is incomplete: {exc}") from None
+    return fields.read_as("utilization", Utilization, raw)
 
 
 def check_compared(raw: dict[str, Any]) -> str | None:

@@ -160,3 +160,5 @@ def decode_answer(blob: bytes) -> Answer:
         return msgspec.json.decode(blob, type=Answer)
     except msgspec.DecodeError as exc:
         raise DlciError(f"script mode: the child's answer cannot be read: {exc}") from None
+    except RecursionError:  # nested past the interpreter's limit (jsonio.decode's case)
+        raise DlciError("script mode: the child's answer is nested too deeply") from None
