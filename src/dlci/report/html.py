@@ -21,8 +21,9 @@ import base64
 import datetime as dt
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from dlci import jsonio
 from dlci.errors import DlciError
@@ -42,6 +43,7 @@ FIGURE_ORDER = ("examples", "lr-range", "grad-flow", "update-ratio", "activation
 
 
 UNREADABLE = "unreadable"  # what _read_json gives for a report that is there but unusable
+R = TypeVar("R")
 
 
 def _read_json(path: Path) -> dict[str, Any] | str | None:
@@ -134,13 +136,14 @@ def _verdict(kind: str, report: dict[str, Any] | str | None, what: str) -> dict[
     return {"gate": kind, "verdict": verdict, "reason": _text(report.get("reason"), 600)}
 
 
-def _read_doctor(raw: dict[str, Any] | str | None) -> DoctorReport | str | None:
-    """The folder's doctor.json read into its classes; None when it is missing, UNREADABLE as
-    _read_json says, or what is wrong with it (a field of the wrong type, or missing)."""
+def _read_typed(raw: dict[str, Any] | str | None, read: Callable[[Any], R]) -> R | str | None:
+    """A report of the folder read into its classes by ``read`` (doctor.read,
+    memorization.read); None when it is missing, UNREADABLE as _read_json says, or what is
+    wrong with it (a field of the wrong type, or missing)."""
     if not isinstance(raw, dict):
         return raw
     try:
-        return doctor_report.read(raw)
+        return read(raw)
     except ValueError as exc:
         return str(exc)
 
@@ -196,17 +199,6 @@ def _examples_table(path: Path) -> dict[str, Any] | None:
         "rows": [[_text(v, 60) for v in r[: len(columns)]] for r in rows],
         "width": _number(data.get("width"), "d"),
     }
-
-
-def _read_memorization(raw: dict[str, Any] | str | None) -> Memorization | str | None:
-    """The folder's memorization.json read into its classes; None when it is missing,
-    UNREADABLE as _read_json says, or what is wrong with it (a field of the wrong type)."""
-    if not isinstance(raw, dict):
-        return raw
-    try:
-        return memorization_report.read(raw)
-    except ValueError as exc:
-        return str(exc)
 
 
 def _memorization_verdict(report: Memorization | str | None) -> dict[str, str]:
@@ -310,8 +302,8 @@ def build_context(folder: str | Path, job: dict[str, Any] | None = None) -> dict
             "verdict": _text(job.get("verdict"), 20) or "unknown",
             "problems": [_text(p, 600) for p in _list(job.get("problems"))[:30]],
         }
-    doctor = _read_doctor(_read_json(folder / "doctor.json"))
-    memorization = _read_memorization(_read_json(folder / "memorization.json"))
+    doctor = _read_typed(_read_json(folder / "doctor.json"), doctor_report.read)
+    memorization = _read_typed(_read_json(folder / "memorization.json"), memorization_report.read)
     utilization = _read_json(folder / "utilization.json")
     comparison = _markdown_text(folder / "comparison.md")
     trend = image(folder / "trend.svg", svg=True)
