@@ -176,6 +176,50 @@ def test_a_tests_container_cannot_pass_by_what_it_leaves_out(
     assert run.verdict == "fail"
 
 
+@pytest.mark.parametrize(
+    ("claims", "install"),
+    [
+        ([{"name": "tests", "status": "skipped"}], None),  # no install step: every gate blocked
+        ([{"name": "install", "status": "passed"}, TESTS_PASSED], {"status": "ok"}),
+        ([{"name": "install", "status": "error"}, {"name": "tests", "status": "skipped"}], None),
+    ],
+)
+def test_a_job_whose_records_hide_a_failure_does_not_pass(
+    tmp_path, monkeypatch, claims: list[dict], install: dict | None
+) -> None:
+    """A tests container whose record leaves its install step out (so the host blocks every
+    gate, and its tests' skip stood: the job passed with junit.xml counting failures), or an
+    install container that gives a status dl-ci never writes: the job fails, named. The
+    third case is honest, the control: an install that failed skips the tests, and the job
+    fails on the install step."""
+    job = parts(tmp_path, ["--no-doctor", "--no-profile"], monkeypatch, install=install is not None)
+    plan = job.plan()
+    art = tmp_path / "ws" / "dlci-artifacts"
+    if install is not None:
+        assert plan[0].name == "install" and plan[0].out is not None
+        (plan[0].out / "run.json").write_text(
+            json.dumps({"steps": [{"name": "install", **install}]})
+        )
+        job.collect(plan[0], 0)
+        plan = plan[1:]
+    (art / "run.json").write_text(json.dumps({"steps": claims}))
+    junit(art, 3, failures=3)
+    job.collect(plan[0], 0)
+    run = job.finish(plan).run
+    status = {s.name: s.status for s in run.steps}
+    assert run.verdict == "fail", status
+    if install is not None:
+        assert status["install"] == "error"
+    elif claims[0]["name"] == "tests":
+        assert status["install"] == "error" and status["memorize"] == "skipped"
+    else:
+        assert (status["install"], status["tests"], status["memorize"]) == (
+            "error",
+            "skipped",
+            "skipped",
+        )
+
+
 @pytest.mark.parametrize("status", ["skipped", "ok", "passed"])
 def test_a_gate_container_cannot_drop_its_gate_by_its_status(tmp_path, monkeypatch, status) -> None:
     """A planned gate's container runs its gate: a claim that it skipped it, or a status dl-ci

@@ -20,7 +20,7 @@ import msgspec
 import pytest
 
 from dlci.action.github import artifacts as fetching
-from dlci.action.github.api import GitHub
+from dlci.action.github.api import ApiError, GitHub
 from dlci.cli import main
 from dlci.profiling.metrics import analyze
 from dlci.profiling.reader import read_trace
@@ -186,6 +186,26 @@ def test_the_token_never_follows_the_redirect_to_storage(standin, tmp_path) -> N
     request.add_header("Authorization", f"Bearer {TOKEN}")
     urllib.request.urlopen(request, timeout=10).read()
     assert standin.requests(pattern="^/storage/")[-1].authorization == f"Bearer {TOKEN}"
+
+
+def test_a_token_with_a_control_character_never_reaches_a_message(standin, tmp_path) -> None:
+    """A secret saved with its newline made urllib refuse the header and quote it; the
+    message went into preflight.json's sizing reason (uploaded) and the log. The newline is
+    taken off (a token's own characters are printable); a token with a space inside is refused
+    without quoting it; a header urllib refuses is named, never quoted. Control: the stripped
+    token is sent as it is."""
+    base_run(standin, {"utilization.json": utilization(10)})
+    api = GitHub.from_environment(TOKEN + "\n")
+    assert api.token == TOKEN
+    fetched = fetching.fetch(api, "auto", prefix="dlci-artifacts-cpu-", into=tmp_path / "b")
+    assert fetched.problem == ""
+    assert standin.requests(pattern="/zip$")[-1].authorization == f"Bearer {TOKEN}"
+    with pytest.raises(ApiError) as refused:
+        GitHub.from_environment("ghs_part one")
+    assert "part" not in str(refused.value)
+    raw = GitHub(api.api_url, api.repository, "ghs_secret\r\nX-Evil: 1")  # past the check
+    fetched = fetching.fetch(raw, "auto", prefix="dlci-artifacts-cpu-", into=tmp_path / "c")
+    assert fetched.problem and "secret" not in fetched.problem, fetched.problem
 
 
 def test_auto_takes_the_newest_successful_run_on_the_base_branch_never_this_one(

@@ -422,7 +422,7 @@ def test_a_report_too_big_or_beyond_any_number_is_named_quickly(tmp_path: Path) 
     import time
 
     from dlci.action.host.summary import collect
-    from dlci.report.fields import MAX_VALUES
+    from dlci.report.fields import LIMITS
 
     sound = doctor()
     sound["checks"][0]["seconds"] = 1.5
@@ -431,15 +431,15 @@ def test_a_report_too_big_or_beyond_any_number_is_named_quickly(tmp_path: Path) 
     huge = doctor()
     huge["checks"][0]["seconds"] = 10**400
     folder = write_job(tmp_path / "huge", {"doctor": huge}, dict(TIER))
-    steps = ',{"name":"tests","status":"passed"}' * (MAX_VALUES // 2)
+    steps = ',{"name":"tests","status":"passed"}' * (LIMITS["run"] // 2)
     (folder / "run.json").write_text('{"steps":[{"name":"tests","status":"passed"}' + steps + "]}")
     start = time.monotonic()
     data = collect(folder)
     seconds = time.monotonic() - start
     assert data.doctor is None and "doctor" not in data.incomplete
     assert "doctor.json is not shown: it cannot be read" in data.problems
-    assert f"run.json holds more than {MAX_VALUES:,} values: not a report dl-ci writes" in (
+    assert f"run.json holds more than {LIMITS['run']:,} values: not a report dl-ci writes" in (
         data.problems
     )
     assert data.verdict == "fail"
-    print(f"a run.json of {MAX_VALUES:,} values refused in {seconds:.2f} s")
+    print(f"a run.json of {LIMITS['run']:,} values refused in {seconds:.2f} s")

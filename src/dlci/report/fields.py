@@ -509,18 +509,23 @@ def _describe(value: Any) -> str:
 # fewer (a curve of 100,000 losses is one list), and the walk below costs a microsecond each:
 # 21 million empty steps in 63 MB of run.json took a minute and 4 GB before this bound.
 MAX_VALUES = 2_000_000
+# and the job's own records, far smaller: a run.json holds a few steps of 40 log lines each
+LIMITS = {"run": 100_000, "host-record": 200_000, "cleanup": 100_000}
 
 
 def problems(kind: str, report: Any, *, limit: int = 5) -> list[str]:
     """Each rendered field of ``report`` (a ``kind`` report) whose type is not dl-ci's.
 
-    >>> problems("run", {"steps": [{}] * (MAX_VALUES + 1)})
-    ['run.json holds more than 2,000,000 values: not a report dl-ci writes']
+    >>> problems("memorization", {"losses": [0.0] * (MAX_VALUES + 1)})
+    ['memorization.json holds more than 2,000,000 values: not a report dl-ci writes']
+    >>> problems("run", {"steps": [{}] * 100_001})
+    ['run.json holds more than 100,000 values: not a report dl-ci writes']
     """
     if not isinstance(report, dict):
         return [f"{kind}.json is not an object"]
-    if _values_over(report, MAX_VALUES):
-        return [f"{kind}.json holds more than {MAX_VALUES:,} values: not a report dl-ci writes"]
+    most = LIMITS.get(kind, MAX_VALUES)
+    if _values_over(report, most):
+        return [f"{kind}.json holds more than {most:,} values: not a report dl-ci writes"]
     try:  # the common case, in msgspec's own time: every field of the declared types
         msgspec.convert(report, SHAPES[kind])
     except msgspec.ValidationError:
@@ -721,7 +726,7 @@ def read_as(kind: str, cls: type[R], raw: Any) -> R:
     field holds, such as an integer beyond 64 bits (it "cannot be read"). msgspec reads a
     sound report in one pass; only a report it refuses is walked for the names.
     """
-    if not isinstance(raw, dict) or _values_over(raw, MAX_VALUES):
+    if not isinstance(raw, dict) or _values_over(raw, LIMITS.get(kind, MAX_VALUES)):
         raise ValueError("; ".join(problems(kind, raw)))
     try:
         return msgspec.convert(raw, cls)

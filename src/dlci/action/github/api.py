@@ -29,6 +29,7 @@ MAX_JSON = 8 << 20  # bytes of one JSON answer
 TIMEOUT_S = 30.0  # per connection and per read
 MAX_SECONDS = 600.0  # for a whole answer: a server that drips bytes is cut off
 REPOSITORY = re.compile(r"[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}")
+TOKEN = re.compile(r"[\x21-\x7e]{1,1000}")  # printable ASCII, no space: every GitHub token
 
 
 class ApiError(Exception):
@@ -56,8 +57,11 @@ class GitHub:
             raise ApiError("GITHUB_REPOSITORY is not set (GitHub Actions sets it)")
         if not REPOSITORY.fullmatch(repo):
             raise ApiError(f"not a repository name (owner/name): {repo[:100]!r}")
+        token = token.strip()  # a secret saved with its newline
         if not token:
             raise ApiError("no token: pass the job's token (github-token: ${{ github.token }})")
+        if not TOKEN.fullmatch(token):  # never quoted: it is a secret
+            raise ApiError("the token holds spaces or control characters no GitHub token has")
         return cls(api_url.rstrip("/"), repo, token)
 
     def url(self, path: str, params: dict[str, Any] | None = None) -> str:
@@ -123,7 +127,10 @@ class GitHub:
                 return _read(answer, where, limit, sink)
         except urllib.error.HTTPError as exc:
             raise ApiError(f"{where}: HTTP {exc.code} ({_message(exc)})") from None
-        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
+        except ValueError:  # urllib's words quote the header: the token must not reach a log
+            raise ApiError(f"{where}: the request could not be sent (a header holds a "
+                           "character HTTP refuses: check the token)") from None  # fmt: skip
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             reason = getattr(exc, "reason", None) or exc
             raise ApiError(f"{where}: {str(reason)[:200]}") from None
 

@@ -65,7 +65,6 @@ TESTS_FILES = ("run.json", "junit.xml", "coverage.xml")
 FIGURES = "figures"  # the doctor's figures folder (dlci.report.figures.FOLDER)
 FILE_LIMIT, TOTAL_LIMIT = 512 << 20, 1 << 30  # bytes: one file (a long trace fits), a container
 EXTRA_LIMIT, EXTRA_TOTAL = 16 << 20, 64 << 20  # the tests' other files handed back: each, all
-BAD = ("failed", "error", "interrupted", "running")
 # Names in the artifacts folder that only the host writes: never taken from a container
 HOST_NAMES = frozenset([*KEPT, "preflight.json", "cleanup.json", "report.html"])
 
@@ -97,6 +96,7 @@ class Parts:
     collected: dict[str, Path] = field(init=False, default_factory=dict)
     blocked: str = field(init=False, default="not run: the job was stopped")
     refused: list[str] = field(init=False, default_factory=list)  # what the host left out
+    unreadable: dict[str, str] = field(init=False, default_factory=dict)  # part -> why
     planted: list[str] = field(init=False, default_factory=list)  # git files a part planted
     reports: Path = field(init=False)  # the host's folder of reports, outside the workspace
     # the host's own seconds per part: copy_s, container_s, commit_s (the install's)
@@ -171,6 +171,7 @@ class Parts:
         container's reach.
         """
         self.exit_codes[part.name] = code
+        self.unreadable.pop(part.name, None)  # its record is copied anew below
         kept = self.base / f"kept-{part.name}"
         tests = copy or self.workspace
         root, rel = (tests, self._rel()) if part.out is None else (part.out, ".")
@@ -244,13 +245,18 @@ class Parts:
 
     def _claims(self, part: str) -> tuple[RunRecord | None, str]:
         """The run.json a part's container wrote (its own claims), read into its classes; None
-        and why not when it cannot be read ('': there is none, or it is not a JSON object)."""
+        and why not when it cannot be read ('': there is none, or it is not a JSON object).
+        Read anew each time (the caller may change its steps); what cannot be read is kept:
+        naming a hostile record's fields is the slow path, and it is asked for several times."""
+        if part in self.unreadable:
+            return None, self.unreadable[part]
         raw = read_report(self.base / f"kept-{part}" / "run.json")
         if raw is None:
             return None, ""
         try:
             return read_run(raw), ""
         except ValueError as exc:  # a field of a wrong type: named in the step's reason
+            self.unreadable[part] = str(exc)
             return None, str(exc)
 
     def _run_record(self, planned: Sequence[Part]) -> RunRecord:
@@ -265,11 +271,14 @@ class Parts:
             why = "it records no tests step"
         if "install" in self.exit_codes:  # the install container's step, not the tests' skip
             named["install"] = self._install_step()
+        elif tests is not None and "install" not in named:  # dlci run always records it
+            named["install"] = _missing("install", self.exit_codes["tests"],
+                                        "it records no install step")  # fmt: skip
         steps = list(named.values())
         if "tests" in named:
             install = named.get("install")
-            installed = install is not None and install.status in ("passed", "skipped")
-            steps = [self._tests_step(s, installed) if s.name == "tests" else s for s in steps]
+            broke = install is not None and install.status in ("failed", "error", "interrupted")
+            steps = [self._tests_step(s, not broke) if s.name == "tests" else s for s in steps]
         else:
             steps.append(_missing("tests", self.exit_codes["tests"], why) if ran else
                          _skipped("tests", self.blocked))  # fmt: skip
@@ -281,7 +290,13 @@ class Parts:
                 steps.append(_skipped(gate, f"switched off ({gate}: false)"))
         order = {name: i for i, name in enumerate(("install", "tests", *GATES))}
         steps.sort(key=lambda s: order.get(s.name, 99))
-        failed = [s.name for s in steps if s.status in BAD]
+        failed = [s.name for s in steps if s.status not in ("passed", "skipped")]
+        if not failed:  # a step blocked by a failure no step records: the claims hid it
+            for step in steps:
+                if step.status == "skipped" and step.reason == self.blocked:
+                    why = f"{self.blocked}, yet no step is recorded as failed"
+                    step.apply({"status": "error", "reason": why})
+                    failed.append(step.name)
         return RunRecord(
             timing=where_the_time_went(self.timing, steps),
             started=tests.started if tests else "",
@@ -351,7 +366,8 @@ class Parts:
 
     def _tests_step(self, step: RunStep, installed: bool) -> RunStep:
         """The tests container's claim that its tests passed, held against its exit code and
-        junit.xml; a skip stands only where its install did not pass (not run: blocked)."""
+        junit.xml; a skip stands only where its install is recorded as failed (``installed``
+        False: not run, blocked)."""
         code, container = step.exit_code, self.exit_codes.get("tests")
         if step.status == "skipped" and not installed:
             return step
@@ -383,7 +399,9 @@ class Parts:
         step = claims.step("install") if claims else None
         if step is None:
             return _missing("install", code, why)
-        if code not in (0, 1) and step.status in ("passed", "skipped"):
+        if step.status not in (*STATUSES, "skipped"):
+            step.apply(_unknown(step, code))
+        elif code not in (0, 1) and step.status in ("passed", "skipped"):
             step.apply({"status": "error", "reason": f"its container exited {code}"})
         step.container_exit_code = code
         return step
